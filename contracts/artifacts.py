@@ -1,0 +1,106 @@
+"""Load ABI and bytecode of a contract from forge's build output (``contracts/out``).
+
+A build is *stale* when a source file it was compiled from has changed since: forge records
+the keccak256 of every source in the artifact's metadata, and we compare it with the file on
+disk. That is exact (no dependence on file times, which a fresh clone does not preserve) and
+covers imported libraries too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eth_utils import keccak
+
+from contracts.toolchain import FOUNDRY_DIR, REPO_ROOT
+
+BUILD_COMMAND = "make contracts"
+OUT_DIR = FOUNDRY_DIR / "out"
+
+
+class ArtifactError(RuntimeError):
+    """A contract's build output cannot be used."""
+
+
+class BuildMissingError(ArtifactError, FileNotFoundError):
+    """No build output for the contract."""
+
+
+class BuildStaleError(ArtifactError):
+    """The build output is older than the sources it was compiled from."""
+
+
+@dataclass(frozen=True)
+class ContractArtifact:
+    """What web3 needs to deploy and call one contract."""
+
+    name: str  # contract name, e.g. "ExperienceLedger"
+    abi: list[dict] = field(repr=False)  # JSON ABI
+    bytecode: str = field(repr=False)  # creation code, 0x-prefixed hex
+    deployed_bytecode: str = field(repr=False)  # runtime code, 0x-prefixed hex
+    source: str  # source path relative to contracts/, e.g. "src/ExperienceLedger.sol"
+
+    @property
+    def runtime_code_hash(self) -> str:
+        """keccak256 of the runtime code, as ``eth_getCode`` would return it (0x hex).
+
+        Contracts with immutables differ on-chain from this hash; compare those by reading
+        the deployed code instead.
+        """
+        return "0x" + keccak(hexstr=self.deployed_bytecode).hex()
+
+
+def _resolve_source(path: str) -> Path:
+    """Map a path from solc metadata to the file on disk (sources are relative to contracts/)."""
+    for base in (FOUNDRY_DIR, REPO_ROOT):
+        candidate = (base / path).resolve()
+        if candidate.is_file():
+            return candidate
+    return FOUNDRY_DIR / path
+
+
+def load_artifact(name: str, out_dir: Path | None = None, check_fresh: bool = True) -> ContractArtifact:
+    """Load contract ``name`` from the forge build output.
+
+    Raises ``BuildMissingError`` when there is no artifact and ``BuildStaleError`` when any
+    source it was compiled from changed since; both name the command to run.
+    """
+    out_dir = out_dir or OUT_DIR
+    matches = sorted(out_dir.glob(f"*.sol/{name}.json"))
+    if not matches:
+        raise BuildMissingError(
+            f"no build output for contract {name} in {out_dir}: run `{BUILD_COMMAND}`"
+        )
+    if len(matches) > 1:
+        raise ArtifactError(f"contract name {name} is ambiguous in {out_dir}: {matches}")
+    path = matches[0]
+    try:
+        data = json.loads(path.read_text())
+        bytecode = data["bytecode"]["object"]
+        deployed = data["deployedBytecode"]["object"]
+        sources = data["metadata"]["sources"]
+        target = next(iter(data["metadata"]["settings"]["compilationTarget"]))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
+        raise ArtifactError(
+            f"unreadable build output {path} ({exc}): run `{BUILD_COMMAND}`"
+        ) from exc
+    if check_fresh:
+        for source, info in sources.items():
+            on_disk = _resolve_source(source)
+            if not on_disk.is_file():
+                raise BuildStaleError(
+                    f"{name} was built from {source}, which no longer exists: run `{BUILD_COMMAND}`"
+                )
+            if "0x" + keccak(on_disk.read_bytes()).hex() != info.get("keccak256"):
+                raise BuildStaleError(
+                    f"{name} is older than its source {source}: run `{BUILD_COMMAND}`"
+                )
+    return ContractArtifact(
+        name=name,
+        abi=data["abi"],
+        bytecode=bytecode if bytecode.startswith("0x") else "0x" + bytecode,
+        deployed_bytecode=deployed if deployed.startswith("0x") else "0x" + deployed,
+        source=target,
+    )

@@ -1,0 +1,45 @@
+"""Settings of a Gym Ledger installation, from ``GYM_*`` environment variables.
+
+Embedded defaults need no configuration at all: SQLite under the data directory, the local
+content store, and an Anvil devnet that the CLI starts itself. At scale the same settings
+point at PostgreSQL (``GYM_DB_URL``), a Kubo node (``GYM_IPFS_API``) and any EVM RPC endpoint
+(``GYM_RPC_URL``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEVNET_DIR = Path(__file__).resolve().parent
+
+# Anvil's first default account. Public knowledge, worthless outside a devnet.
+ANVIL_DEFAULT_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+
+
+class GymSettings(BaseSettings):
+    """Every setting is read from ``GYM_<NAME>`` (for example ``GYM_RPC_URL``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GYM_", extra="ignore")
+
+    rpc_url: str | None = Field(
+        None, description="EVM JSON-RPC endpoint; unset: the Anvil devnet that `gym devnet up` starts"
+    )
+    anvil_host: str = Field("127.0.0.1", description="interface the devnet's Anvil listens on")
+    anvil_port: int = Field(8545, ge=0, le=65535, description="Anvil's port; 0 picks a free one")
+    chain_id: int = Field(31337, gt=0, description="chain id the devnet's Anvil runs with")
+    data_dir: Path = Field(DEVNET_DIR / ".data", description="devnet state: Anvil log, pid file")
+    deployment_file: Path = Field(
+        DEVNET_DIR / "deployment.json", description="where `gym devnet up` writes the deployment"
+    )
+    db_url: str | None = Field(None, description="SQLAlchemy URL; unset: SQLite in the data dir")
+    ipfs_api: str | None = Field(None, description="Kubo RPC URL; unset: the local content store")
+    deployer_key: SecretStr = Field(
+        SecretStr(ANVIL_DEFAULT_KEY), description="key that deploys contracts (Anvil account 0)"
+    )
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.data_dir / 'ledger.sqlite'}"

@@ -1,0 +1,158 @@
+"""The embedded IPFS-compatible content store: a directory of verified blocks plus pins.
+
+Layout under ``root``::
+
+    blocks/<CIDv1 base32>   one file per block, written to a temp file then os.replace'd
+    pins/<CIDv1 base32>     an empty file per recursive pin
+
+Blocks are keyed by CIDv1 (a CIDv0 is stored under its v1 spelling, which names the same
+bytes). Every read re-hashes the block against the CID it was asked for: a flipped bit on
+disk raises ``ContentIntegrityError`` and never returns data. A missing block raises
+``NotFoundError``. Files go in with ``add_file`` and get the CIDs ``ipfs add --cid-version=1``
+gives; CAR v1 moves whole DAGs in and out, compatible with ``ipfs dag export/import``.
+Writes are atomic but not fsync'd: a crash may lose recent blocks, never leave a torn one.
+
+>>> import tempfile
+>>> store = LocalBlockStore(tempfile.mkdtemp())
+>>> cid = store.add_file(b"hello world")
+>>> cid, store.cat(cid)
+('bafkreifzjut3te2nhyekklss27nh3k72ysco7y32koao5eei66wof36n5e', b'hello world')
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ledger.car import read_car, write_car
+from ledger.errors import NotFoundError
+from ledger.multiformats import CID, RAW, verify_block
+from ledger.unixfs import Source, import_bytes_stream, iter_file_bytes, walk_dag
+
+
+class LocalBlockStore:
+    """Blocks and pins in a local directory; every block read is verified against its CID."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self._blocks = self.root / "blocks"
+        self._pins = self.root / "pins"
+        self._blocks.mkdir(parents=True, exist_ok=True)
+        self._pins.mkdir(parents=True, exist_ok=True)
+
+    def _block_path(self, cid: CID) -> Path:
+        return self._blocks / str(cid.to_v1())
+
+    # --- blocks ---------------------------------------------------------------------------
+
+    def put_block(self, cid: CID | str, block: bytes) -> CID:
+        """Store ``block`` under ``cid`` after checking that it hashes to it."""
+        cid = CID.coerce(cid)
+        verify_block(cid, block)
+        self._write_atomic(self._block_path(cid), block)
+        return cid
+
+    def put(self, data: bytes, codec: int = RAW) -> CID:
+        """Store one block of ``codec`` and return its CIDv1."""
+        cid = CID.for_block(codec, data)
+        self._write_atomic(self._block_path(cid), data)
+        return cid
+
+    def get_block(self, cid: CID | str) -> bytes:
+        """The block for ``cid``, re-hashed on every read.
+
+        Raises ``NotFoundError`` if it is absent and ``ContentIntegrityError`` if the stored
+        bytes do not hash to ``cid``.
+        """
+        cid = CID.coerce(cid)
+        try:
+            block = self._block_path(cid).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"block {cid} is not in the store") from None
+        verify_block(cid, block)
+        return block
+
+    def has(self, cid: CID | str) -> bool:
+        return self._block_path(CID.coerce(cid)).is_file()
+
+    def delete_block(self, cid: CID | str) -> None:
+        try:
+            self._block_path(CID.coerce(cid)).unlink()
+        except FileNotFoundError:
+            raise NotFoundError(f"block {cid} is not in the store") from None
+
+    # --- files ----------------------------------------------------------------------------
+
+    def add_file(self, source: Source, *, pin: bool = False) -> str:
+        """Import ``source`` (bytes, path, binary stream or iterable of bytes) as a UnixFS
+        file, store all its blocks, and return the root CID string; streams, so a large
+        file is never held in memory."""
+        root = import_bytes_stream(source, lambda cid, block: self._write_atomic(
+            self._block_path(cid), block))
+        if pin:
+            self.pin_add(root)
+        return str(root)
+
+    def cat_iter(self, cid: CID | str) -> Iterator[bytes]:
+        """Yield the bytes of the UnixFS file ``cid`` in order, each block verified."""
+        return iter_file_bytes(cid, self.get_block)
+
+    def cat(self, cid: CID | str) -> bytes:
+        """The whole UnixFS file ``cid``; use ``cat_iter`` for large files."""
+        return b"".join(self.cat_iter(cid))
+
+    # --- pins -----------------------------------------------------------------------------
+
+    def pin_add(self, cid: CID | str) -> str:
+        """Pin ``cid`` recursively after checking its whole DAG is present and intact."""
+        cid = CID.coerce(cid)
+        for _ in walk_dag(cid, self.get_block):
+            pass
+        (self._pins / str(cid.to_v1())).touch()
+        return str(cid)
+
+    def pin_rm(self, cid: CID | str) -> None:
+        try:
+            (self._pins / str(CID.coerce(cid).to_v1())).unlink()
+        except FileNotFoundError:
+            raise NotFoundError(f"{cid} is not pinned") from None
+
+    def pin_ls(self) -> list[str]:
+        """The pinned root CIDs (CIDv1 strings), sorted."""
+        return sorted(path.name for path in self._pins.iterdir() if not path.name.startswith("."))
+
+    # --- CAR ------------------------------------------------------------------------------
+
+    def export_car(self, cid: CID | str, out: BinaryIO) -> None:
+        """Write the DAG under ``cid`` to ``out`` as a CARv1, parents before children, each
+        distinct block once (the order of ``ipfs dag export``)."""
+        cid = CID.coerce(cid)
+        write_car([cid], walk_dag(cid, self.get_block), out)
+
+    def import_car(self, stream: BinaryIO, *, pin_roots: bool = False) -> list[str]:
+        """Store every block of a CARv1 (each verified against its CID); return its roots."""
+        roots, blocks = read_car(stream)
+        for cid, block in blocks:
+            self._write_atomic(self._block_path(cid), block)
+        if pin_roots:
+            for root in roots:
+                self.pin_add(root)
+        return [str(root) for root in roots]
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _write_atomic(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise

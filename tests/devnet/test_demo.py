@@ -1,0 +1,22 @@
+"""`gym demo` runs the flow on embedded defaults and leaves nothing running."""
+
+import pytest
+
+from devnet.anvil import running_anvil
+
+pytestmark = pytest.mark.anvil
+
+
+def test_demo_runs_and_cleans_up(gym_env):
+    result = gym_env.run("demo")
+    assert result.returncode == 0, result.stderr
+    assert "deployment verified" in result.stdout
+    assert "ExperienceLedger" in result.stdout
+    assert running_anvil(gym_env.data_dir) is None
+
+
+def test_demo_keep_leaves_the_devnet_running(gym_env):
+    result = gym_env.run("demo", "--keep")
+    assert result.returncode == 0, result.stderr
+    assert running_anvil(gym_env.data_dir) is not None
+    assert gym_env.run("devnet", "status").returncode == 0
