@@ -1,0 +1,215 @@
+"""``gym ipfs``: run the devnet's IPFS node and move files in and out of a content store.
+
+``serve`` runs ``devnet.ipfs_server`` in the foreground over the local store
+(``<GYM_DATA_DIR>/ipfs``). ``add`` and ``cat`` use whatever ``GYM_IPFS_API`` names (a Kubo
+node, IPFS Cluster's proxy, or ``gym ipfs serve``), the local store when it is unset; CIDs and
+verification are the same either way. ``export`` and ``import`` move CARv1 archives (the format
+of ``ipfs dag export/import``); ``import`` always writes the local store.
+
+Errors are ``LedgerError``/``DevnetError`` subclasses; the root CLI prints them as one line.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from devnet.anvil import port_is_free
+from devnet.errors import DevnetError, PortInUseError
+from devnet.settings import GymSettings
+from ledger.blockstore import LocalBlockStore
+from ledger.car import write_car
+from ledger.content import ContentStore, open_content_store
+from ledger.errors import LedgerError
+from ledger.multiformats import CID
+from ledger.unixfs import file_cid
+
+app = typer.Typer(help="The devnet's IPFS node (Kubo RPC + trustless gateway) and content "
+                  "commands.", no_args_is_help=True, pretty_exceptions_enable=False)
+console = Console()
+err_console = Console(stderr=True)
+
+PROGRESS_FROM_BYTES = 4 * 1024 * 1024  # show a progress bar for files above this size
+
+DataDir = Annotated[Path | None, typer.Option(
+    "--data-dir", help="Local store directory. Default: <GYM_DATA_DIR>/ipfs.")]
+
+
+def local_store_dir(data_dir: Path | None) -> Path:
+    return data_dir if data_dir is not None else GymSettings().data_dir / "ipfs"
+
+
+def _store(data_dir: Path | None) -> ContentStore:
+    return open_content_store(GymSettings().ipfs_api, local_store_dir(data_dir))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TimeRemainingColumn(), console=err_console,
+                    transient=True)
+
+
+class _CountingReader:
+    """A binary file that advances a progress bar as it is read."""
+
+    def __init__(self, stream, advance):
+        self._stream = stream
+        self._advance = advance
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self._advance(len(data))
+        return data
+
+
+class _CountingWriter:
+    def __init__(self, stream, advance):
+        self._stream = stream
+        self._advance = advance
+
+    def write(self, data: bytes) -> int:
+        self._advance(len(data))
+        return self._stream.write(data)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on (loopback by default: "
+                                      "the RPC API is admin access).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (Kubo's is 5001).")] = 5001,
+    data_dir: DataDir = None,
+) -> None:
+    """Serve the local store as a Kubo RPC API (/api/v0) and a trustless gateway (/ipfs/).
+
+    Runs in the foreground; Ctrl-C stops it. Point other commands at it with
+    GYM_IPFS_API=http://HOST:PORT.
+    """
+    import uvicorn
+
+    from devnet.ipfs_server import create_app
+
+    if not port_is_free(host, port):
+        raise PortInUseError(f"port {port} on {host} is already in use: stop what listens "
+                             "there, or pick another with `gym ipfs serve --port N`")
+    store_dir = local_store_dir(data_dir)
+    store = LocalBlockStore(store_dir)
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        err_console.print(f"[yellow]warning:[/yellow] the RPC API on {host} gives anyone who "
+                          "can reach it write access to the store")
+    url = f"http://{host}:{port}"
+    console.print(f"Kubo RPC API: {url}/api/v0   gateway: {url}/ipfs/{{cid}}?format=raw|car",
+                  soft_wrap=True)
+    console.print(f"store: {store_dir}   (Ctrl-C stops)", soft_wrap=True)
+    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+
+
+@app.command()
+def add(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
+                                         help="File to add.")],
+    only_hash: Annotated[bool, typer.Option("--only-hash", help="Print the CID, store "
+                                            "nothing.")] = False,
+    pin: Annotated[bool, typer.Option("--pin", help="Pin it recursively.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Add a file; print its CID (CIDv1, raw leaves, 256 KiB chunks, as `ipfs add
+    --cid-version=1`). Goes through GYM_IPFS_API when it is set."""
+    size = path.stat().st_size
+    with open(path, "rb") as stream, _progress() as progress:
+        task = progress.add_task(f"adding {path.name}", total=size,
+                                 visible=size > PROGRESS_FROM_BYTES)
+        source = _CountingReader(stream, lambda n: progress.advance(task, n))
+        cid = file_cid(source) if only_hash else _store(data_dir).add_file(source, pin=pin)
+    console.print(cid, highlight=False)
+
+
+@app.command()
+def cat(
+    cid: Annotated[str, typer.Argument(help="CID of a file.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Write a file's bytes to stdout, every block verified against its CID."""
+    out = sys.stdout.buffer
+    for chunk in _store(data_dir).cat_iter(CID.parse(cid)):
+        out.write(chunk)
+    out.flush()
+
+
+@app.command(name="export")
+def export_car(
+    cid: Annotated[str, typer.Argument(help="Root CID of the DAG.")],
+    out: Annotated[Path, typer.Argument(dir_okay=False, help="CAR file to write.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Write the DAG under CID to a CARv1 file (as `ipfs dag export`), every block verified.
+
+    Reads from GYM_IPFS_API when it is set (block by block), else from the local store.
+    """
+    root = CID.parse(cid)
+    store = _store(data_dir)
+    tmp = out.with_name(out.name + ".partial")
+    try:
+        with open(tmp, "wb") as handle, _progress() as progress:
+            task = progress.add_task(f"exporting {cid}", total=None)
+            writer = _CountingWriter(handle, lambda n: progress.advance(task, n))
+            if isinstance(store, LocalBlockStore):
+                store.export_car(root, writer)
+            else:
+                write_car([root], store.iter_dag(root), writer)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    console.print(f"wrote {out} ({out.stat().st_size} bytes)", highlight=False)
+
+
+@app.command(name="import")
+def import_car(
+    car: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
+                                        help="CARv1 file to import.")],
+    pin: Annotated[bool, typer.Option("--pin/--no-pin", help="Pin its roots.")] = True,
+    data_dir: DataDir = None,
+) -> None:
+    """Import every block of a CARv1 file into the local store (each verified); print its
+    roots. With GYM_IPFS_API set, use `ipfs dag import` on that node instead."""
+    if GymSettings().ipfs_api:
+        raise DevnetError("gym ipfs import writes the local store; GYM_IPFS_API is set, so "
+                          "import into that node with `ipfs dag import`, or unset it")
+    store = LocalBlockStore(local_store_dir(data_dir))
+    size = car.stat().st_size
+    with open(car, "rb") as stream, _progress() as progress:
+        task = progress.add_task(f"importing {car.name}", total=size,
+                                 visible=size > PROGRESS_FROM_BYTES)
+        roots = store.import_car(_CountingReader(stream, lambda n: progress.advance(task, n)),
+                                 pin_roots=pin)
+    for root in roots:
+        console.print(root, highlight=False)
+
+
+def main() -> None:
+    """Run ``gym ipfs`` on its own (``python -m devnet.ipfs_cli``), errors as one line."""
+    try:
+        app()
+    except (LedgerError, DevnetError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""``KuboStore``: the content store backed by a Kubo node (or an IPFS Cluster proxy) over the
+Kubo RPC API (https://docs.ipfs.tech/reference/kubo/rpc/), trusting the node for nothing.
+
+- ``add_file`` asks for the layout the ledger's CIDs are defined by (``cid-version=1``,
+  ``raw-leaves``, ``chunker=size-262144``) and checks the CID the node returns against the one
+  computed locally with ``ledger.unixfs``. A node that lays files out differently (another
+  chunker, trickle DAGs, an Import config that overrides the request) is an error, never a
+  CID silently accepted.
+- ``cat``/``cat_iter`` never use the node's ``cat``: they fetch each block with ``block/get``,
+  re-hash it against the CID that named it, and walk the DAG locally (``iter_file_bytes``), so
+  a wrong byte anywhere raises ``ContentIntegrityError`` before it reaches the caller.
+- ``has`` asks ``block/stat`` with ``offline=true``: a missing block answers at once instead of
+  being searched for on the network.
+
+The client is ``ipfshttpclient.Client`` built directly: ``ipfshttpclient.connect()`` refuses
+every Kubo from 0.8 on by its version check, while the RPC calls used here are unchanged since.
+Connection failures raise ``ContentStoreUnreachableError`` naming ``GYM_IPFS_API``; error
+answers from the node raise ``KuboError``.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Self, TypeVar
+from urllib.parse import urlsplit
+
+import ipfshttpclient
+import ipfshttpclient.exceptions as ipfs_errors
+
+from ledger.content import ContentStoreConfigError, ContentStoreError, ContentStoreUnreachableError
+from ledger.errors import ContentIntegrityError
+from ledger.multiformats import CID, verify_block
+from ledger.unixfs import CHUNK_SIZE, Source, file_cid, iter_chunks, iter_file_bytes, walk_dag
+
+# What `add` must be asked for so that the node's CIDs are the ledger's (see ledger/unixfs.py).
+ADD_OPTIONS = {"cid_version": 1, "raw_leaves": True, "chunker": f"size-{CHUNK_SIZE}"}
+DEFAULT_TIMEOUT_S = 120.0
+_SPOOL_IN_MEMORY = 8 * 1024 * 1024  # streams up to this size are spooled in memory, not on disk
+
+T = TypeVar("T")
+
+# ipfshttpclient 0.7 passes urllib3 a parameter that urllib3 2 only warns about, on every call
+warnings.filterwarnings("ignore", message="The 'strict' parameter is no longer needed",
+                        category=FutureWarning)
+
+
+class KuboError(ContentStoreError, RuntimeError):
+    """The node answered with an error, or broke off an answer."""
+
+
+def api_multiaddr(api_url: str) -> str:
+    """``http://127.0.0.1:5001`` → ``/ip4/127.0.0.1/tcp/5001/http`` (what ipfshttpclient takes).
+
+    Hosts may be IPv4, IPv6 (``http://[::1]:5001``) or names (``/dns/…``); without a port the
+    scheme's default (80 or 443) is used, as in any URL. A string that already is a multiaddr
+    (starts with ``/``) is returned unchanged. Only an empty path or ``/api/v0`` is accepted:
+    the client always talks to ``<base>/api/v0``.
+    """
+    if api_url.startswith("/"):
+        return api_url
+    parts = urlsplit(api_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ContentStoreConfigError(
+            f"GYM_IPFS_API must look like http://127.0.0.1:5001, got {api_url!r}")
+    if parts.path.rstrip("/") not in ("", "/api/v0"):
+        raise ContentStoreConfigError(
+            f"GYM_IPFS_API must name the node (http://host:port), not a path: {api_url!r}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise ContentStoreConfigError(f"bad port in GYM_IPFS_API {api_url!r}") from exc
+    try:
+        address = ipaddress.ip_address(parts.hostname)
+        host = f"/ip{address.version}/{address}"
+    except ValueError:
+        host = f"/dns/{parts.hostname}"
+    return f"{host}/tcp/{port}/{parts.scheme}"
+
+
+class KuboStore:
+    """A Kubo node's blocks, read through local verification; see the module docstring."""
+
+    def __init__(self, api_url: str, *, timeout: float = DEFAULT_TIMEOUT_S):
+        self.api_url = api_url
+        self._client = ipfshttpclient.Client(addr=api_multiaddr(api_url), session=True,
+                                             timeout=timeout)
+
+    def close(self) -> None:
+        """Close the pooled HTTP connections (the store stays usable; they reopen on demand)."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # --- calls --------------------------------------------------------------------------------
+
+    def _call(self, endpoint: str, call: Callable[..., T], *args, **kwargs) -> T:
+        """Run one RPC call, turning the client's exceptions into the ledger's."""
+        try:
+            return call(*args, **kwargs)
+        except (ipfs_errors.ConnectionError, ipfs_errors.TimeoutError) as exc:
+            raise ContentStoreUnreachableError(
+                f"cannot reach the IPFS RPC API at {self.api_url} (GYM_IPFS_API): "
+                f"{_first_line(exc)}; start one with `gym ipfs serve`, or unset GYM_IPFS_API "
+                "to use the local store"
+            ) from exc
+        except ipfs_errors.Error as exc:
+            raise KuboError(f"the IPFS node at {self.api_url} failed {endpoint}: "
+                            f"{_first_line(exc)}") from exc
+
+    def get_block(self, cid: CID | str) -> bytes:
+        """Block ``cid`` from the node, re-hashed here: ``ContentIntegrityError`` if it lies."""
+        cid = CID.coerce(cid)
+        block = self._call("block/get", self._client.block.get, str(cid))
+        verify_block(cid, block)
+        return block
+
+    # --- ContentStore -------------------------------------------------------------------------
+
+    def add_file(self, source: Source, *, pin: bool = False) -> str:
+        """Add ``source`` through the node and return its CIDv1, checked against ``file_cid``.
+
+        Bytes and paths are hashed here and then uploaded; a stream or iterable is spooled to
+        a temporary file while it is hashed, so it is read once and never held in memory.
+        """
+        with _rewindable(source) as (upload, expected):
+            answer = self._call("add", self._client.add, upload, pin=pin, **ADD_OPTIONS)
+        got = answer.get("Hash") if hasattr(answer, "get") else None
+        if got != expected:
+            raise ContentIntegrityError(
+                f"the IPFS node at {self.api_url} returned CID {got} for a file whose CIDv1 "
+                f"(raw leaves, 256 KiB chunks) is {expected}: it ignores the requested import "
+                "settings (check its Import.* config) or changed the bytes",
+                expected=expected, computed=got,
+            )
+        return expected
+
+    def cat_iter(self, cid: CID | str) -> Iterator[bytes]:
+        """Yield file ``cid``'s bytes, fetching and verifying each block with ``block/get``."""
+        return iter_file_bytes(cid, self.get_block)
+
+    def cat(self, cid: CID | str) -> bytes:
+        return b"".join(self.cat_iter(cid))
+
+    def has(self, cid: CID | str) -> bool:
+        """Whether the node holds block ``cid`` locally (``block/stat`` with ``offline``)."""
+        cid = CID.coerce(cid)
+        try:
+            self._call("block/stat", self._client.block.stat, str(cid), offline=True)
+        except KuboError as exc:
+            if isinstance(exc.__cause__, ipfs_errors.ErrorResponse):
+                return False  # the node said no (Kubo: "block was not found locally")
+            raise
+        return True
+
+    def pin_add(self, cid: CID | str) -> str:
+        """Pin ``cid`` recursively on the node; returns the CID string."""
+        cid = CID.coerce(cid)
+        answer = self._call("pin/add", self._client.pin.add, str(cid))
+        pins = answer.get("Pins", []) if hasattr(answer, "get") else []
+        if not any(_same_cid(pinned, cid) for pinned in pins):
+            raise KuboError(f"the IPFS node at {self.api_url} did not confirm the pin of {cid} "
+                            f"(it answered {pins!r})")
+        return str(cid)
+
+    # --- beyond the protocol ------------------------------------------------------------------
+
+    def iter_dag(self, cid: CID | str) -> Iterator[tuple[CID, bytes]]:
+        """Every block under ``cid``, verified, parents first (the order of a CAR export)."""
+        return walk_dag(cid, self.get_block)
+
+
+class _rewindable:
+    """Context manager giving ``(file object to upload, expected CID)`` for any ``Source``."""
+
+    def __init__(self, source: Source):
+        self._source = source
+        self._opened: io.IOBase | None = None
+
+    def __enter__(self) -> tuple[io.IOBase | _Unnamed, str]:
+        source = self._source
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            data = bytes(source)
+            return io.BytesIO(data), file_cid(data)
+        if isinstance(source, (str, os.PathLike)):
+            expected = file_cid(source)
+            self._opened = open(source, "rb")
+            return self._opened, expected
+        spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
+        self._opened = spool
+
+        def pieces() -> Iterator[bytes]:
+            for chunk in iter_chunks(source):
+                spool.write(chunk)
+                yield chunk
+
+        expected = file_cid(pieces())
+        spool.seek(0)
+        # ipfshttpclient names the upload after `.name`, an int for a spool on disk: hide it
+        return _Unnamed(spool), expected
+
+    def __exit__(self, *exc_info) -> None:
+        if self._opened is not None:
+            self._opened.close()
+
+
+class _Unnamed:
+    """A readable stream without a ``name`` (Kubo's answer then names the file ``""``)."""
+
+    def __init__(self, stream: io.IOBase):
+        self.read = stream.read
+
+
+def _same_cid(text: str, cid: CID) -> bool:
+    try:
+        return CID.parse(str(text).removeprefix("/ipfs/")).to_v1() == cid.to_v1()
+    except ValueError:  # MultiformatError is one
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
