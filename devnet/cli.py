@@ -8,7 +8,9 @@ instead of a traceback.
 from __future__ import annotations
 
 import sys
+import time
 from importlib.metadata import version
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,9 +19,13 @@ from rich.table import Table
 
 import contracts
 import contracts.cli
+import devnet.ipfs_cli
+import ledger.cli
+from devnet.deploy import Deployment
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
-from devnet.settings import GymSettings
+from devnet.settings import DEVNET_DIR, GymSettings
+from ledger.errors import LedgerError
 
 app = typer.Typer(
     name="gym",
@@ -32,6 +38,10 @@ devnet_app = typer.Typer(help="Run the local network: Anvil plus every contract,
                          no_args_is_help=True)
 app.add_typer(devnet_app, name="devnet")
 app.add_typer(contracts.cli.app, name="contracts")
+app.add_typer(devnet.ipfs_cli.app, name="ipfs")
+app.add_typer(ledger.cli.app, name="ledger")
+app.add_typer(ledger.cli.verify_app, name="verify")
+app.command(name="audit")(ledger.cli.audit)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -41,7 +51,10 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     DevnetError,
     contracts.ArtifactError,
     contracts.ToolchainError,
+    LedgerError,
 )
+
+SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"
 
 
 def _version_callback(value: bool) -> None:
@@ -50,8 +63,35 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+def ledger_runtime(settings: GymSettings) -> ledger.cli.LedgerRuntime:
+    """The ledger commands' dependencies; the deployment is read only when one needs the chain."""
+
+    def chain_config() -> ledger.cli.ChainConfig:
+        deployment = Deployment.load(settings.deployment_file)
+        ledger_contract = deployment.contracts.get("ExperienceLedger")
+        if ledger_contract is None:
+            raise DevnetError(f"{settings.deployment_file} has no ExperienceLedger: run "
+                              "`gym devnet up --redeploy`")
+        return ledger.cli.ChainConfig(
+            rpc_url=settings.rpc_url or deployment.rpc_url,
+            address=ledger_contract.address,
+            abi=contracts.load_artifact("ExperienceLedger").abi,
+            private_key=settings.publisher_key.get_secret_value(),
+            chain_id=deployment.chain_id,
+            deployment_block=deployment.deployment_block,
+        )
+
+    return ledger.cli.LedgerRuntime(
+        database_url=settings.database_url,
+        content_dir=settings.data_dir / "ipfs",
+        ipfs_api=settings.ipfs_api,
+        chain_config=chain_config,
+    )
+
+
 @app.callback()
 def root(
+    ctx: typer.Context,
     _version: Annotated[bool, typer.Option("--version", callback=_version_callback,
                                            is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
@@ -59,8 +99,9 @@ def root(
     by DAO vote, and serve them from inference nodes with proof-of-inference receipts.
 
     Settings come from GYM_* environment variables (GYM_RPC_URL, GYM_DATA_DIR, GYM_DB_URL,
-    GYM_IPFS_API, ...); the defaults run everything locally.
+    GYM_IPFS_API, GYM_PUBLISHER_KEY, ...); the defaults run everything locally.
     """
+    ctx.obj = ledger_runtime(GymSettings())
 
 
 def _print_deployment(up_or_status_deployment, rpc_url: str) -> None:
@@ -132,7 +173,8 @@ def down() -> None:
 def demo(
     keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
 ) -> None:
-    """Run the whole flow on embedded defaults: devnet up, deploy, check, tear down."""
+    """Run the whole flow on embedded defaults: devnet up, deploy, publish a log twice,
+    audit it from chain + content store, tear down."""
     settings = GymSettings()
     console.rule("1. devnet")
     with console.status("starting Anvil and deploying the contracts"):
@@ -143,11 +185,41 @@ def demo(
         if not state.healthy:
             raise DevnetError("deployment check failed: " + "; ".join(state.problems))
         console.print(f"[green]chain at block {state.block_number}; deployment verified[/green]")
+        _demo_ledger(ledger_runtime(settings), SAMPLE_EXPERIENCES)
     finally:
         if result.started_anvil and not keep:
             devnet_down(settings)
             console.print("devnet stopped (use --keep to leave it running)")
     console.rule("demo finished")
+
+
+def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> None:
+    """Create a log, publish the samples in two checkpoints (the second with a consistency
+    proof), then audit the log from chain events and the content store."""
+    from ledger.audit import audit_log
+    from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
+
+    entries = read_entry_files([samples])
+    name = f"demo/experiences-{time.strftime('%Y%m%d-%H%M%S')}"
+    console.rule("2. ledger")
+    rt.store.create_log(name)
+    log_id = ensure_chain_log(rt.store, rt.contract, name)
+    console.print(f"created log {name}: on-chain log id {log_id}", highlight=False)
+    half = len(entries) // 2 + 1
+    for batch in (entries[:half], entries[half:]):
+        appended = append_entries(rt.store, rt.content, name, batch)
+        console.print(f"appended {len(batch)} experiences: size {appended.old_size} -> "
+                      f"{appended.size}")
+        published = publish(rt.store, rt.content, rt.contract, name)
+        console.print(f"published size {published.size} with a consistency proof of "
+                      f"{published.proof_length} hashes from size {published.old_size}")
+        console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}",
+                      highlight=False)
+    console.rule("3. audit")
+    report = audit_log(rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block)
+    ledger.cli.print_audit_report(report)
+    if not report.ok:
+        raise DevnetError(f"the demo log failed its audit: {report.discrepancies[0].message}")
 
 
 def main() -> None:

@@ -39,6 +39,9 @@ class GymSettings(BaseSettings):
     deployer_key: SecretStr = Field(
         SecretStr(ANVIL_DEFAULT_KEY), description="key that deploys contracts (Anvil account 0)"
     )
+    publisher_key: SecretStr = Field(
+        SecretStr(ANVIL_DEFAULT_KEY), description="key that creates and anchors logs (Anvil account 0)"
+    )
 
     @property
     def database_url(self) -> str:

@@ -2,7 +2,10 @@
 whose CIDs are identical to Kubo's.
 
 Depends on nothing else in this repository. Verifiers are pure functions over bytes and
-ints and raise ``VerificationError`` subclasses.
+ints and raise ``VerificationError`` subclasses. The chain side lives in modules of its own,
+imported on demand because web3 is slow to import: ``ledger.chain`` (``LedgerContract``,
+the ExperienceLedger client), ``ledger.publish`` (append and anchor), ``ledger.audit``
+(replay a log from chain events and the content store).
 
 >>> from ledger import ExperienceEntry, Provenance, encode_entry, entry_cid, leaf_hash
 >>> from ledger import inclusion_proof, merkle_root, verify_inclusion
@@ -18,6 +21,7 @@ True
 
 from ledger.blockstore import LocalBlockStore
 from ledger.car import CarError, read_car, write_car
+from ledger.content import ContentStore, open_content_store
 from ledger.entries import (
     MAX_ENTRY_BYTES,
     AdapterEntry,
@@ -43,6 +47,7 @@ from ledger.errors import (
 )
 from ledger.logstore import Checkpoint, Leaf, LogInfo, LogStore
 from ledger.multiformats import CID, raw_cid, verify_block
+from ledger.proofs import proof_document, verify_proof_document
 from ledger.rfc9162 import (
     EMPTY_ROOT,
     consistency_proof,
@@ -58,12 +63,49 @@ from ledger.rfc9162 import root as merkle_root
 from ledger.unixfs import file_cid
 
 __all__ = [
-    "CID", "EMPTY_ROOT", "MAX_ENTRY_BYTES", "AdapterEntry", "CarError", "Checkpoint",
-    "ConsistencyProofError", "ContentIntegrityError", "Entry", "EntryError", "ExperienceEntry",
-    "InclusionProofError", "Leaf", "LedgerError", "LocalBlockStore", "LogInfo", "LogStore",
-    "NotFoundError", "Provenance", "ReceiptEntry", "RunEntry", "VerificationError",
-    "consistency_proof", "decode_entry", "encode_entry", "entry_cid", "entry_leaf_hash",
-    "file_cid", "fold_library", "inclusion_proof", "leaf_hash", "merkle_root", "node_hash",
-    "raw_cid", "read_car", "root_from_inclusion_proof", "roots_from_consistency_proof",
-    "verify_block", "verify_consistency", "verify_inclusion", "write_car",
+    "CID",
+    "EMPTY_ROOT",
+    "MAX_ENTRY_BYTES",
+    "AdapterEntry",
+    "CarError",
+    "Checkpoint",
+    "ConsistencyProofError",
+    "ContentIntegrityError",
+    "ContentStore",
+    "Entry",
+    "EntryError",
+    "ExperienceEntry",
+    "InclusionProofError",
+    "Leaf",
+    "LedgerError",
+    "LocalBlockStore",
+    "LogInfo",
+    "LogStore",
+    "NotFoundError",
+    "Provenance",
+    "ReceiptEntry",
+    "RunEntry",
+    "VerificationError",
+    "consistency_proof",
+    "decode_entry",
+    "encode_entry",
+    "entry_cid",
+    "entry_leaf_hash",
+    "file_cid",
+    "fold_library",
+    "inclusion_proof",
+    "leaf_hash",
+    "merkle_root",
+    "node_hash",
+    "open_content_store",
+    "proof_document",
+    "raw_cid",
+    "read_car",
+    "root_from_inclusion_proof",
+    "roots_from_consistency_proof",
+    "verify_block",
+    "verify_consistency",
+    "verify_inclusion",
+    "verify_proof_document",
+    "write_car",
 ]

@@ -109,3 +109,45 @@ def database_url(request, tmp_path):
         conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
     admin.dispose()
 
+
+
+# --- ledger: a deployed devnet and ExperienceLedger clients (tests/ledger) ------------------
+
+# Anvil's default accounts 0 and 1: public knowledge, worthless outside a devnet.
+ANVIL_KEYS = (
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+)
+
+
+@dataclass
+class LedgerDevnet:
+    """A devnet brought up by the real `gym devnet up` in an isolated ``gym_env``."""
+
+    gym: GymEnv
+    rpc_url: str
+    address: str  # ExperienceLedger
+    deployment_block: int
+    owner_key = ANVIL_KEYS[0]  # deploys, and owns the logs it creates
+    other_key = ANVIL_KEYS[1]  # owns nothing
+
+    def contract(self, key: str | None = ANVIL_KEYS[0]):
+        from web3 import Web3
+
+        from contracts import load_artifact
+        from ledger.chain import LedgerContract
+
+        w3 = Web3(Web3.HTTPProvider(self.rpc_url))
+        return LedgerContract(w3, self.address, load_artifact("ExperienceLedger").abi, key)
+
+
+@pytest.fixture
+def ledger_devnet(gym_env):
+    import json
+
+    result = gym_env.run("devnet", "up")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads(gym_env.deployment_file.read_text())
+    yield LedgerDevnet(gym_env, manifest["rpc_url"],
+                       manifest["contracts"]["ExperienceLedger"]["address"],
+                       manifest["deployment_block"])

@@ -1,4 +1,5 @@
-"""`gym demo` runs the flow on embedded defaults and leaves nothing running."""
+"""`gym demo` runs the flow on embedded defaults (devnet, two anchored checkpoints, an audit)
+and leaves nothing running."""
 
 import pytest
 
@@ -12,6 +13,9 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert result.returncode == 0, result.stderr
     assert "deployment verified" in result.stdout
     assert "ExperienceLedger" in result.stdout
+    assert "appended 3 experiences: size 0 -> 3" in result.stdout
+    assert "published size 5" in result.stdout and "hashes from size 3" in result.stdout
+    assert "audit clean: 2 checkpoints, 5 entries" in result.stdout
     assert running_anvil(gym_env.data_dir) is None
 
 

@@ -1,0 +1,89 @@
+"""Audit throughput: a 100k-entry publisher log replayed from chain + local content store.
+
+Fills a LogStore and a LocalBlockStore with 100,000 experience entries, publishes them in
+two checkpoints (50k, then 100k with a consistency proof) to a fresh Anvil deployed by
+``gym devnet up``, then times ``ledger.audit.audit_log``: events, calldata, batch
+manifests, and per entry a verified block read, full entry validation and the leaf hash.
+
+Target: < 10 s for 100k entries. Prints the ratio time / target and exits 1 above 1.
+
+Usage: ``.venv/bin/python benchmarks/bench_audit.py [--entries 100000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from web3 import Web3
+
+from contracts import load_artifact
+from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
+from ledger.audit import audit_log
+from ledger.chain import LedgerContract
+from ledger.publish import append_entries, ensure_chain_log, publish
+
+GYM = Path(sys.executable).parent / "gym"
+ANVIL_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+TARGET_S = 10.0
+
+
+def experiences(start: int, count: int) -> list[bytes]:
+    return [encode_entry(ExperienceEntry(
+        text=f"Rule {i}: restate the question, then check the units of the answer.",
+        domain="math", op="add",
+        provenance=Provenance(method="tfgrpo", base_model="SmolLM2-135M-Instruct", step=i)))
+        for i in range(start, start + count)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=100_000)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-audit-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+    env.update(GYM_DATA_DIR=str(workdir / "data"), GYM_DEPLOYMENT_FILE=str(workdir / "d.json"),
+               GYM_ANVIL_PORT="0")
+    subprocess.run([str(GYM), "devnet", "up"], env=env, check=True, capture_output=True)
+    try:
+        manifest = json.loads((workdir / "d.json").read_text())
+        w3 = Web3(Web3.HTTPProvider(manifest["rpc_url"]))
+        contract = LedgerContract(w3, manifest["contracts"]["ExperienceLedger"]["address"],
+                                  load_artifact("ExperienceLedger").abi, ANVIL_KEY)
+        store = LogStore(f"sqlite:///{workdir / 'ledger.sqlite'}")
+        content = LocalBlockStore(workdir / "content")
+        store.create_log("bench")
+        log_id = ensure_chain_log(store, contract, "bench")
+        start = time.perf_counter()
+        half = args.entries // 2
+        for first, count in ((0, half), (half, args.entries - half)):
+            append_entries(store, content, "bench", experiences(first, count))
+            publish(store, content, contract, "bench")
+        print(f"prepared and published {args.entries} entries in "
+              f"{time.perf_counter() - start:.1f} s")
+
+        start = time.perf_counter()
+        report = audit_log(contract, content, log_id, from_block=manifest["deployment_block"])
+        elapsed = time.perf_counter() - start
+        store.engine.dispose()
+    finally:
+        subprocess.run([str(GYM), "devnet", "down"], env=env, check=False, capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert report.ok and report.leaves == args.entries, report.discrepancies[:3]
+    scaled = elapsed * 100_000 / args.entries
+    print(f"audit of {args.entries} entries, {len(report.checkpoints)} checkpoints: "
+          f"{elapsed:.2f} s ({elapsed / args.entries * 1e6:.0f} us/entry)")
+    print(f"target < {TARGET_S:.0f} s per 100k entries: {scaled:.2f} s, ratio "
+          f"{scaled / TARGET_S:.2f} ({'ok' if scaled < TARGET_S else 'MISSED'})")
+    return 0 if scaled < TARGET_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""A thin client of the ExperienceLedger contract: transactions, views, events, reverts.
+
+The caller hands over the web3 connection, the contract's address and ABI, and optionally
+the key that signs transactions (``ledger`` imports nothing of the repository outside
+itself; the CLI root reads them from the deployment). Transactions are signed locally and
+sent raw, so any JSON-RPC node works, an L2 included.
+
+Reverts: the contract reverts with custom errors that carry the offending values. Their
+revert data is decoded against the ABI into ``ContractRevertError``, whose message reads
+like the Solidity that raised it, ``ExperienceLedgerStaleCheckpoint(logId=1, size=5,
+anchoredSize=5)``, never a hex blob. A transaction that passed gas estimation but reverted
+when mined is replayed with ``eth_call`` at its block to recover the same error.
+
+Events: ``eth_getLogs`` is paged in block ranges (``page_blocks``, halved on a node's
+"range too large" or "too many results" refusal), from a start block to the head, so the
+readers work against Anvil and against L2 nodes with strict limits. Each event carries its
+transaction hash, block number and log index.
+
+Audit: ``anchor_calldata`` decodes the ``anchor`` transaction's input and returns its
+consistency proof, which is not in the event: an auditor recovers it from the chain alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from eth_abi import decode as abi_decode
+from eth_abi.exceptions import DecodingError
+from eth_account import Account
+from eth_utils import event_abi_to_log_topic, function_abi_to_4byte_selector, to_checksum_address
+from web3 import Web3
+from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception
+
+from ledger.errors import LedgerError
+from ledger.multiformats import CID, MultiformatError
+
+DEFAULT_PAGE_BLOCKS = 10_000  # many L2 RPCs cap eth_getLogs at 10k blocks or fewer
+RECEIPT_TIMEOUT_S = 120
+
+
+class LogKind(IntEnum):
+    PUBLISHER = 0  # off-chain tree, anchored checkpoints
+    CURATED = 1  # leaves appended on-chain
+
+
+class ChainError(LedgerError, RuntimeError):
+    """Talking to the chain failed: unreachable node, no signing key, reverted transaction."""
+
+
+class ContractRevertError(ChainError):
+    """The contract refused a call; ``name`` is its custom error and ``values`` its arguments."""
+
+    def __init__(self, name: str, values: dict[str, Any], hint: str = ""):
+        self.name, self.values, self.hint = name, values, hint
+        args = ", ".join(f"{key}={value}" for key, value in values.items())
+        super().__init__(f"the contract refused: {name}({args})" + (f"; {hint}" if hint else ""))
+
+    def with_hint(self, hint: str) -> ContractRevertError:
+        return ContractRevertError(self.name, self.values, hint)
+
+
+@dataclass(frozen=True)
+class TxResult:
+    tx_hash: str  # 0x-prefixed
+    block_number: int
+    gas_used: int
+
+
+@dataclass(frozen=True)
+class LogState:
+    """``logInfo``: a log at its latest checkpoint."""
+
+    log_id: int
+    owner: str
+    kind: LogKind
+    name: str
+    size: int
+    root: bytes
+
+
+@dataclass(frozen=True)
+class LogCreatedEvent:
+    log_id: int
+    owner: str
+    kind: LogKind
+    name: str
+    tx_hash: str
+    block_number: int
+    log_index: int
+
+
+@dataclass(frozen=True)
+class AnchoredEvent:
+    log_id: int
+    size: int
+    root: bytes
+    batch_cid: str | None  # None when the bytes are not a CID (reported by the audit)
+    batch_cid_bytes: bytes
+    tx_hash: str
+    block_number: int
+    log_index: int
+
+
+@dataclass(frozen=True)
+class LeafAppendedEvent:
+    log_id: int
+    index: int
+    leaf_hash: bytes
+    entry_cid: str | None  # None when the bytes are not a CID
+    entry_cid_bytes: bytes
+    tx_hash: str
+    block_number: int
+    log_index: int
+
+
+@dataclass(frozen=True)
+class CuratedCheckpointEvent:
+    log_id: int
+    size: int
+    root: bytes
+    tx_hash: str
+    block_number: int
+    log_index: int
+
+
+@dataclass(frozen=True)
+class AnchorCall:
+    """The decoded arguments of an ``anchor`` transaction."""
+
+    log_id: int
+    size: int
+    root: bytes
+    batch_cid_bytes: bytes
+    consistency_proof: list[bytes]
+
+
+def _cid_text(data: bytes) -> str | None:
+    try:
+        return str(CID.from_bytes(data))
+    except MultiformatError:
+        return None
+
+
+def _format_value(value: Any, abi_input: dict) -> Any:
+    if abi_input.get("internalType", "").endswith(".LogKind") and value in (0, 1):
+        return LogKind(value).name.capitalize()
+    if abi_input["type"] == "address":
+        return to_checksum_address(value)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    return value
+
+
+class LedgerContract:
+    """ExperienceLedger at ``address``; ``private_key`` is needed only to send transactions."""
+
+    def __init__(self, w3: Web3, address: str, abi: list[dict], private_key: str | None = None,
+                 *, page_blocks: int = DEFAULT_PAGE_BLOCKS):
+        self.w3 = w3
+        self.address = to_checksum_address(address)
+        self.abi = abi
+        self.contract = w3.eth.contract(address=self.address, abi=abi)
+        self.account = Account.from_key(private_key) if private_key else None
+        self.page_blocks = page_blocks
+        self._errors = {function_abi_to_4byte_selector(item): item
+                        for item in abi if item["type"] == "error"}
+        self._events = {item["name"]: item for item in abi if item["type"] == "event"}
+        self._topics = {name: event_abi_to_log_topic(item) for name, item in self._events.items()}
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def create_log(self, name: str, kind: LogKind = LogKind.PUBLISHER) -> tuple[int, TxResult]:
+        """Create a log owned by the signing key; returns its id (from ``LogCreated``)."""
+        receipt, result = self._send(self.contract.functions.createLog(name, int(kind)))
+        for raw in receipt["logs"]:
+            if raw["topics"] and bytes(raw["topics"][0]) == self._topics["LogCreated"]:
+                return int.from_bytes(bytes(raw["topics"][1]), "big"), result
+        raise ChainError(f"createLog transaction {result.tx_hash} emitted no LogCreated event")
+
+    def anchor(self, log_id: int, size: int, root: bytes, batch_cid: str,
+               consistency_proof: list[bytes]) -> TxResult:
+        """Anchor checkpoint (``size``, ``root``) of publisher log ``log_id``."""
+        call = self.contract.functions.anchor(log_id, size, root, CID.parse(batch_cid).to_bytes(),
+                                              list(consistency_proof))
+        return self._send(call)[1]
+
+    def append_leaves(self, log_id: int, leaf_hashes: list[bytes], entry_cids: list[str]
+                      ) -> TxResult:
+        """Append leaves to curated log ``log_id`` (the signer must own it)."""
+        call = self.contract.functions.appendLeaves(
+            log_id, list(leaf_hashes), [CID.parse(cid).to_bytes() for cid in entry_cids])
+        return self._send(call)[1]
+
+    def transfer_log_ownership(self, log_id: int, new_owner: str) -> TxResult:
+        return self._send(self.contract.functions.transferLogOwnership(
+            log_id, to_checksum_address(new_owner)))[1]
+
+    def _send(self, call) -> tuple[Any, TxResult]:
+        if self.account is None:
+            raise ChainError("no signing key: set GYM_PUBLISHER_KEY to the log owner's key")
+        sender = self.account.address
+        with self._rpc_errors():
+            tx = call.build_transaction({  # estimates gas: a revert surfaces here, decoded
+                "from": sender,
+                "nonce": self.w3.eth.get_transaction_count(sender, "pending"),
+                "chainId": self.w3.eth.chain_id,
+            })
+            signed = self.account.sign_transaction(tx)
+            tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+            receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
+        result = TxResult(tx_hash.to_0x_hex(), receipt["blockNumber"], receipt["gasUsed"])
+        if receipt["status"] != 1:
+            with self._rpc_errors():  # replay to learn why: the state moved since estimation
+                call.call({"from": sender}, block_identifier=receipt["blockNumber"] - 1)
+            raise ChainError(f"transaction {result.tx_hash} reverted in block "
+                             f"{result.block_number}")
+        return receipt, result
+
+    # -- views ----------------------------------------------------------------------------
+
+    def log_info(self, log_id: int) -> LogState:
+        with self._rpc_errors():
+            owner, kind, name, size, root = self.contract.functions.logInfo(log_id).call()
+        return LogState(log_id, owner, LogKind(kind), name, size, bytes(root))
+
+    def root_at(self, log_id: int, size: int) -> bytes:
+        with self._rpc_errors():
+            return bytes(self.contract.functions.rootAt(log_id, size).call())
+
+    def log_count(self) -> int:
+        with self._rpc_errors():
+            return self.contract.functions.logCount().call()
+
+    def verify_inclusion(self, leaf_hash: bytes, index: int, size: int, proof: list[bytes],
+                         root: bytes) -> bool:
+        with self._rpc_errors():
+            return self.contract.functions.verifyInclusion(leaf_hash, index, size, list(proof),
+                                                           root).call()
+
+    # -- events ---------------------------------------------------------------------------
+
+    def logs_created(self, from_block: int = 0, to_block: int | None = None
+                     ) -> list[LogCreatedEvent]:
+        return [LogCreatedEvent(v["logId"], to_checksum_address(v["owner"]), LogKind(v["kind"]),
+                                v["name"], *where)
+                for _, v, where in self._events_of(["LogCreated"], None, from_block, to_block)]
+
+    def anchored(self, log_id: int, from_block: int = 0, to_block: int | None = None
+                 ) -> list[AnchoredEvent]:
+        """Every ``Anchored`` event of ``log_id`` in chain order."""
+        return [AnchoredEvent(log_id, v["size"], v["root"], _cid_text(v["batchCid"]),
+                              v["batchCid"], *where)
+                for _, v, where in self._events_of(["Anchored"], log_id, from_block, to_block)]
+
+    def curated_events(self, log_id: int, from_block: int = 0, to_block: int | None = None
+                       ) -> list[LeafAppendedEvent | CuratedCheckpointEvent]:
+        """``LeafAppended`` and ``CuratedCheckpoint`` events of ``log_id``, interleaved in
+        chain order (each append call: its leaves, then its checkpoint)."""
+        out: list[LeafAppendedEvent | CuratedCheckpointEvent] = []
+        for name, v, where in self._events_of(["LeafAppended", "CuratedCheckpoint"], log_id,
+                                              from_block, to_block):
+            if name == "LeafAppended":
+                out.append(LeafAppendedEvent(log_id, v["index"], v["leafHash"],
+                                             _cid_text(v["entryCid"]), v["entryCid"], *where))
+            else:
+                out.append(CuratedCheckpointEvent(log_id, v["size"], v["root"], *where))
+        return out
+
+    def leaves_appended(self, log_id: int, from_block: int = 0, to_block: int | None = None
+                        ) -> list[LeafAppendedEvent]:
+        return [e for e in self.curated_events(log_id, from_block, to_block)
+                if isinstance(e, LeafAppendedEvent)]
+
+    def _events_of(self, names: list[str], log_id: int | None, from_block: int,
+                   to_block: int | None):
+        """Yield (event name, decoded values, (tx hash, block, log index)) in chain order."""
+        by_topic = {self._topics[name]: name for name in names}
+        topics: list[Any] = [["0x" + t.hex() for t in by_topic]]
+        if log_id is not None:
+            topics.append("0x" + log_id.to_bytes(32, "big").hex())
+        with self._rpc_errors():
+            last = self.w3.eth.block_number if to_block is None else to_block
+        start, span = from_block, self.page_blocks
+        while start <= last:
+            end = min(start + span - 1, last)
+            try:
+                raw_logs = self.w3.eth.get_logs({"address": self.address, "topics": topics,
+                                                 "fromBlock": start, "toBlock": end})
+            except (Web3Exception, ValueError) as exc:
+                if span == 1:
+                    raise ChainError(f"eth_getLogs failed at block {start}: {exc}") from None
+                span = max(1, span // 2)  # the node's range or result limit: ask for less
+                continue
+            for raw in sorted(raw_logs, key=lambda r: (r["blockNumber"], r["logIndex"])):
+                name = by_topic[bytes(raw["topics"][0])]
+                where = (raw["transactionHash"].to_0x_hex(), raw["blockNumber"], raw["logIndex"])
+                yield name, self._decode_event(name, raw), where
+            start = end + 1
+
+    def _decode_event(self, name: str, raw) -> dict[str, Any]:
+        inputs = self._events[name]["inputs"]
+        indexed = [i for i in inputs if i["indexed"]]
+        plain = [i for i in inputs if not i["indexed"]]
+        values = dict(zip([i["name"] for i in plain],
+                          abi_decode([i["type"] for i in plain], bytes(raw["data"]))))
+        for item, topic in zip(indexed, raw["topics"][1:]):
+            values[item["name"]] = abi_decode([item["type"]], bytes(topic))[0]
+        return values
+
+    # -- calldata -------------------------------------------------------------------------
+
+    def anchor_calldata(self, tx_hash: str) -> AnchorCall:
+        """The arguments of the ``anchor`` call made by transaction ``tx_hash``.
+
+        Raises ``ChainError`` when the transaction is not a direct call of ``anchor`` on this
+        contract (an anchor made through another contract keeps its proof in that call).
+        """
+        try:
+            with self._rpc_errors():
+                tx = self.w3.eth.get_transaction(tx_hash)
+        except TransactionNotFound:
+            raise ChainError(f"transaction {tx_hash} is not on the chain") from None
+        if tx["to"] is None or to_checksum_address(tx["to"]) != self.address:
+            raise ChainError(f"transaction {tx_hash} does not call ExperienceLedger directly; "
+                             "its consistency proof cannot be read from its calldata")
+        try:
+            function, args = self.contract.decode_function_input(tx["input"])
+        except (ValueError, Web3Exception) as exc:
+            raise ChainError(f"transaction {tx_hash}: undecodable calldata ({exc})") from None
+        if function.fn_name != "anchor":
+            raise ChainError(f"transaction {tx_hash} calls {function.fn_name}, not anchor")
+        return AnchorCall(args["logId"], args["size"], bytes(args["root"]), bytes(args["batchCid"]),
+                          [bytes(h) for h in args["consistencyProof"]])
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def decode_revert(self, data: bytes | str | None) -> ChainError:
+        """The error that revert ``data`` encodes: a ``ContractRevertError`` for a custom
+        error, ``Error(string)`` or ``Panic(uint256)``, else a ``ChainError`` saying so."""
+        if isinstance(data, str):
+            data = bytes.fromhex(data.removeprefix("0x"))
+        if not data:
+            return ChainError("the contract reverted without reason data")
+        selector, body = data[:4], data[4:]
+        try:
+            if selector in self._errors:
+                item = self._errors[selector]
+                decoded = abi_decode([i["type"] for i in item["inputs"]], body)
+                return ContractRevertError(item["name"], {
+                    i["name"]: _format_value(v, i) for i, v in zip(item["inputs"], decoded)})
+            if selector == bytes.fromhex("08c379a0"):
+                return ContractRevertError("Error", {"message": abi_decode(["string"], body)[0]})
+            if selector == bytes.fromhex("4e487b71"):
+                return ContractRevertError("Panic", {"code": hex(abi_decode(["uint256"], body)[0])})
+        except (DecodingError, ValueError):
+            return ChainError(f"the contract reverted with malformed error data 0x{data.hex()[:72]}")
+        return ChainError(f"the contract reverted with unknown error data 0x{data.hex()[:72]}")
+
+    def _rpc_errors(self):
+        return _RpcErrors(self)
+
+
+class _RpcErrors:
+    """Context manager: turns web3's revert and transport errors into ``ChainError``."""
+
+    def __init__(self, contract: LedgerContract):
+        self.contract = contract
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or isinstance(exc, LedgerError | TransactionNotFound):
+            return False
+        if isinstance(exc, ContractLogicError):
+            data = exc.data if isinstance(exc.data, str) else None
+            if data and data.startswith("0x") and len(data) >= 10:
+                raise self.contract.decode_revert(data) from None
+            raise ChainError(f"the contract reverted: {exc.message or exc}") from None
+        if isinstance(exc, OSError | Web3Exception | ValueError):
+            url = getattr(self.contract.w3.provider, "endpoint_uri", "the RPC endpoint")
+            reason = (str(exc) or type(exc).__name__).splitlines()[0]
+            raise ChainError(f"EVM RPC call to {url} failed ({reason}): is the devnet up? "
+                             "run `gym devnet up`") from None
+        return False

@@ -1,0 +1,166 @@
+"""Inclusion proof documents: one leaf's proof, self-contained, checkable offline.
+
+``gym ledger proof`` writes them and ``gym verify proof`` checks them.
+
+The document is the JSON object::
+
+    {"type": "inclusion-proof", "v": 1, "log": <name>, "log_id": <chain id or null>,
+     "index": i, "size": n, "leaf_hash": "0x..", "entry_cid": "bafkrei..",
+     "audit_path": ["0x..", ...], "root": "0x..",
+     "anchor": {"chain_id", "contract", "tx_hash", "block_number", "batch_cid"} or null,
+     "entry": <the entry's JSON object>}            # optional
+
+``verify_proof_document`` checks the audit path from the leaf hash to the root, and when
+``entry`` is present that its canonical bytes have that CID and that leaf hash and form a
+valid entry. Whether the root is really anchored is a question for the chain (``rootAt``).
+
+An audit path does not pin the tree size by itself (the same path can prove a leaf at a
+neighbouring size); ``check_anchored_root`` settles it against ``rootAt`` on chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import rfc8785
+
+from ledger.entries import decode_entry, entry_cid
+from ledger.errors import EntryError, LedgerError, VerificationError
+from ledger.rfc9162 import verify_inclusion
+
+if TYPE_CHECKING:
+    from ledger.chain import LedgerContract
+    from ledger.content import ContentStore
+    from ledger.logstore import LogStore
+
+
+def _hex(value: bytes) -> str:
+    return "0x" + value.hex()
+
+
+PROOF_TYPE = "inclusion-proof"
+PROOF_VERSION = 1
+
+
+class ProofDocumentError(VerificationError):
+    """An inclusion proof document is malformed or does not check out."""
+
+
+@dataclass(frozen=True)
+class VerifiedProof:
+    log: str
+    log_id: int | None
+    index: int
+    size: int
+    root: bytes
+    leaf_hash: bytes
+    entry_cid: str
+    entry_checked: bool  # the document carried the entry and it matched
+    anchor: dict | None
+
+
+def proof_document(store: LogStore, content: ContentStore | None, name: str, index: int,
+                   size: int | None = None, *, chain_id: int | None = None,
+                   contract_address: str | None = None) -> dict:
+    """The inclusion proof of leaf ``index`` of log ``name`` at ``size`` as a JSON object.
+
+    ``size`` defaults to the last anchored checkpoint that holds the leaf, else the current
+    size. ``anchor`` is filled when ``size`` is an anchored checkpoint; ``entry`` when
+    ``content`` holds the entry.
+    """
+    log = store.get_log(name)
+    anchored = {cp.size: cp for cp in store.checkpoints(name)}
+    if size is None:
+        size = next((s for s in sorted(anchored) if s > index), log.size)
+    leaf = store.leaf(name, index)
+    doc: dict[str, Any] = {
+        "type": PROOF_TYPE, "v": PROOF_VERSION, "log": name, "log_id": log.chain_log_id,
+        "index": index, "size": size, "leaf_hash": _hex(leaf.leaf_hash), "entry_cid": leaf.cid,
+        "audit_path": [_hex(h) for h in store.inclusion_proof(name, index, size)],
+        "root": _hex(store.root(name, size)), "anchor": None,
+    }
+    if size in anchored and anchored[size].tx_hash:
+        cp = anchored[size]
+        doc["anchor"] = {"chain_id": chain_id, "contract": contract_address,
+                         "tx_hash": cp.tx_hash, "block_number": cp.block_number,
+                         "batch_cid": cp.batch_cid}
+    if content is not None and content.has(leaf.cid):
+        doc["entry"] = json.loads(content.cat(leaf.cid))
+    return doc
+
+
+def _field(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in doc:
+        raise ProofDocumentError(f"proof document lacks {key!r}")
+    value = doc[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ProofDocumentError(f"proof document field {key!r} has the wrong type "
+                                 f"({type(value).__name__})")
+    return value
+
+
+def _hash_field(value: Any, where: str) -> bytes:
+    if not isinstance(value, str) or not value.startswith("0x") or len(value) != 66:
+        raise ProofDocumentError(f"{where} must be '0x' and 64 hex digits, got {value!r}")
+    try:
+        return bytes.fromhex(value[2:])
+    except ValueError:
+        raise ProofDocumentError(f"{where} must be '0x' and 64 hex digits, got {value!r}") from None
+
+
+def verify_proof_document(doc: Any) -> VerifiedProof:
+    """Check an inclusion proof document offline; ``ProofDocumentError`` or
+    ``InclusionProofError`` (both ``VerificationError``) say what is wrong."""
+    if not isinstance(doc, dict):
+        raise ProofDocumentError(f"a proof document is a JSON object, got {type(doc).__name__}")
+    if doc.get("type") != PROOF_TYPE or doc.get("v") != PROOF_VERSION:
+        raise ProofDocumentError(f"not an inclusion proof v{PROOF_VERSION} document (type "
+                                 f"{doc.get('type')!r}, v {doc.get('v')!r})")
+    log = _field(doc, "log", str)
+    log_id = doc.get("log_id")
+    if log_id is not None and (type(log_id) is not int or log_id < 1):
+        raise ProofDocumentError(f"log_id must be a positive integer or null, got {log_id!r}")
+    index, size = _field(doc, "index", int), _field(doc, "size", int)
+    leaf = _hash_field(_field(doc, "leaf_hash", str), "leaf_hash")
+    root = _hash_field(_field(doc, "root", str), "root")
+    path = [_hash_field(h, f"audit_path[{i}]")
+            for i, h in enumerate(_field(doc, "audit_path", list))]
+    cid = _field(doc, "entry_cid", str)
+    verify_inclusion(leaf, index, size, path, root)
+    entry_checked = False
+    if "entry" in doc:
+        try:
+            data = rfc8785.dumps(doc["entry"])
+        except rfc8785.CanonicalizationError as exc:
+            raise ProofDocumentError(f"entry is not RFC 8785 JSON: {exc}") from None
+        computed_cid = entry_cid(data)
+        if computed_cid != cid:
+            raise ProofDocumentError("the entry does not have the entry CID", expected=cid,
+                                     computed=computed_cid)
+        computed_leaf = hashlib.sha256(b"\x00" + data).digest()
+        if computed_leaf != leaf:
+            raise ProofDocumentError("the entry does not hash to the leaf hash",
+                                     expected=_hex(leaf), computed=_hex(computed_leaf))
+        try:
+            decode_entry(data)
+        except EntryError as exc:
+            raise ProofDocumentError(f"the entry is not a valid entry: {exc}") from None
+        entry_checked = True
+    anchor = doc.get("anchor")
+    if anchor is not None and not isinstance(anchor, dict):
+        raise ProofDocumentError("anchor must be an object or null")
+    return VerifiedProof(log, log_id, index, size, root, leaf, cid, entry_checked, anchor)
+
+
+def check_anchored_root(contract: LedgerContract, proof: VerifiedProof) -> None:
+    """Check on chain that ``proof.root`` is the anchored root of its log at its size."""
+    if proof.log_id is None:
+        raise LedgerError("the proof names no on-chain log id: its log was never published")
+    anchored = contract.root_at(proof.log_id, proof.size)
+    if anchored != proof.root:
+        raise ProofDocumentError(f"log {proof.log_id} is anchored at size {proof.size} with "
+                                 "another root", expected=_hex(anchored),
+                                 computed=_hex(proof.root))
