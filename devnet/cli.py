@@ -21,11 +21,13 @@ import contracts
 import contracts.cli
 import devnet.ipfs_cli
 import ledger.cli
+import trainer.cli
 from devnet.deploy import Deployment
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
 from devnet.settings import DEVNET_DIR, GymSettings
 from ledger.errors import LedgerError
+from trainer.errors import TrainerError
 
 app = typer.Typer(
     name="gym",
@@ -42,6 +44,8 @@ app.add_typer(devnet.ipfs_cli.app, name="ipfs")
 app.add_typer(ledger.cli.app, name="ledger")
 app.add_typer(ledger.cli.verify_app, name="verify")
 app.command(name="audit")(ledger.cli.audit)
+app.add_typer(trainer.cli.train_app, name="train")
+app.command(name="eval")(trainer.cli.eval_library)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -52,6 +56,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     contracts.ArtifactError,
     contracts.ToolchainError,
     LedgerError,
+    TrainerError,
 )
 
 SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"
@@ -173,8 +178,12 @@ def down() -> None:
 def demo(
     keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
 ) -> None:
-    """Run the whole flow on embedded defaults: devnet up, deploy, publish a log twice,
-    audit it from chain + content store, tear down."""
+    """Run the whole flow on embedded defaults: devnet, publish, audit, tear down.
+
+    Starts Anvil and deploys the contracts, publishes the sample experiences to a log in two
+    anchored checkpoints, audits the log from chain events and the content store alone, and
+    stops the devnet it started (unless --keep).
+    """
     settings = GymSettings()
     console.rule("1. devnet")
     with console.status("starting Anvil and deploying the contracts"):

@@ -1,0 +1,60 @@
+"""Mean@k and Pass@k arithmetic, and the paired with/without-library evaluation."""
+
+import pytest
+
+from trainer.backends import Usage, derive_seed
+from trainer.evaluate import evaluate_library, mean_at_k, pass_at_k, pass_rate
+from trainer.tfgrpo_trainer import LIBRARY_INTRO, Experience
+from trainer.verifiers import exact_match
+
+
+def test_pass_at_k_estimator():
+    assert pass_at_k(5, 0, 1) == 0.0
+    assert pass_at_k(5, 5, 3) == 1.0
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(4, 3, 2) == 1.0  # only one wrong sample: any 2 include a correct one
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_mean_and_pass_over_problems():
+    rewards = [[1, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1]]
+    assert mean_at_k(rewards) == pytest.approx((0.5 + 0 + 1) / 3)
+    assert pass_rate(rewards, 4) == pytest.approx(2 / 3)
+    assert pass_rate(rewards, 1) == pytest.approx((0.5 + 0 + 1) / 3)
+
+
+class SeededCoin:
+    """Right with probability 0.3 without a library and 0.8 with one, decided by the row seed."""
+
+    def __init__(self):
+        self.usage = Usage()
+        self.seen: list[tuple[int, int]] = []
+
+    def generate(self, prompts, n=1, temperature=0.7, top_p=1.0, max_new_tokens=256, seed=0):
+        out = []
+        for i, prompt in enumerate(prompts):
+            p = 0.8 if LIBRARY_INTRO in prompt[0]["content"] else 0.3
+            row = []
+            for j in range(n):
+                u = derive_seed(seed, i, j) % 1000 / 1000
+                row.append("Answer: 1" if u < p else "Answer: 2")
+                self.seen.append((seed, derive_seed(seed, i, j)))
+            out.append(row)
+        return out
+
+
+def test_both_arms_share_prompts_and_seeds():
+    backend = SeededCoin()
+    problems = [{"problem": f"q{i}", "answer": "1"} for i in range(20)]
+    result = evaluate_library(backend, problems, [Experience("a", "Be careful.")], exact_match,
+                              k=4, seeds=(0, 1, 2))
+    assert result["seeds"] == [0, 1, 2] and result["k"] == 4
+    for arm in ("baseline", "library"):
+        s = result[arm]["mean_at_k"]
+        assert len(s["values"]) == 3 and s["min"] <= s["mean"] <= s["max"] and s["std"] >= 0
+    assert result["library"]["mean_at_k"]["mean"] > result["baseline"]["mean_at_k"]["mean"]
+    # Each seed's rows are drawn twice, once per arm, with identical seeds.
+    per_arm = len(backend.seen) // 2
+    assert backend.seen[:80] == backend.seen[80:160] and per_arm == 240

@@ -1,0 +1,127 @@
+"""``gym train tfgrpo`` and ``gym eval``: thin commands over the trainer and the evaluator.
+
+    gym train tfgrpo trainer/configs/tfgrpo_smollm2.yaml [--resume] [--output DIR]
+    gym eval --library runs/tfgrpo-smollm2/library.json \\
+             --dataset trainer/data/arith_heldout.jsonl -k 4 --seeds 3 [--model DIR] [--limit N]
+
+The root CLI mounts `train_app` as `gym train` and `eval_library` as `gym eval`. Expected
+failures (a bad config, a snapshot from another config, a missing file) raise `ConfigError`,
+`ResumeError` or `FileNotFoundError`; the root turns them into one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+train_app = typer.Typer(help="Train: Training-Free GRPO (an experience library, no weights).",
+                        no_args_is_help=True)
+console = Console()
+
+
+@train_app.callback()
+def train_group() -> None:
+    """Train: Training-Free GRPO (an experience library, no weights)."""
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console)
+
+
+@train_app.command("tfgrpo")
+def train_tfgrpo(
+    config_path: Annotated[Path, typer.Argument(help="TFGRPOConfig YAML file.", exists=True,
+                                                dir_okay=False)],
+    resume: Annotated[bool, typer.Option(help="Continue from the last snapshot.")] = False,
+    output: Annotated[Path | None, typer.Option(help="Override the config's output_dir.")] = None,
+) -> None:
+    """Learn an experience library with Training-Free GRPO; writes snapshots and a run report."""
+    from trainer.tfgrpo_config import TFGRPOConfig
+    from trainer.tfgrpo_trainer import TFGRPOTrainer
+
+    config = TFGRPOConfig.from_yaml(config_path, output_dir=str(output) if output else None)
+    with console.status("loading models"):
+        trainer = TFGRPOTrainer(config)
+    total = config.epochs * trainer.steps_per_epoch
+    with _progress() as bar:
+        task = bar.add_task("tfgrpo steps", total=total)
+
+        def advance(row: dict) -> None:
+            bar.update(task, completed=row["global_step"] + 1,
+                       description=f"epoch {row['epoch']} step {row['step']}: "
+                                   f"library {row['library_size']}")
+
+        report_path = trainer.train(resume=resume, on_step_end=advance)
+    report = json.loads(report_path.read_text())
+    table = Table(title="Training-Free GRPO")
+    table.add_column("counter")
+    table.add_column("count", justify="right")
+    for name, count in report["counters"].items():
+        table.add_row(name, str(count))
+    console.print(table)
+    console.print(f"library: {report['library']} ({report['library_size']} experiences)")
+    console.print(f"run report: {report_path}")
+
+
+def eval_library(
+    library: Annotated[Path, typer.Option(help="library.json written by `gym train tfgrpo`.",
+                                          exists=True, dir_okay=False)],
+    dataset: Annotated[Path, typer.Option(help="Held-out problems (JSONL with problem, answer).",
+                                          exists=True, dir_okay=False)],
+    k: Annotated[int, typer.Option("-k", help="Samples per problem.")] = 4,
+    seeds: Annotated[int, typer.Option(help="Evaluation seeds 0..N-1.")] = 3,
+    model: Annotated[str, typer.Option(help="Local model dir ('' = SmolLM2 default).")] = "",
+    verifier: Annotated[str, typer.Option(help="math | exact | python:module:function")] = "math",
+    limit: Annotated[int, typer.Option(help="Use only the first N problems (0 = all).")] = 0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
+    max_new_tokens: Annotated[int, typer.Option(help="Completion length cap.")] = 256,
+    batch_size: Annotated[int, typer.Option(help="Rows per forward batch.")] = 16,
+    output: Annotated[Path | None, typer.Option(help="Also write the results as JSON.")] = None,
+) -> None:
+    """Mean@k and Pass@k with and without a library: same prompts, same seeds in both arms."""
+    from trainer.backends import TransformersBackend
+    from trainer.data import load_problems
+    from trainer.evaluate import evaluate_library, load_library
+    from trainer.verifiers import load_verifier
+
+    problems = load_problems(dataset, limit)
+    experiences = load_library(library)
+    with console.status("loading model"):
+        backend = TransformersBackend(model or None, batch_size=batch_size)
+    with _progress() as bar:
+        task = bar.add_task("eval arms x seeds", total=2 * seeds)
+        results = evaluate_library(backend, problems, experiences, load_verifier(verifier), k=k,
+                                   seeds=tuple(range(seeds)), temperature=temperature,
+                                   max_new_tokens=max_new_tokens,
+                                   on_progress=lambda: bar.advance(task))
+    table = Table(title=f"{len(problems)} problems, k={k}, seeds={seeds}, "
+                        f"library of {len(experiences)}")
+    for column in ("arm", "metric", "mean", "std", "min", "max"):
+        table.add_column(column, justify="left" if column in ("arm", "metric") else "right")
+    for arm in ("baseline", "library"):
+        for metric in ("mean_at_k", "pass_at_k"):
+            s = results[arm][metric]
+            table.add_row(arm, metric.replace("_at_k", f"@{k}"),
+                          *(f"{s[x]:.3f}" for x in ("mean", "std", "min", "max")))
+    console.print(table)
+    if output:
+        output.write_text(json.dumps(results, indent=1))
+        console.print(f"results: {output}")
+
+
+def main() -> None:  # `python -m trainer.cli train ...` until the root CLI mounts these
+    root = typer.Typer(no_args_is_help=True, add_completion=False)
+    root.add_typer(train_app, name="train")
+    root.command("eval")(eval_library)
+    root()
+
+
+if __name__ == "__main__":
+    main()

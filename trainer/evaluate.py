@@ -1,0 +1,79 @@
+"""Mean@k and Pass@k of a frozen model with and without an experience library.
+
+Both arms see the same problems and the same sampling seeds (`derive_seed(seed, problem,
+sample)`), so the only difference between them is the library in the prompt. The evaluation is
+repeated for several seeds and each metric is reported as mean, std, min and max across seeds.
+
+- Mean@k: the average reward of k samples per problem, averaged over problems (the paper's
+  "Mean@32" with k = 32).
+- Pass@k: the share of problems with at least one correct sample among k. With n >= k samples
+  drawn, `pass_at_k(n, c, k)` is the unbiased estimator 1 - C(n-c, k) / C(n, k) of Chen et al.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from math import comb
+from pathlib import Path
+
+from trainer.backends import Backend
+from trainer.tfgrpo_trainer import Experience, rollout_messages
+from trainer.verifiers import Verifier
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that k of n samples, c of them correct, include a correct one."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def mean_at_k(rewards: list[list[float]]) -> float:
+    """Mean reward over each problem's samples, averaged over problems."""
+    return statistics.fmean(statistics.fmean(r) for r in rewards)
+
+
+def pass_rate(rewards: list[list[float]], k: int) -> float:
+    """Pass@k over problems, a sample counting as correct when its reward is >= 1."""
+    return statistics.fmean(pass_at_k(len(r), sum(x >= 1.0 for x in r), k) for r in rewards)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(values),
+            "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "values": values}
+
+
+def load_library(path: str | Path) -> list[Experience]:
+    """The experiences of a `library.json` written by the trainer (or a plain list of texts)."""
+    data = json.loads(Path(path).read_text())
+    items = data["experiences"] if isinstance(data, dict) else data
+    return [Experience(e["id"], e["text"]) if isinstance(e, dict) else Experience(f"e{i}", e)
+            for i, e in enumerate(items)]
+
+
+def evaluate_library(backend: Backend, problems: list[dict], library: list[Experience],
+                     verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
+                     temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
+                     on_progress: Callable[[], None] | None = None) -> dict:
+    """Mean@k and Pass@k per arm ("baseline": no library, "library"), spread across seeds."""
+    arms = {"baseline": [], "library": library}
+    per_seed: dict[str, dict[str, list[float]]] = {
+        arm: {"mean_at_k": [], "pass_at_k": []} for arm in arms}
+    for seed in seeds:
+        for arm, experiences in arms.items():
+            prompts = [rollout_messages(p["problem"], experiences) for p in problems]
+            outputs = backend.generate(prompts, k, temperature, top_p, max_new_tokens, seed)
+            rewards = [[float(verifier({**p, "response": text})["reward"]) for text in outs]
+                       for p, outs in zip(problems, outputs, strict=True)]
+            per_seed[arm]["mean_at_k"].append(mean_at_k(rewards))
+            per_seed[arm]["pass_at_k"].append(pass_rate(rewards, k))
+            if on_progress is not None:
+                on_progress()
+    return {"k": k, "seeds": list(seeds), "problems": len(problems),
+            "library_size": len(library), "temperature": temperature,
+            "max_new_tokens": max_new_tokens,
+            **{arm: {metric: spread(values) for metric, values in metrics.items()}
+               for arm, metrics in per_seed.items()}}

@@ -1,0 +1,560 @@
+"""Training-Free GRPO (arXiv 2510.08191): learn a library of short experiences, not weights.
+
+The policy model stays frozen. Its prompt carries a library of natural-language experiences,
+shown as `[G0]. text` lines. Each step takes a batch of queries and:
+
+1. rollouts: samples G completions per query with the current library in the prompt, and scores
+   them with the verifier (against the ground truth, or against the group's majority answer);
+   groups whose rewards all agree (std <= `skip_std_threshold`) carry no relative signal and
+   are skipped, as in GRPO;
+2. stage 1, summaries: the stage model summarises each rollout of a kept group: the experiences
+   it used, where it went wrong, and its outcome (given the ground truth when one is used);
+3. stage 2, semantic group advantage: per group, the stage model compares the summaries of the
+   successes and failures and answers with JSON operations on the library,
+   `ADD(text)`, `UPDATE(id, text)`, `DELETE(id)` or `NONE`, each text at most 32 words;
+4. stage 3, consolidation: the batch's operations are merged, deterministically: near-duplicate
+   texts (normalised token Jaccard >= `merge_jaccard_threshold`) are added once, a DELETE beats an
+   UPDATE of the same experience, the first UPDATE of an experience beats later ones; then they
+   are applied and the library is renumbered G0..Gn.
+
+After every step a snapshot (library, the step's applied operations, every operation so far,
+counters, progress) is written atomically to `output_dir/snapshots/`. Every sampling seed is a
+pure function of (seed, stage, epoch, step, query, rollout) and the epoch's order of queries of
+(seed, epoch), so `train(resume=True)` continues from the last snapshot and ends with exactly the
+library an uninterrupted run would have produced.
+
+Each experience has a stable id (`x<global step>.<k>`, given when it is added) that survives
+renumbering; the G-number is only a position in the prompt. Every applied operation is kept as
+`{op, id, target, text, step, epoch}`, which is what the ledger needs to publish it as an
+`experience` entry (where the CID of the adding entry then becomes the id).
+
+Robustness: the run never crashes on model output. Malformed JSON, truncated JSON (complete
+elements are salvaged), operations that are not objects or name an unknown op, unknown ids,
+overlong or empty texts, empty answers, verifier exceptions and backend errors are each counted,
+logged and skipped. `run_report.json` lists the counters and the LLM calls and tokens per stage
+and step.
+
+Deviations from the paper and its reference implementation (youtu-agent `utu/practice`):
+
+- Stage 2 answers with operations directly. The reference first asks for free-text experiences
+  and then, in a separate "group update" call, turns them into operations; here one call per
+  group does both (one fewer call per query).
+- Stage 3 is deterministic code (Jaccard merging, conflict rules) instead of one more LLM call
+  that rewrites the batch's operations. Cheaper and reproducible, but it cannot merge two
+  paraphrases with few words in common.
+- Queries per step (`batch_size`) and the per-query operation cap are ours to set; the paper
+  uses 100 DAPO problems, G = 5, 3 epochs and DeepSeek-V3.1 for every role. The default demo
+  uses SmolLM2-135M for both roles, which mostly exercises the robustness paths.
+- Rollouts are plain completions (no tool calls / code interpreter as in the paper's ReAct
+  agent), scored by math-verify against integer answers.
+- Without ground truth, rewards come from agreement with the group's majority final answer
+  (the paper lets the stage model judge without the answer; the majority vote is our stand-in).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from random import Random
+
+from trainer.backends import Backend, BackendError, derive_seed, make_backend
+from trainer.data import load_problems
+from trainer.errors import TrainerError
+from trainer.tfgrpo_config import TFGRPOConfig
+from trainer.verifiers import Verifier, final_answer, load_verifier
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_VERSION = 1
+COUNTERS = (
+    "backend_error",  # a completion request failed after retries; its item is skipped
+    "malformed_json",  # a stage-2 answer held no parsable JSON
+    "truncated_json",  # a stage-2 JSON array was cut off; its complete elements were kept
+    "invalid_op",  # an operation that is not an object, has an unknown op, or lacks its text
+    "unknown_id",  # an UPDATE/DELETE naming an id that is not in the library
+    "overlong_experience",  # an ADD/UPDATE text over max_experience_words
+    "ops_over_limit",  # operations beyond max_ops_per_query in one answer
+    "empty_answer",  # a rollout with no text (reward 0, not summarised)
+    "empty_summary",  # a stage-1 summary with no text
+    "verifier_error",  # the verifier raised; reward 0
+    "skipped_uniform_group",  # a group whose rewards all agree
+    "merged_duplicate",  # an ADD that near-duplicated an experience or an earlier ADD
+    "conflict_resolved",  # an UPDATE dropped for a DELETE or an earlier UPDATE of its target
+)
+
+ROLLOUT_SYSTEM = ("You are a careful math solver. Solve the problem step by step, then finish "
+                  "with a last line of the form 'Answer: <number>'.")
+LIBRARY_INTRO = "Experiences from earlier practice; apply those that fit this problem:"
+SUMMARY_SYSTEM = (
+    "You review one attempt at a math problem. In at most 80 words say: which of the listed "
+    "experiences (by their [G] number) the attempt used, the key steps, where it went wrong if it "
+    "did, and its outcome.")
+ADVANTAGE_SYSTEM = ("You improve a library of short, general experiences for solving math "
+                    "word problems. You answer with JSON only.")
+ADVANTAGE_TASK = (
+    "Compare the successful and the failed attempts above and find what made the difference. "
+    "Answer with ONLY a JSON array of at most {max_ops} operations on the library, each one of\n"
+    '  {{"op": "ADD", "text": "..."}}\n'
+    '  {{"op": "UPDATE", "id": "G0", "text": "..."}}\n'
+    '  {{"op": "DELETE", "id": "G1"}}\n'
+    '  {{"op": "NONE"}}\n'
+    "Every text is one general, reusable lesson of at most {max_words} words that does not "
+    "mention this problem's numbers. Prefer UPDATE to ADD when an experience is close. Example:\n"
+    '[{{"op": "ADD", "text": "Decide whether each step adds, subtracts or multiplies before '
+    'computing."}}]')
+
+
+@dataclass
+class Experience:
+    id: str  # stable id, given when added; survives renumbering
+    text: str
+
+
+@dataclass
+class Group:
+    query: int  # position of the query in the step's batch
+    problem: dict
+    outputs: list[str]
+    rewards: list[float]
+    reference: str | None  # ground truth, or the majority answer in self-discrimination
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def format_library(library: list[Experience]) -> str:
+    return "\n".join(f"[G{i}]. {e.text}" for i, e in enumerate(library)) or "(empty)"
+
+
+def rollout_messages(problem: str, library: list[Experience]) -> list[dict]:
+    system = ROLLOUT_SYSTEM
+    if library:
+        system += f"\n\n{LIBRARY_INTRO}\n{format_library(library)}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": problem}]
+
+
+def summary_messages(problem: str, response: str, reward: float, reference: str | None,
+                     library: list[Experience]) -> list[dict]:
+    answer = f"Correct answer: {reference}" if reference is not None else "Correct answer: unknown"
+    user = (f"Experiences:\n{format_library(library)}\n\nProblem: {problem}\n{answer}\n"
+            f"Reward: {reward:g}\n\nAttempt:\n{response}")
+    return [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": user}]
+
+
+def advantage_messages(group: Group, summaries: dict[int, str], library: list[Experience],
+                       config: TFGRPOConfig) -> list[dict]:
+    attempts = "\n\n".join(
+        f"Attempt {j + 1} ({'success' if group.rewards[j] > 0.5 else 'failure'}, "
+        f"reward {group.rewards[j]:g}): {text}" for j, text in summaries.items())
+    answer = group.reference if config.use_ground_truth else "unknown (rewards: majority vote)"
+    task = ADVANTAGE_TASK.format(max_ops=config.max_ops_per_query,
+                                 max_words=config.max_experience_words)
+    user = (f"Library:\n{format_library(library)}\n\nProblem: {group.problem['problem']}\n"
+            f"Correct answer: {answer}\n\n{attempts}\n\n{task}")
+    return [{"role": "system", "content": ADVANTAGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def extract_json(text: str) -> tuple[object | None, str]:
+    """The first JSON value in `text`, tolerating prose and code fences around it.
+
+    Returns (value, "ok"), or (complete elements, "truncated") for an array cut off mid-way, or
+    (None, "malformed") when nothing parses.
+    """
+    decoder = json.JSONDecoder()
+    for start, char in enumerate(text):
+        if char not in "[{":
+            continue
+        try:
+            return decoder.raw_decode(text, start)[0], "ok"
+        except json.JSONDecodeError:
+            pass
+        if char == "[":
+            salvaged, pos = [], start + 1
+            while True:
+                while pos < len(text) and text[pos] in " \t\r\n,":
+                    pos += 1
+                try:
+                    element, pos = decoder.raw_decode(text, pos)
+                except json.JSONDecodeError:
+                    break
+                salvaged.append(element)
+            if salvaged:
+                return salvaged, "truncated"
+    return None, "malformed"
+
+
+def _resolve_id(raw: object, library: list[Experience]) -> str | None:
+    """The stable id behind a prompt id ("G3", "[G3]", "3" or 3), or None."""
+    match = re.fullmatch(r"\[?G?(\d+)\]?\.?", str(raw).strip(), re.IGNORECASE)
+    if match and int(match.group(1)) < len(library):
+        return library[int(match.group(1))].id
+    return None
+
+
+def parse_operations(text: str, library: list[Experience], config: TFGRPOConfig,
+                     counters: Counter) -> list[dict]:
+    """Valid proposals `{op, target, text}` from one stage-2 answer; everything else counted."""
+    value, status = extract_json(text)
+    if status == "malformed":
+        counters["malformed_json"] += 1
+        log.info("stage 2: no JSON in %r", text[:120])
+        return []
+    if status == "truncated":
+        counters["truncated_json"] += 1
+    if isinstance(value, dict):
+        value = value.get("operations", [value])
+    if not isinstance(value, list):
+        counters["invalid_op"] += 1
+        return []
+    proposals: list[dict] = []
+    for item in value:
+        if not isinstance(item, dict):
+            counters["invalid_op"] += 1
+            continue
+        op = str(item.get("op") or item.get("operation") or "").strip().lower()
+        if op == "none":
+            continue
+        text_value = item.get("text", item.get("content"))
+        text_value = " ".join(text_value.split()) if isinstance(text_value, str) else ""
+        if op not in ("add", "update", "delete") or (op != "delete" and not text_value):
+            counters["invalid_op"] += 1
+            continue
+        target = None
+        if op != "add":
+            target = _resolve_id(item.get("id"), library)
+            if target is None:
+                counters["unknown_id"] += 1
+                continue
+        if op != "delete" and len(text_value.split()) > config.max_experience_words:
+            counters["overlong_experience"] += 1
+            continue
+        if len(proposals) == config.max_ops_per_query:
+            counters["ops_over_limit"] += 1
+            continue
+        proposals.append({"op": op, "target": target, "text": text_value if op != "delete" else ""})
+    return proposals
+
+
+# --------------------------------------------------------------------------- stage 3
+
+
+def jaccard(a: str, b: str) -> float:
+    """Jaccard similarity of the lower-cased word sets (punctuation ignored)."""
+    sa, sb = set(re.findall(r"[a-z0-9]+", a.lower())), set(re.findall(r"[a-z0-9]+", b.lower()))
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
+def consolidate(library: list[Experience], proposals: list[dict], threshold: float,
+                counters: Counter) -> list[dict]:
+    """The batch's proposals reduced to a conflict-free list of operations, in a fixed order.
+
+    DELETE beats UPDATE of the same target; the first UPDATE of a target wins; an ADD whose text
+    near-duplicates a surviving experience or an earlier ADD is dropped. Deletes and updates come
+    first (in proposal order), then adds.
+    """
+    deleted = {p["target"] for p in proposals if p["op"] == "delete"}
+    kept: list[dict] = []
+    seen: set[tuple[str, str]] = set()  # (op, target) already kept
+    for p in proposals:
+        if p["op"] == "delete" and ("delete", p["target"]) not in seen:
+            kept.append(p)
+        elif p["op"] == "update":
+            if p["target"] in deleted or ("update", p["target"]) in seen:
+                counters["conflict_resolved"] += 1
+            else:
+                kept.append(p)
+        seen.add((p["op"], p["target"]))
+    updates = {p["target"]: p["text"] for p in kept if p["op"] == "update"}
+    texts = [updates.get(e.id, e.text) for e in library if e.id not in deleted]
+    for p in proposals:
+        if p["op"] != "add":
+            continue
+        if any(jaccard(p["text"], t) >= threshold for t in texts):
+            counters["merged_duplicate"] += 1
+            continue
+        texts.append(p["text"])
+        kept.append(p)
+    return kept
+
+
+def apply_operations(library: list[Experience], operations: list[dict], epoch: int,
+                     global_step: int) -> tuple[list[Experience], list[dict]]:
+    """The new library (renumbered by position) and one publishable record per operation."""
+    updates = {o["target"]: o["text"] for o in operations if o["op"] == "update"}
+    deleted = {o["target"] for o in operations if o["op"] == "delete"}
+    new_library = [Experience(e.id, updates.get(e.id, e.text)) for e in library
+                   if e.id not in deleted]
+    records = []
+    for k, o in enumerate(operations):
+        experience_id = o["target"]
+        if o["op"] == "add":
+            experience_id = f"x{global_step}.{k}"
+            new_library.append(Experience(experience_id, o["text"]))
+        records.append({"op": o["op"], "id": experience_id, "target": o["target"],
+                        "text": o["text"], "step": global_step, "epoch": epoch})
+    return new_library, records
+
+
+def majority_answer(outputs: list[str]) -> str | None:
+    """The most common final answer among non-empty outputs (first seen wins a tie)."""
+    answers = [final_answer(o) for o in outputs if o.strip()]
+    return Counter(answers).most_common(1)[0][0] if answers else None
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+class ResumeError(TrainerError, RuntimeError):
+    """A snapshot cannot be resumed with this configuration."""
+
+
+class TFGRPOTrainer:
+    """Runs Training-Free GRPO; backends and verifier may be injected (tests, shared models)."""
+
+    def __init__(self, config: TFGRPOConfig, policy: Backend | None = None,
+                 stage: Backend | None = None, verifier: Verifier | None = None) -> None:
+        self.config = config
+        self.policy = policy or make_backend(config.policy)
+        if stage is not None:
+            self.stage = stage
+        elif config.stage is None or config.stage == config.policy:
+            self.stage = self.policy
+        else:
+            self.stage = make_backend(config.stage)
+        self.verifier = verifier or load_verifier(config.verifier, judge_backend=self.stage)
+        self.problems = load_problems(config.train_path, config.max_train_problems)
+        self.output_dir = Path(config.output_dir)
+        self.library: list[Experience] = []
+        self.history: list[dict] = []  # every applied operation, in order
+        self.counters: Counter = Counter({name: 0 for name in COUNTERS})
+        self.steps: list[dict] = []  # one report row per step
+        self.steps_per_epoch = -(-len(self.problems) // config.batch_size)
+
+    # -- the loop, top to bottom
+
+    def train(self, resume: bool = False,
+              on_step_end: Callable[[dict], None] | None = None) -> Path:
+        """Run every remaining step; return the path of the run report.
+
+        `on_step_end` gets each step's report row after its snapshot is written (progress bars,
+        tests that interrupt a run).
+        """
+        started = time.monotonic()
+        next_global = self._resume() if resume else 0
+        total = self.config.epochs * self.steps_per_epoch
+        for global_step in range(next_global, total):
+            epoch, step = divmod(global_step, self.steps_per_epoch)
+            order = list(range(len(self.problems)))
+            Random(derive_seed(self.config.seed, "shuffle", epoch)).shuffle(order)
+            batch_indices = order[step * self.config.batch_size:(step + 1) * self.config.batch_size]
+            row = self._step(epoch, step, global_step, [self.problems[i] for i in batch_indices])
+            self._write_snapshot(global_step, row, done=global_step + 1 == total)
+            if on_step_end is not None:
+                on_step_end(row)
+        return self._write_report(time.monotonic() - started)
+
+    def _step(self, epoch: int, step: int, global_step: int, batch: list[dict]) -> dict:
+        cfg, t0 = self.config, time.monotonic()
+        before = Counter(self.counters)
+        row: dict = {"epoch": epoch, "step": step, "global_step": global_step,
+                     "queries": len(batch), "calls": {}, "tokens": {}}
+
+        # 1. Rollouts with the current library, scored by the verifier.
+        prompts = [rollout_messages(p["problem"], self.library) for p in batch]
+        outputs = self._generate(self.policy, "rollout", row, prompts, cfg.group_size,
+                                 cfg.temperature, cfg.top_p, cfg.max_new_tokens,
+                                 derive_seed(cfg.seed, "rollout", epoch, step))
+        groups: list[Group] = []
+        rewards_seen: list[float] = []
+        for q, (problem, outs) in enumerate(zip(batch, outputs, strict=True)):
+            if outs is None:  # counted by _generate
+                continue
+            reference = problem["answer"] if cfg.use_ground_truth else majority_answer(outs)
+            rewards = [self._reward(problem, text, reference) for text in outs]
+            rewards_seen += rewards
+            if reference is None or statistics.pstdev(rewards) <= cfg.skip_std_threshold:
+                self.counters["skipped_uniform_group"] += 1
+                continue
+            groups.append(Group(q, problem, outs, rewards, reference))
+        row["mean_reward"] = statistics.fmean(rewards_seen) if rewards_seen else None
+        row["groups_kept"] = len(groups)
+
+        # 2. Stage 1: one summary per non-empty rollout of every kept group.
+        items = [(g, j) for g in groups for j, text in enumerate(g.outputs) if text.strip()]
+        summary_prompts = [summary_messages(g.problem["problem"], g.outputs[j], g.rewards[j],
+                                            g.reference if cfg.use_ground_truth else None,
+                                            self.library) for g, j in items]
+        summaries = self._stage(row, "summary", summary_prompts, epoch, step)
+        per_group: dict[int, dict[int, str]] = {g.query: {} for g in groups}
+        for (g, j), summary in zip(items, summaries, strict=True):
+            if summary is None:
+                continue
+            if not summary.strip():
+                self.counters["empty_summary"] += 1
+                summary = "(no summary)"
+            per_group[g.query][j] = summary
+
+        # 3. Stage 2: per group, compare successes and failures into operations.
+        groups = [g for g in groups if per_group[g.query]]
+        answers = self._stage(row, "advantage", [
+            advantage_messages(g, per_group[g.query], self.library, cfg) for g in groups],
+            epoch, step)
+        proposals: list[dict] = []
+        for answer in answers:
+            if answer is not None:
+                proposals += parse_operations(answer, self.library, cfg, self.counters)
+
+        # 4. Stage 3: consolidate the batch's operations, apply, renumber.
+        operations = consolidate(self.library, proposals, cfg.merge_jaccard_threshold,
+                                 self.counters)
+        self.library, applied = apply_operations(self.library, operations, epoch, global_step)
+        self.history += applied
+        row.update(ops_proposed=len(proposals), ops_applied=len(applied), applied=applied,
+                   library_size=len(self.library), seconds=round(time.monotonic() - t0, 3),
+                   counters={k: self.counters[k] - before[k] for k in COUNTERS
+                             if self.counters[k] != before[k]})
+        self.steps.append(row)
+        log.info("epoch %d step %d: %d groups kept, %d ops applied, library %d", epoch, step,
+                 len(groups), len(applied), len(self.library))
+        return row
+
+    # -- helpers of a step
+
+    def _reward(self, problem: dict, text: str, reference: str | None) -> float:
+        if not text.strip():
+            self.counters["empty_answer"] += 1
+            return 0.0
+        if reference is None:
+            return 0.0
+        try:
+            verdict = self.verifier({**problem, "answer": reference, "response": text})
+            return float(verdict["reward"])
+        except Exception as exc:  # noqa: BLE001 - user code on model output must not end the run
+            self.counters["verifier_error"] += 1
+            log.warning("verifier failed: %r", exc)
+            return 0.0
+
+    def _stage(self, row: dict, name: str, prompts: list[list[dict]], epoch: int,
+               step: int) -> list[str | None]:
+        cfg = self.config
+        out = self._generate(self.stage, name, row, prompts, 1, cfg.stage_temperature, 1.0,
+                             cfg.stage_max_new_tokens, derive_seed(cfg.seed, name, epoch, step))
+        return [o[0] if o is not None else None for o in out]
+
+    def _generate(self, backend: Backend, name: str, row: dict, prompts: list[list[dict]],
+                  n: int, temperature: float, top_p: float, max_new_tokens: int,
+                  seed: int) -> list[list[str] | None]:
+        """Completions per prompt, None where the backend failed (counted, logged).
+
+        One batched call first; if it fails, each prompt alone (seeded by its position), so one
+        bad request costs one item, not the batch.
+        """
+        if not prompts:
+            return []
+        usage = backend.usage.snapshot()
+        try:
+            results: list[list[str] | None] = list(
+                backend.generate(prompts, n, temperature, top_p, max_new_tokens, seed))
+        except BackendError as exc:
+            log.warning("%s: batched call failed (%s); retrying prompt by prompt", name, exc)
+            results = []
+            for i, prompt in enumerate(prompts):
+                try:
+                    results.append(backend.generate([prompt], n, temperature, top_p,
+                                                    max_new_tokens, derive_seed(seed, i))[0])
+                except BackendError as exc_one:
+                    self.counters["backend_error"] += 1
+                    log.warning("%s: prompt %d failed: %s", name, i, exc_one)
+                    results.append(None)
+        after = backend.usage.snapshot()
+        row["calls"][name] = after["calls"] - usage["calls"]
+        row["tokens"][name] = {k: after[k] - usage[k] for k in ("prompt_tokens",
+                                                                "completion_tokens")}
+        return results
+
+    # -- snapshots, resumption, report
+
+    def _state(self) -> dict:
+        return {"library": [vars(e) for e in self.library], "history": self.history,
+                "counters": dict(self.counters), "steps": self.steps}
+
+    def _write_snapshot(self, global_step: int, row: dict, done: bool) -> None:
+        epoch, step = divmod(global_step, self.steps_per_epoch)
+        snapshot = {
+            "version": SNAPSHOT_VERSION,
+            "config": self.config.to_dict(),
+            "progress": {"epoch": epoch, "step": step, "global_step": global_step,
+                         "steps_per_epoch": self.steps_per_epoch, "done": done},
+            # Sampling needs no RNG state: every seed derives from these and the progress above.
+            "rng": {"seed": self.config.seed,
+                    "scheme": "derive_seed(seed, stage, epoch, step)[, query, rollout]"},
+            "applied": row["applied"],
+            **self._state(),
+        }
+        _write_json(self.output_dir / "snapshots" / f"step-{global_step:05d}.json", snapshot)
+        _write_json(self.output_dir / "library.json", {
+            "experiences": [{"prompt_id": f"G{i}", **vars(e)} for i, e in enumerate(self.library)],
+            "operations": self.history})
+
+    def _resume(self) -> int:
+        """Load the newest snapshot; return the global step to run next (0 if none)."""
+        snapshots = sorted((self.output_dir / "snapshots").glob("step-*.json"))
+        if not snapshots:
+            return 0
+        snapshot = json.loads(snapshots[-1].read_text())
+        mine, theirs = self.config.to_dict(), dict(snapshot["config"])
+        mine.pop("output_dir"), theirs.pop("output_dir")
+        if mine != theirs:
+            changed = sorted(k for k in mine if mine[k] != theirs.get(k))
+            raise ResumeError(f"{snapshots[-1]} was written with a different config: {changed}")
+        self.library = [Experience(**e) for e in snapshot["library"]]
+        self.history = snapshot["history"]
+        self.counters = Counter(snapshot["counters"])
+        self.steps = snapshot["steps"]
+        log.info("resuming after %s", snapshots[-1].name)
+        return snapshot["progress"]["global_step"] + 1
+
+    def _write_report(self, seconds: float) -> Path:
+        cfg = self.config
+        totals: dict[str, dict[str, int]] = {}
+        for row in self.steps:
+            for name, calls in row["calls"].items():
+                total = totals.setdefault(name, {"calls": 0, "prompt_tokens": 0,
+                                                 "completion_tokens": 0})
+                total["calls"] += calls
+                for key, value in row["tokens"][name].items():
+                    total[key] += value
+        report = {
+            "config": cfg.to_dict(),
+            "library_size": len(self.library),
+            "library": str(self.output_dir / "library.json"),
+            "counters": dict(self.counters),
+            "llm_totals": totals,
+            # The paper's cost per step: G rollouts + G summaries + 1 group advantage per query,
+            # plus one batch-consolidation call (which is code here).
+            "paper_calls_per_full_step": cfg.batch_size * (2 * cfg.group_size + 1) + 1,
+            "steps": [{k: v for k, v in row.items() if k != "applied"} for row in self.steps],
+            "operations_applied": len(self.history),
+            "seconds_this_invocation": round(seconds, 3),
+        }
+        return _write_json(self.output_dir / "run_report.json", report)
+
+
+def _write_json(path: Path, data: object) -> Path:
+    """Write atomically (temp file + rename): a kill never leaves half a snapshot."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False))
+    os.replace(tmp, path)
+    return path
