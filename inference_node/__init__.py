@@ -1,0 +1,40 @@
+"""Inference node: an OpenAI-compatible server over a frozen model that injects a verified
+experience library into every prompt.
+
+Modules: `protocol` (OpenAI request/response shapes), `engine` (the `Engine` interface and
+`TransformersEngine`), `injection` (library rendering and prefix KV reuse), `library` (the
+`LibrarySource` interface and a static JSON source), `serving` + `server` (the FastAPI app),
+`metrics`, `settings`, `cli` (`gym node serve`).
+
+    >>> from inference_node import LibrarySnapshot, library_block
+    >>> snapshot = LibrarySnapshot("v1", "0x01", 2, "00" * 32,
+    ...                            (("bafy-a", "Check units."), ("bafy-b", "Re-read the question.")))
+    >>> print(library_block(snapshot))
+    Experiences from earlier practice; apply those that fit this problem:
+    [G0]. Check units.
+    [G1]. Re-read the question.
+
+Serving it (needs the `serve` extra)::
+
+    engine = TransformersEngine.from_pretrained("path/to/model")
+    app = create_app(engine, StaticLibrarySource.from_file("library.json"), NodeSettings())
+"""
+
+from inference_node.injection import LibraryInjector, library_block
+from inference_node.library import (
+    LibrarySnapshot,
+    LibrarySource,
+    LibraryStatus,
+    StaticLibrarySource,
+)
+from inference_node.settings import NodeSettings
+
+__all__ = [
+    "LibraryInjector",
+    "LibrarySnapshot",
+    "LibrarySource",
+    "LibraryStatus",
+    "NodeSettings",
+    "StaticLibrarySource",
+    "library_block",
+]

@@ -93,7 +93,7 @@ class LedgerRuntime:
         return LedgerContract(w3, chain.address, chain.abi, chain.private_key)
 
 
-def _runtime(ctx: typer.Context) -> LedgerRuntime:
+def runtime_of(ctx: typer.Context) -> LedgerRuntime:
     if not isinstance(ctx.obj, LedgerRuntime):
         raise LedgerError("the ledger commands need a LedgerRuntime in ctx.obj (run them via gym)")
     return ctx.obj
@@ -123,7 +123,7 @@ def create(ctx: typer.Context, name: str,
            offline: Annotated[bool, typer.Option(help="Create the log locally only; the first "
                                                  "publish creates it on chain.")] = False) -> None:
     """Create log NAME locally and, unless --offline, on chain (createLog, Publisher)."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     try:
         rt.store.get_log(name)
     except NotFoundError:
@@ -146,7 +146,7 @@ def append(ctx: typer.Context, log: str,
            files: Annotated[list[Path], typer.Argument(help="JSON entry files, or .jsonl files of "
                                                        "one entry per line.")]) -> None:
     """Validate entries, store them in the content store and append them: all or nothing."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     rt.store.get_log(log)  # an unknown log fails before any file is read
     entries = read_entry_files(files)
     result = append_entries(rt.store, rt.content, log, entries)
@@ -160,7 +160,7 @@ def append(ctx: typer.Context, log: str,
 def publish_command(ctx: typer.Context, log: str) -> None:
     """Anchor every entry appended since the last checkpoint (batch manifest + consistency
     proof), then record the checkpoint."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     with console.status(f"anchoring {log}"):
         result = publish(rt.store, rt.content, rt.contract, log)
     console.print(f"published {log} (on-chain log {result.log_id}): size {result.old_size} -> "
@@ -175,7 +175,7 @@ def publish_command(ctx: typer.Context, log: str) -> None:
 @app.command(name="list")
 def list_command(ctx: typer.Context) -> None:
     """List the logs this installation keeps."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     table = Table("log", "size", "on-chain id", "anchored size", "last anchor tx")
     for log in rt.store.list_logs():
         checkpoints = rt.store.checkpoints(log.name)
@@ -190,7 +190,7 @@ def show(ctx: typer.Context, log: str,
          index: Annotated[int | None, typer.Argument(help="A leaf to show.")] = None,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show a log and its checkpoints, or one leaf and its entry."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     info = rt.store.get_log(log)
     checkpoints = rt.store.checkpoints(log)
     if index is None:
@@ -234,7 +234,7 @@ def proof(ctx: typer.Context, log: str, index: int,
           as_json: Annotated[bool, typer.Option("--json", help="Print the proof document.")] = False
           ) -> None:
     """Make a self-contained inclusion proof of leaf INDEX (check it with `gym verify proof`)."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     anchored = {c.size for c in rt.store.checkpoints(log)}
     doc = proof_document(rt.store, rt.content, log, index, size)
     if doc["anchor"] is not None:
@@ -272,7 +272,7 @@ def verify_proof(ctx: typer.Context, file: Path,
                   if exc.expected is not None else "")
         raise LedgerError(f"{file}: proof does not verify: {exc}{detail}") from None
     if chain:
-        check_anchored_root(_runtime(ctx).contract, result)
+        check_anchored_root(runtime_of(ctx).contract, result)
     console.print(f"[green]valid[/green]: leaf {result.index} of {result.log} is in the tree of "
                   f"size {result.size} with root {_hex(result.root)}", highlight=False)
     console.print(f"  entry {result.entry_cid}: "
@@ -346,7 +346,7 @@ def audit(ctx: typer.Context,
                                                          "the deployment block).")] = None
           ) -> None:
     """Replay a log from chain events and the content store alone; exit 1 on any discrepancy."""
-    rt = _runtime(ctx)
+    rt = runtime_of(ctx)
     if (log is None) == (log_id is None):
         raise LedgerError("name the log to audit: `gym audit NAME` or `gym audit --log-id N`")
     if log_id is None:

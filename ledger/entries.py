@@ -179,6 +179,8 @@ class Provenance(_Strict):
     method: NonEmptyStr  # e.g. "tfgrpo"
     base_model: NonEmptyStr  # name of the frozen model the experience was learnt for
     step: NonNegInt  # training step (epoch x batch) that produced it
+    epoch: NonNegInt | None = None  # epoch of that step, for multi-epoch methods
+    base_model_digest: Sha256Digest | None = None  # digest of the frozen weights, if local
 
 
 class ExperienceEntry(_Strict):
@@ -264,6 +266,7 @@ class RunEntry(_Strict):
     hardware: dict[str, JsonValue]
     dataset_digests: list[Sha256Digest]
     metrics: dict[str, MetricValue]  # numbers, or lists of numbers for curves
+    artifacts: dict[str, ContentCid] | None = None  # name -> CID (snapshots, reports, ...)
 
 
 # --- receipt ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``gym train tfgrpo`` and ``gym eval``: thin commands over the trainer and the evaluator.
 
-    gym train tfgrpo trainer/configs/tfgrpo_smollm2.yaml [--resume] [--output DIR]
+    gym train tfgrpo trainer/configs/tfgrpo_smollm2.yaml [--resume] [--output DIR] [--publish LOG]
+    gym train publish runs/tfgrpo-smollm2 LOG
     gym eval --library runs/tfgrpo-smollm2/library.json \\
              --dataset trainer/data/arith_heldout.jsonl -k 4 --seeds 3 [--model DIR] [--limit N]
 
@@ -30,19 +31,26 @@ def train_group() -> None:
     """Train: Training-Free GRPO (an experience library, no weights)."""
 
 
-def _progress() -> Progress:
+def step_progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console)
 
 
 @train_app.command("tfgrpo")
 def train_tfgrpo(
+    ctx: typer.Context,
     config_path: Annotated[Path, typer.Argument(help="TFGRPOConfig YAML file.", exists=True,
                                                 dir_okay=False)],
     resume: Annotated[bool, typer.Option(help="Continue from the last snapshot.")] = False,
     output: Annotated[Path | None, typer.Option(help="Override the config's output_dir.")] = None,
+    publish: Annotated[str | None, typer.Option(
+        help="Then publish the run to this ledger log (created if new) and anchor it.")] = None,
 ) -> None:
-    """Learn an experience library with Training-Free GRPO; writes snapshots and a run report."""
+    """Learn an experience library with Training-Free GRPO; writes snapshots and a run report.
+
+    With --publish LOG the run becomes ledger entries (one `run`, one `experience` per applied
+    operation), appended to LOG and anchored on the chain of the devnet deployment.
+    """
     from trainer.tfgrpo_config import TFGRPOConfig
     from trainer.tfgrpo_trainer import TFGRPOTrainer
 
@@ -50,7 +58,7 @@ def train_tfgrpo(
     with console.status("loading models"):
         trainer = TFGRPOTrainer(config)
     total = config.epochs * trainer.steps_per_epoch
-    with _progress() as bar:
+    with step_progress() as bar:
         task = bar.add_task("tfgrpo steps", total=total)
 
         def advance(row: dict) -> None:
@@ -68,6 +76,32 @@ def train_tfgrpo(
     console.print(table)
     console.print(f"library: {report['library']} ({report['library_size']} experiences)")
     console.print(f"run report: {report_path}")
+    if publish:
+        publish_run_dir(ctx, report_path.parent, publish)
+
+
+@train_app.command("publish")
+def publish_command(
+    ctx: typer.Context,
+    run_dir: Annotated[Path, typer.Argument(help="Output directory of a finished run.",
+                                            exists=True, file_okay=False)],
+    log: Annotated[str, typer.Argument(help="Ledger log to append to (created if new).")],
+    domain: Annotated[str, typer.Option(help="Domain recorded in each experience entry.")] = "math",
+) -> None:
+    """Publish a finished Training-Free GRPO run: run + experience entries, anchored."""
+    publish_run_dir(ctx, run_dir, log, domain)
+
+
+def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str, domain: str = "math") -> None:
+    from ledger.cli import runtime_of
+    from trainer.publish import publish_run
+
+    rt = runtime_of(ctx)
+    with console.status(f"publishing {run_dir} to {log}"):
+        published = publish_run(run_dir, rt.store, rt.content, rt.contract, log, domain=domain)
+    console.print(f"published run {published.run_cid}: {len(published.experience_ids)} "
+                  f"experiences added; log {log} anchored at size {published.size}", highlight=False)
+    console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}", highlight=False)
 
 
 def eval_library(
@@ -95,7 +129,7 @@ def eval_library(
     experiences = load_library(library)
     with console.status("loading model"):
         backend = TransformersBackend(model or None, batch_size=batch_size)
-    with _progress() as bar:
+    with step_progress() as bar:
         task = bar.add_task("eval arms x seeds", total=2 * seeds)
         results = evaluate_library(backend, problems, experiences, load_verifier(verifier), k=k,
                                    seeds=tuple(range(seeds)), temperature=temperature,

@@ -1,0 +1,42 @@
+"""Prometheus metrics of one node, in a registry of its own (so several apps can share a process).
+
+Names follow Prometheus conventions and vLLM's where one exists (`time_to_first_token_seconds`,
+`prompt_tokens_total`, `generation_tokens_total`), prefixed `gym_node_`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class NodeMetrics:
+    def __init__(self, queue_depth: Callable[[], int], library_size: Callable[[], int],
+                 prefix_computations: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("gym_node_requests_total", "HTTP API requests by route and status",
+                                ["route", "status"], registry=r)
+        self.prompt_tokens = Counter("gym_node_prompt_tokens_total",
+                                     "prompt tokens processed (library prefix included)",
+                                     registry=r)
+        self.generation_tokens = Counter("gym_node_generation_tokens_total",
+                                         "tokens generated", registry=r)
+        self.latency = Histogram("gym_node_request_latency_seconds",
+                                 "end-to-end latency of completion requests", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("gym_node_time_to_first_token_seconds",
+                              "time from request to its first generated token", ["route"],
+                              buckets=LATENCY_BUCKETS, registry=r)
+        Gauge("gym_node_queue_depth", "requests waiting for the engine",
+              registry=r).set_function(queue_depth)
+        Gauge("gym_node_library_size", "experiences in the active library",
+              registry=r).set_function(library_size)
+        Gauge("gym_node_prefix_cache_computations", "library prefixes run through the model",
+              registry=r).set_function(prefix_computations)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,146 @@
+"""The node's HTTP API: thin FastAPI routers over `inference_node.serving.OpenAIServing`.
+
+`create_app(engine, library_source, settings)` builds the app; `gym node serve` runs it with
+uvicorn. Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions` (JSON, or
+Server-Sent Events `data: {chunk}` … `data: [DONE]` with `"stream": true`), `GET /health`,
+`GET /metrics` (Prometheus text).
+
+Every error body has OpenAI's shape `{"error": {message, type, param, code}}`: 400 for invalid
+requests (FastAPI's 422 schema errors and malformed JSON included, as OpenAI answers them), 404
+for an unknown model or route, 429 when the engine's waiting queue is full, 500 for an engine
+failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from inference_node.engine import Engine
+from inference_node.library import LibrarySource
+from inference_node.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ErrorDetail,
+    ErrorResponse,
+    ModelList,
+)
+from inference_node.serving import APIError, OpenAIServing
+from inference_node.settings import NodeSettings
+
+log = logging.getLogger(__name__)
+
+
+def get_serving(request: Request) -> OpenAIServing:
+    return request.app.state.serving
+
+
+Serving = Annotated[OpenAIServing, Depends(get_serving)]
+router = APIRouter()
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(serving: Serving) -> ModelList:
+    return serving.models()
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(body: ChatCompletionRequest, serving: Serving) -> Response:
+    prepared = serving.prepare_chat(body)
+    if body.stream:
+        return StreamingResponse(serving.chat_stream(body, prepared),
+                                 media_type="text/event-stream", headers=prepared.headers())
+    response = await serving.chat(body, prepared)
+    return JSONResponse(response.model_dump(mode="json"), headers=prepared.headers())
+
+
+@router.post("/v1/completions")
+async def create_completion(body: CompletionRequest, serving: Serving) -> Response:
+    prepared = serving.prepare_completion(body)
+    if body.stream:
+        return StreamingResponse(serving.completion_stream(body, prepared),
+                                 media_type="text/event-stream", headers=prepared.headers())
+    response = await serving.completion(body, prepared)
+    return JSONResponse(response.model_dump(mode="json"), headers=prepared.headers())
+
+
+@router.get("/health")
+async def health(serving: Serving) -> dict:
+    return serving.health()
+
+
+@router.get("/metrics")
+async def metrics(serving: Serving) -> Response:
+    return Response(serving.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _error(status: int, message: str, type: str, param: str | None = None,
+           code: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorDetail(message=message, type=type, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body.model_dump(), status_code=exc.status)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    if first.get("type") == "json_invalid":
+        return _error(400, f"The request body is not valid JSON: {first.get('msg')}",
+                      "invalid_request_error", code="invalid_json")
+    message = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: "
+                        f"{e.get('msg')}" for e in errors)
+    return _error(400, message or "invalid request", "invalid_request_error",
+                  param=".".join(loc) or None, code="invalid_value")
+
+
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return _error(exc.status_code, str(exc.detail), kind)
+
+
+async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error")
+    return _error(500, f"internal error: {type(exc).__name__}", "server_error")
+
+
+def create_app(engine: Engine, library_source: LibrarySource,
+               settings: NodeSettings | None = None) -> FastAPI:
+    """The node's app; starts the engine's worker on startup and stops it on shutdown."""
+    settings = settings or NodeSettings()
+    serving = OpenAIServing(engine, library_source, settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        engine.start()
+        try:
+            yield
+        finally:
+            engine.shutdown()
+
+    app = FastAPI(title="Gym Ledger inference node", lifespan=lifespan)
+    app.state.serving = serving
+    app.include_router(router)
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        response = await call_next(request)
+        if request.url.path.startswith("/v1/"):
+            serving.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+        return response
+
+    return app

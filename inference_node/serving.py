@@ -1,0 +1,297 @@
+"""The logic behind the node's OpenAI-compatible routes (the routers in `server.py` stay thin).
+
+One request: check the model name and `n`, refuse with 429 when the engine's waiting queue is
+full, take the library snapshot *once* (the request keeps it even if the library is swapped while
+it runs), inject it (`inference_node.injection`), run the engine, and shape the answer as OpenAI
+does. Every answer names the library it was prompted with in `system_fingerprint`
+(`library-<version>`) and in the `x-gym-library-*` headers; receipts will bind the same values.
+
+Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
+A failure after a stream has started cannot change the HTTP status any more; it is sent as one
+`data: {"error": …}` event before `data: [DONE]`, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from inference_node.engine import Engine, EngineError, Generation, SamplingParams, TokenLogprob
+from inference_node.injection import InjectedPrompt, LibraryInjector
+from inference_node.library import LibrarySnapshot, LibrarySource
+from inference_node.metrics import NodeMetrics
+from inference_node.protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessageOut,
+    ChoiceLogprobs,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    DeltaMessage,
+    ErrorDetail,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    UsageInfo,
+    new_id,
+    now,
+)
+from inference_node.protocol import TokenLogprob as ApiTokenLogprob
+from inference_node.protocol import TopLogprob as ApiTopLogprob
+from inference_node.settings import NodeSettings
+
+
+class APIError(Exception):
+    """An error answer: HTTP status plus OpenAI's error fields."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = ErrorResponse(error=ErrorDetail(message=message, type=type, param=param,
+                                                    code=code))
+
+
+@dataclass
+class Prepared:
+    injected: InjectedPrompt
+    params: SamplingParams
+    started: float
+
+    @property
+    def snapshot(self) -> LibrarySnapshot:
+        return self.injected.snapshot
+
+    def headers(self) -> dict[str, str]:
+        s = self.snapshot
+        return {"x-gym-library-version": s.version, "x-gym-library-size": str(s.size),
+                "x-gym-library-root": s.root}
+
+
+def fingerprint(snapshot: LibrarySnapshot) -> str:
+    return f"library-{snapshot.version}"
+
+
+def sse(payload: str) -> str:
+    return f"data: {payload}\n\n"
+
+
+class OpenAIServing:
+    def __init__(self, engine: Engine, library_source: LibrarySource,
+                 settings: NodeSettings) -> None:
+        self.engine = engine
+        self.library_source = library_source
+        self.settings = settings
+        self.model_name = settings.served_model_name or engine.model_name
+        self.injector = LibraryInjector(engine.tokenizer)
+        cache = getattr(engine, "prefix_cache", None)
+        self.metrics = NodeMetrics(
+            queue_depth=engine.queue_depth,
+            library_size=lambda: len(library_source.current().experiences),
+            prefix_computations=lambda: cache.computations if cache is not None else 0)
+
+    # ---------------------------------------------------------------- models and health
+
+    def models(self) -> ModelList:
+        return ModelList(data=[ModelCard(id=self.model_name)])
+
+    def health(self) -> dict:
+        snapshot, status = self.library_source.current(), self.library_source.status()
+        return {
+            "status": "degraded" if status.error else "ok",
+            "model": self.model_name,
+            "queue_depth": self.engine.queue_depth(),
+            "library": {"version": snapshot.version, "log_id": snapshot.log_id,
+                        "size": snapshot.size, "root": snapshot.root,
+                        "experiences": len(snapshot.experiences),
+                        "last_sync": status.last_sync, "error": status.error},
+        }
+
+    # ---------------------------------------------------------------- shared checks
+
+    def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
+                 injected_for: Callable[[LibrarySnapshot], InjectedPrompt], max_tokens: int | None, logprobs: bool,
+                 top_logprobs: int) -> Prepared:
+        started = time.perf_counter()
+        if request.model != self.model_name:
+            raise APIError(404, f"The model `{request.model}` does not exist; this node serves "
+                           f"`{self.model_name}`.", param="model", code="model_not_found")
+        if request.n != 1:
+            raise APIError(400, "Only n=1 is supported: a node answers (and signs) one sample "
+                           "per request.", param="n", code="unsupported_value")
+        if self.engine.queue_depth() >= self.settings.max_queue:
+            raise APIError(429, f"The request queue is full ({self.settings.max_queue} waiting); "
+                           "retry later.", type="rate_limit_error", code="queue_full")
+        injected = injected_for(self.library_source.current())
+        room = self.engine.max_model_len - len(injected.prompt)
+        if room <= 0:
+            raise APIError(400, f"The prompt ({len(injected.prompt)} tokens with the library) "
+                           f"leaves no room in the model's {self.engine.max_model_len}-token "
+                           "context.", param="messages", code="context_length_exceeded")
+        limit = max_tokens or self.settings.default_max_tokens
+        params = SamplingParams(max_tokens=min(limit, room), temperature=request.temperature,
+                                top_p=request.top_p, seed=request.seed,
+                                stop=tuple(request.stop_list()), logprobs=logprobs,
+                                top_logprobs=top_logprobs)
+        return Prepared(injected, params, started)
+
+    async def _generate(self, route: str, prepared: Prepared) -> Generation:
+        try:
+            result = await self.engine.generate(prepared.injected.prompt, prepared.params)
+        except EngineError as exc:
+            raise APIError(500, str(exc), type="server_error", code="engine_error") from exc
+        elapsed = time.perf_counter() - prepared.started
+        self.metrics.latency.labels(route).observe(elapsed)
+        self._count_tokens(result.prompt_tokens, result.completion_tokens)
+        return result
+
+    def _count_tokens(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.metrics.prompt_tokens.inc(prompt_tokens)
+        self.metrics.generation_tokens.inc(completion_tokens)
+
+    async def _deltas(self, route: str, prepared: Prepared):
+        """The engine's deltas with TTFT, latency and token metrics recorded on the way."""
+        first = True
+        async for delta in self.engine.stream(prepared.injected.prompt, prepared.params):
+            if first:
+                self.metrics.ttft.labels(route).observe(time.perf_counter() - prepared.started)
+                first = False
+            if delta.finish_reason is not None:
+                self.metrics.latency.labels(route).observe(time.perf_counter() - prepared.started)
+                self._count_tokens(delta.prompt_tokens, delta.completion_tokens)
+            yield delta
+
+    # ---------------------------------------------------------------- chat
+
+    def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
+        messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+        return self._prepare(
+            request, lambda snapshot: self.injector.chat(messages, snapshot),
+            request.token_limit(), request.logprobs,
+            (request.top_logprobs or 0) if request.logprobs else 0)
+
+    async def chat(self, request: ChatCompletionRequest, prepared: Prepared
+                   ) -> ChatCompletionResponse:
+        result = await self._generate("chat", prepared)
+        return ChatCompletionResponse(
+            model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
+            choices=[ChatChoice(message=ChatMessageOut(content=result.text),
+                                logprobs=_chat_logprobs(result.logprobs),
+                                finish_reason=result.finish_reason)],
+            usage=_usage(result.prompt_tokens, result.completion_tokens))
+
+    async def chat_stream(self, request: ChatCompletionRequest, prepared: Prepared
+                          ) -> AsyncIterator[str]:
+        chunk = ChatCompletionChunk(id=new_id("chatcmpl"), created=now(), model=self.model_name,
+                                    system_fingerprint=fingerprint(prepared.snapshot),
+                                    choices=[ChatChunkChoice(delta=DeltaMessage(role="assistant",
+                                                                                content=""))])
+        yield sse(chunk.model_dump_json(exclude_none=True))
+        usage = None
+        try:
+            async for delta in self._deltas("chat", prepared):
+                if not delta.text and delta.finish_reason is None and not delta.logprobs:
+                    continue
+                chunk.choices = [ChatChunkChoice(delta=DeltaMessage(content=delta.text),
+                                                 logprobs=_chat_logprobs(delta.logprobs),
+                                                 finish_reason=delta.finish_reason)]
+                yield sse(chunk.model_dump_json(exclude_none=True))
+                if delta.finish_reason is not None:
+                    usage = _usage(delta.prompt_tokens, delta.completion_tokens)
+        except EngineError as exc:
+            yield sse(_stream_error(exc))
+        else:
+            if request.stream_options and request.stream_options.include_usage and usage:
+                chunk.choices, chunk.usage = [], usage
+                yield sse(chunk.model_dump_json(exclude_none=True))
+        yield sse("[DONE]")
+
+    # ---------------------------------------------------------------- completions
+
+    def prepare_completion(self, request: CompletionRequest) -> Prepared:
+        text = request.prompt_text()
+        return self._prepare(
+            request, lambda snapshot: self.injector.completion(text, snapshot),
+            request.max_tokens, request.logprobs is not None, request.logprobs or 0)
+
+    async def completion(self, request: CompletionRequest, prepared: Prepared
+                         ) -> CompletionResponse:
+        result = await self._generate("completions", prepared)
+        echo = request.prompt_text() if request.echo else ""
+        return CompletionResponse(
+            model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
+            choices=[CompletionChoice(text=echo + result.text,
+                                      logprobs=_completion_logprobs(result.logprobs, len(echo)),
+                                      finish_reason=result.finish_reason)],
+            usage=_usage(result.prompt_tokens, result.completion_tokens))
+
+    async def completion_stream(self, request: CompletionRequest, prepared: Prepared
+                                ) -> AsyncIterator[str]:
+        response_id, created = new_id("cmpl"), now()
+        offset = 0
+        usage = None
+        try:
+            async for delta in self._deltas("completions", prepared):
+                if not delta.text and delta.finish_reason is None and not delta.logprobs:
+                    continue
+                chunk = CompletionResponse(
+                    id=response_id, created=created, model=self.model_name,
+                    system_fingerprint=fingerprint(prepared.snapshot),
+                    choices=[CompletionChoice(text=delta.text,
+                                              logprobs=_completion_logprobs(delta.logprobs,
+                                                                            offset),
+                                              finish_reason=delta.finish_reason)])
+                offset += sum(len(lp.token) for lp in delta.logprobs or ())
+                yield sse(chunk.model_dump_json(exclude_none=True))
+                if delta.finish_reason is not None:
+                    usage = _usage(delta.prompt_tokens, delta.completion_tokens)
+        except EngineError as exc:
+            yield sse(_stream_error(exc))
+        else:
+            if request.stream_options and request.stream_options.include_usage and usage:
+                chunk = CompletionResponse(id=response_id, created=created,
+                                           model=self.model_name, choices=[], usage=usage)
+                yield sse(chunk.model_dump_json(exclude_none=True))
+        yield sse("[DONE]")
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:
+    return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                     total_tokens=prompt_tokens + completion_tokens)
+
+
+def _chat_logprobs(logprobs: list[TokenLogprob] | None) -> ChoiceLogprobs | None:
+    if logprobs is None:
+        return None
+    return ChoiceLogprobs(content=[
+        ApiTokenLogprob(token=lp.token, logprob=lp.logprob, bytes=list(lp.token.encode()),
+                        top_logprobs=[ApiTopLogprob(token=t, logprob=v, bytes=list(t.encode()))
+                                      for t, v in lp.top])
+        for lp in logprobs])
+
+
+def _completion_logprobs(logprobs: list[TokenLogprob] | None, offset: int
+                         ) -> CompletionLogprobs | None:
+    if logprobs is None:
+        return None
+    offsets = []
+    for lp in logprobs:
+        offsets.append(offset)
+        offset += len(lp.token)
+    return CompletionLogprobs(tokens=[lp.token for lp in logprobs],
+                              token_logprobs=[lp.logprob for lp in logprobs],
+                              top_logprobs=[dict(lp.top) for lp in logprobs],
+                              text_offset=offsets)
+
+
+def _stream_error(exc: Exception) -> str:
+    body = ErrorResponse(error=ErrorDetail(message=str(exc), type="server_error",
+                                           code="engine_error"))
+    return json.dumps(body.model_dump())

@@ -1,0 +1,45 @@
+"""Fixtures for the inference-node tests (helpers live in `node_helpers`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # `node_helpers`
+# One thread: on a shared 2-core machine OpenMP's spinning threads make tiny models much slower.
+torch.set_num_threads(1)
+
+from node_helpers import (
+    LIBRARY,
+    RunningServer,
+    build_tiny_model,
+    make_engine,
+    run_server,
+)
+
+from inference_node.library import StaticLibrarySource
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def library_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("library") / "library.json"
+    path.write_text(json.dumps(LIBRARY))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, library_file) -> Iterator[RunningServer]:
+    """One node with the tiny model and the three-experience library, shared by a module."""
+    source = StaticLibrarySource.from_file(library_file)
+    with run_server(make_engine(tiny_model_dir), source) as running:
+        yield running

@@ -1,0 +1,121 @@
+"""Helpers for the inference-node tests: a tiny random model and real uvicorn servers on loopback.
+
+The model is a tiny random Llama with a word-level tokenizer, built offline. Its words are readable
+and its larger-than-usual initialisation makes greedy output depend on the prompt (a
+default-initialised tiny model repeats one token whatever it is asked), which the tests of stop
+sequences and of concurrent requests need. Every server runs in a thread of the test process on a
+free port and is stopped when its `with` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from inference_node.engine import TransformersEngine
+from inference_node.library import StaticLibrarySource
+from inference_node.server import create_app
+from inference_node.settings import NodeSettings
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+WORD_LIST = ("apple banana cherry river mountain seven three twelve box farmer buys sells count add "
+         "check each step answer number units question problem experiences earlier practice "
+         "apply those that fit this from the a an of to and or is are was were be green blue "
+         "red fast slow north south east west one two four five six eight nine ten hundred "
+         "system user assistant library node ledger proof root leaf hash chain block token "
+         "model train serve verify receipt stake vote curate publish anchor gym zoo")
+WORDS = WORD_LIST.split()
+
+
+def build_tiny_model(directory: str | Path, seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    directory = Path(directory)
+    if (directory / "config.json").is_file():
+        return directory
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    punctuation = list(".,:;!?[]()0123456789\n") + ["].", "G0", "G1", "G2", "G3", "Experiences",
+                                                            "with"]
+    vocab = {tok: i for i, tok in enumerate(dict.fromkeys(specials + punctuation + WORDS))}
+    word_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    word_level.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split("\n", "isolated"), pre_tokenizers.Whitespace()])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, pad_token="<pad>",
+                                        unk_token="<unk>", eos_token="<|im_end|>",
+                                        bos_token="<|im_start|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, initializer_range=0.3,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # rarely end on its own: replies run to max_tokens or a stop string
+        model.lm_head.weight[tokenizer.eos_token_id] = 0.0
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+MODEL_NAME = "tiny-llama"
+LIBRARY = {
+    "log_id": "0x01", "size": 3, "root": "ab" * 32,
+    "experiences": [{"id": "bafy-a", "text": "check each step and count the units"},
+                    {"id": "bafy-b", "text": "answer with a number"},
+                    {"id": "bafy-c", "text": "the farmer buys seven box of apple"}],
+}
+
+
+def make_engine(model_dir: Path, **kwargs) -> TransformersEngine:
+    return TransformersEngine.from_pretrained(model_dir, model_name=MODEL_NAME, device="cpu",
+                                              **kwargs)
+
+
+@dataclass
+class RunningServer:
+    base_url: str  # ends in /v1
+    root_url: str
+    source: StaticLibrarySource
+    engine: object
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def run_server(engine, source, settings: NodeSettings | None = None) -> Iterator[RunningServer]:
+    """Serve `create_app(engine, source, settings)` with uvicorn on loopback until the block ends."""
+    port = free_port()
+    config = uvicorn.Config(create_app(engine, source, settings), host="127.0.0.1", port=port,
+                            log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        root = f"http://127.0.0.1:{port}"
+        yield RunningServer(f"{root}/v1", root, source, engine)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -1,0 +1,86 @@
+"""Publishing a Training-Free GRPO run: entries with provenance, anchored, folding back to the
+trainer's final library; a run whose operations do not fold back is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tfgrpo_fakes import EchoStage
+
+from ledger import LocalBlockStore, LogStore, decode_entry, fold_library
+from ledger.audit import audit_log
+from trainer.data import generate_problems, write_jsonl
+from trainer.publish import PublishRunError, build_run_entries, check_fold, model_digest, publish_run
+from trainer.tfgrpo_config import ModelConfig, TFGRPOConfig
+from trainer.tfgrpo_trainer import TFGRPOTrainer
+
+
+@pytest.fixture
+def finished_run(tmp_path, tiny_backend, tiny_model_dir, monkeypatch):
+    """A real run (tiny policy, echo stage) with adds, updates and deletes in its history."""
+    monkeypatch.chdir(tmp_path)  # dataset paths in the config are relative to the run's cwd
+    problems = generate_problems(6, seed=6)
+    config = TFGRPOConfig(
+        train_path=str(write_jsonl(problems, tmp_path / "train.jsonl")),
+        eval_path=str(write_jsonl(problems[:2], tmp_path / "heldout.jsonl")),
+        output_dir=str(tmp_path / "run"), epochs=2, batch_size=2, group_size=3, seed=11,
+        max_new_tokens=16, stage_max_new_tokens=24,
+        verifier="python:tfgrpo_fakes:length_parity", policy=ModelConfig(model=str(tiny_model_dir)))
+    trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=EchoStage())
+    trainer.train()
+    assert {op["op"] for op in trainer.history} >= {"add", "delete"}
+    return tmp_path / "run", trainer
+
+
+def test_entries_carry_provenance_and_fold_to_the_final_library(finished_run, tmp_path,
+                                                                 tiny_model_dir):
+    run_dir, trainer = finished_run
+    content = LocalBlockStore(tmp_path / "ipfs")
+    entries = build_run_entries(run_dir, content)
+    run = decode_entry(entries.run)
+    assert run.type == "run" and run.config["seed"] == 11
+    assert run.dataset_digests[0].startswith("sha256:")
+    assert run.metrics["operations_applied"] == len(trainer.history)
+    assert "library" in run.artifacts and any(k.startswith("snapshot/") for k in run.artifacts)
+    assert json.loads(content.cat(run.artifacts["library"]))["operations"] == trainer.history
+    assert len(entries.experiences) == len(trainer.history)
+    for record, data in zip(trainer.history, entries.experiences, strict=True):
+        entry = decode_entry(data)
+        assert (entry.op, entry.provenance.step, entry.provenance.epoch) == (
+            record["op"], record["step"], record["epoch"])
+        assert entry.provenance.base_model_digest == model_digest(tiny_model_dir)
+        if record["op"] != "add":
+            assert entry.target == entries.experience_ids[record["target"]]
+    check_fold(entries)
+    assert entries.final_library == [e.text for e in trainer.library]
+
+
+def test_a_library_that_does_not_fold_back_is_refused(finished_run, tmp_path):
+    run_dir, _ = finished_run
+    library = json.loads((run_dir / "library.json").read_text())
+    library["experiences"][0]["text"] = "an experience the operations never produced"
+    (run_dir / "library.json").write_text(json.dumps(library))
+    entries = build_run_entries(run_dir, LocalBlockStore(tmp_path / "ipfs"))
+    with pytest.raises(PublishRunError, match="differ from the trainer's final library"):
+        check_fold(entries)
+
+
+@pytest.mark.anvil
+def test_publish_anchors_and_the_log_folds_back(finished_run, tmp_path, ledger_devnet):
+    run_dir, trainer = finished_run
+    store = LogStore(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    content = LocalBlockStore(tmp_path / "ipfs")
+    contract = ledger_devnet.contract()
+    published = publish_run(run_dir, store, content, contract, "alice/tfgrpo")
+
+    log = store.get_log("alice/tfgrpo")
+    assert log.size == published.size == 1 + len(trainer.history)
+    assert contract.log_info(log.chain_log_id).size == log.size
+    leaves = [(leaf.cid, decode_entry(content.cat(leaf.cid))) for leaf in store.leaves(log.name)]
+    assert leaves[0][0] == published.run_cid
+    folded = fold_library(leaves)  # the whole log, as any node replaying it would
+    assert list(folded.values()) == [e.text for e in trainer.library]
+    report = audit_log(contract, content, log.chain_log_id,
+                       from_block=ledger_devnet.deployment_block)
+    assert report.ok, report.discrepancies

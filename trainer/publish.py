@@ -1,0 +1,208 @@
+"""Publish a Training-Free GRPO run to a researcher's ledger log.
+
+A finished run directory (``run_report.json``, ``library.json``, ``snapshots/``) becomes:
+
+1. its snapshots, library and report stored in the content store (their CIDs are the run's
+   ``artifacts``);
+2. one ``run`` entry: config, code version, package versions, hardware, dataset digests,
+   metrics (counters, library size, per-step reward curve) and those artifacts;
+3. one ``experience`` entry per applied operation, in the order the trainer applied them:
+   ``add`` entries carry the text, ``update``/``delete`` entries name as ``target`` the CID of
+   the entry that added the experience (the trainer's stable ids ``x<step>.<k>`` map to those
+   CIDs), and every provenance names the run CID, step, epoch, base model and its digest.
+
+All entries are appended in one transaction and anchored with one checkpoint. Before
+returning, the library is recomputed by folding the log's experience entries
+(``ledger.fold_library``) and must equal the trainer's final library, text for text in the
+same order; a mismatch is an error, never a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from ledger.entries import (
+    ExperienceEntry,
+    Provenance,
+    RunEntry,
+    decode_entry,
+    encode_entry,
+    entry_cid,
+    fold_library,
+)
+from ledger.errors import NotFoundError
+from trainer.errors import TrainerError
+
+PACKAGES = ("zoo-gym", "torch", "transformers", "math-verify", "trl", "peft")
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "config.json")
+
+
+class PublishRunError(TrainerError, ValueError):
+    """The run directory cannot be published, or its log does not fold back to its library."""
+
+
+@dataclass(frozen=True)
+class RunEntries:
+    run: bytes  # canonical bytes of the run entry
+    experiences: list[bytes]  # one experience entry per applied operation, in order
+    experience_ids: dict[str, str]  # trainer's stable id -> CID of the entry that added it
+    final_library: list[str]  # texts of the trainer's final library, in order
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    run_cid: str
+    experience_ids: dict[str, str]
+    size: int  # log size after the anchor
+    root: bytes
+    tx_hash: str
+
+
+def model_digest(model_dir: str | Path) -> str | None:
+    """``sha256:`` over the names and SHA-256 of a local model's weight and config files,
+    or None when ``model_dir`` is not a local directory (a remote API model)."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        return None
+    files = sorted({f for pattern in WEIGHT_FILES for f in path.glob(pattern)})
+    if not files:
+        return None
+    outer = hashlib.sha256()
+    for file in files:
+        inner = hashlib.sha256()
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                inner.update(block)
+        outer.update(f"{file.name}\0{inner.hexdigest()}\n".encode())
+    return "sha256:" + outer.hexdigest()
+
+
+def file_digest(path: str | Path) -> str:
+    with open(path, "rb") as handle:
+        return "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def code_version() -> str:
+    """The git commit of this checkout (``-dirty`` when it has changes), else the version."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"zoo-gym {version('zoo-gym')}"
+    return commit + ("-dirty" if dirty else "")
+
+
+def _packages() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def _hardware() -> dict:
+    import torch
+
+    return {"machine": platform.machine(), "system": platform.system(),
+            "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PublishRunError(f"{path} is missing: is {path.parent} a finished "
+                              "`gym train tfgrpo` run directory?") from None
+    except ValueError as exc:
+        raise PublishRunError(f"{path} is not valid JSON ({exc})") from None
+
+
+def build_run_entries(run_dir: str | Path, content, *, domain: str = "math") -> RunEntries:
+    """Store the run's artifacts in ``content`` and build its entries (nothing appended)."""
+    run_dir = Path(run_dir)
+    report = _read_json(run_dir / "run_report.json")
+    library = _read_json(run_dir / "library.json")
+    config = report["config"]
+    artifacts = {"run_report": content.add_file(run_dir / "run_report.json", pin=True),
+                 "library": content.add_file(run_dir / "library.json", pin=True)}
+    for snapshot in sorted((run_dir / "snapshots").glob("step-*.json")):
+        artifacts[f"snapshot/{snapshot.stem}"] = content.add_file(snapshot, pin=True)
+    datasets = [p for p in (config.get("train_path"), config.get("eval_path")) if p]
+    missing = [p for p in datasets if not Path(p).is_file()]
+    if missing:
+        raise PublishRunError(f"dataset file {missing[0]} of the run's config is not here: "
+                              "publish from the directory the run was started in")
+    rewards = [row["mean_reward"] for row in report["steps"] if row.get("mean_reward") is not None]
+    metrics = {name: count for name, count in report["counters"].items()}
+    metrics.update(library_size=report["library_size"],
+                   operations_applied=report["operations_applied"], mean_reward=rewards)
+    run = encode_entry(RunEntry(
+        config=config, code_version=code_version(), packages=_packages(),
+        hardware=_hardware(), dataset_digests=[file_digest(p) for p in datasets],
+        metrics=metrics, artifacts=artifacts))
+    run_cid = entry_cid(run)
+
+    policy_model = config["policy"]["model"] or "SmolLM2-135M-Instruct"
+    digest = model_digest(config["policy"]["model"]) if config["policy"]["model"] else None
+    if digest is None and not config["policy"]["model"]:
+        from trainer.backends import default_model_dir
+
+        digest = model_digest(default_model_dir())
+    ids: dict[str, str] = {}
+    experiences = []
+    for record in library["operations"]:
+        target = None
+        if record["op"] != "add":
+            if record["target"] not in ids:
+                raise PublishRunError(f"operation {record} names {record['target']}, which no "
+                                      "earlier operation of this run added")
+            target = ids[record["target"]]
+        data = encode_entry(ExperienceEntry(
+            text=record["text"], domain=domain, op=record["op"], target=target,
+            provenance=Provenance(run_cid=run_cid, method="tfgrpo", base_model=policy_model,
+                                  step=record["step"], epoch=record["epoch"],
+                                  base_model_digest=digest)))
+        if record["op"] == "add":
+            ids[record["id"]] = entry_cid(data)
+        experiences.append(data)
+    final = [e["text"] for e in library["experiences"]]
+    return RunEntries(run, experiences, ids, final)
+
+
+def check_fold(entries: RunEntries) -> None:
+    """The fold of the run's experience entries must be the trainer's final library."""
+    folded = fold_library((entry_cid(data), decode_entry(data)) for data in entries.experiences)
+    if list(folded.values()) != entries.final_library:
+        raise PublishRunError(
+            f"folding the run's {len(entries.experiences)} experience entries gives "
+            f"{len(folded)} experiences that differ from the trainer's final library of "
+            f"{len(entries.final_library)}; nothing was published")
+
+
+def publish_run(run_dir: str | Path, store, content, contract, log_name: str, *,
+                domain: str = "math") -> PublishedRun:
+    """Append the run's entries to ``log_name`` (created if new) and anchor them."""
+    from ledger.publish import append_entries, publish
+
+    entries = build_run_entries(run_dir, content, domain=domain)
+    check_fold(entries)
+    try:
+        store.get_log(log_name)
+    except NotFoundError:
+        store.create_log(log_name)
+    append_entries(store, content, log_name, [entries.run, *entries.experiences])
+    result = publish(store, content, contract, log_name)
+    return PublishedRun(entry_cid(entries.run), entries.experience_ids, result.size,
+                        result.root, result.tx_hash)
