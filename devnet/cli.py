@@ -7,6 +7,7 @@ instead of a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from importlib.metadata import version
@@ -20,6 +21,7 @@ from rich.table import Table
 import contracts
 import contracts.cli
 import devnet.ipfs_cli
+import inference_node.cli
 import ledger.cli
 import trainer.cli
 from devnet.deploy import Deployment
@@ -45,6 +47,7 @@ app.add_typer(ledger.cli.app, name="ledger")
 app.add_typer(ledger.cli.verify_app, name="verify")
 app.command(name="audit")(ledger.cli.audit)
 app.add_typer(trainer.cli.train_app, name="train")
+app.add_typer(inference_node.cli.app, name="node")
 app.command(name="eval")(trainer.cli.eval_library)
 
 console = Console()
@@ -177,12 +180,16 @@ def down() -> None:
 @app.command()
 def demo(
     keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
+    train: Annotated[bool, typer.Option(help="Run the Training-Free GRPO step (a few minutes "
+                                        "on CPU with SmolLM2-135M).")] = True,
 ) -> None:
-    """Run the whole flow on embedded defaults: devnet, publish, audit, tear down.
+    """Run the whole flow on embedded defaults: devnet, publish, train, audit, tear down.
 
-    Starts Anvil and deploys the contracts, publishes the sample experiences to a log in two
-    anchored checkpoints, audits the log from chain events and the content store alone, and
-    stops the devnet it started (unless --keep).
+    Starts Anvil and deploys the contracts; publishes the sample experiences to a log in two
+    anchored checkpoints and audits it from chain events and the content store alone; runs a
+    short Training-Free GRPO on the bundled math set with SmolLM2-135M-Instruct, publishes the
+    run and its experiences, and audits that log too; stops the devnet it started (unless
+    --keep).
     """
     settings = GymSettings()
     console.rule("1. devnet")
@@ -194,7 +201,10 @@ def demo(
         if not state.healthy:
             raise DevnetError("deployment check failed: " + "; ".join(state.problems))
         console.print(f"[green]chain at block {state.block_number}; deployment verified[/green]")
-        _demo_ledger(ledger_runtime(settings), SAMPLE_EXPERIENCES)
+        rt = ledger_runtime(settings)
+        _demo_ledger(rt, SAMPLE_EXPERIENCES)
+        if train:
+            _demo_training(rt, settings.data_dir / "runs")
     finally:
         if result.started_anvil and not keep:
             devnet_down(settings)
@@ -229,6 +239,41 @@ def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> None:
     ledger.cli.print_audit_report(report)
     if not report.ok:
         raise DevnetError(f"the demo log failed its audit: {report.discrepancies[0].message}")
+
+
+def _demo_training(rt: ledger.cli.LedgerRuntime, runs_dir: Path) -> None:
+    """A demo-sized Training-Free GRPO run (trainer/configs/tfgrpo_demo.yaml), published to
+    its own log with one experience entry per applied operation, then audited."""
+    from ledger.audit import audit_log
+    from trainer.publish import publish_run
+    from trainer.tfgrpo_config import TFGRPOConfig
+    from trainer.tfgrpo_trainer import TFGRPOTrainer
+
+    console.rule("4. Training-Free GRPO")
+    repo = Path(trainer.__file__).resolve().parent.parent
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    config = TFGRPOConfig.from_yaml(repo / "trainer" / "configs" / "tfgrpo_demo.yaml",
+                                    output_dir=str(runs_dir / f"tfgrpo-{stamp}"))
+    config.train_path = str(repo / config.train_path)
+    config.eval_path = str(repo / config.eval_path)
+    with console.status("loading SmolLM2-135M-Instruct (converted once from the GGUF)"):
+        tfgrpo = TFGRPOTrainer(config)
+    with trainer.cli.step_progress() as bar:
+        task = bar.add_task("tfgrpo steps", total=config.epochs * tfgrpo.steps_per_epoch)
+        report = json.loads(tfgrpo.train(
+            on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)).read_text())
+    counters = ", ".join(f"{k} {v}" for k, v in report["counters"].items() if v)
+    console.print(f"learned {report['library_size']} experiences from "
+                  f"{report['operations_applied']} operations ({counters})", highlight=False)
+    name = f"demo/tfgrpo-{stamp}"
+    published = publish_run(config.output_dir, rt.store, rt.content, rt.contract, name)
+    console.print(f"published run {published.run_cid} to {name}: size {published.size}, "
+                  f"tx {published.tx_hash}", highlight=False)
+    log_id = rt.store.get_log(name).chain_log_id
+    report = audit_log(rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block)
+    ledger.cli.print_audit_report(report)
+    if not report.ok:
+        raise DevnetError(f"the training log failed its audit: {report.discrepancies[0].message}")
 
 
 def main() -> None:

@@ -5,6 +5,19 @@ deployment and role wiring here, in dependency order. The manifest records enoug
 later whether the chain still holds this deployment: the genesis and deployment block hashes
 (an Anvil restarted from scratch has a new genesis) and the keccak256 of every contract's
 runtime code as read back from the chain.
+
+The DAO (DESIGN.md "Contracts") is wired so that the deployer keeps no power over it:
+
+- ``GymToken``: fixed supply minted at construction to the devnet holders (Anvil accounts
+  0..4, public keys in ``devnet.settings``), each of which then self-delegates, signing with
+  its own key, so its balance counts as votes;
+- ``TimelockController`` (OpenZeppelin, as is): the governor is its only proposer and
+  canceller, anyone (``address(0)``) may execute a queued, ready operation, and the deployer's
+  temporary admin role is renounced once the roles are set, leaving the timelock its own admin;
+- ``GymGovernor``: clock in seconds (the token's ERC-6372 ``mode=timestamp``), so voting delay,
+  voting period and timelock delay are all durations in seconds;
+- the curated library ``gym/curated``: created in the ExperienceLedger by the deployer, then
+  handed to the timelock, so only an executed proposal can append to it.
 """
 
 from __future__ import annotations
@@ -21,9 +34,13 @@ from web3.exceptions import Web3Exception
 
 from contracts import load_artifact
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
+from devnet.settings import ANVIL_DEV_KEYS
 
-MANIFEST_VERSION = 1
-CONTRACT_NAMES = ("ExperienceLedger",)  # everything deploy_all deploys
+MANIFEST_VERSION = 2  # 2: the DAO (token, timelock, governor) and the curated library
+CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor")
+CURATED_LIBRARY_NAME = "gym/curated"
+ZERO_ADDRESS = "0x" + "00" * 20
+CURATED_LOG_KIND = 1  # IExperienceLedger.LogKind.Curated
 
 
 def check_build() -> None:
@@ -38,6 +55,25 @@ class DeployedContract(BaseModel):
     code_hash: str  # keccak256 of the runtime code on chain
 
 
+class GovernanceParams(BaseModel):
+    """The DAO's parameters. Durations are seconds (the governor's clock is timestamps).
+
+    Devnet defaults are short so that a whole proposal lifecycle fits in a demo (clients on
+    Anvil skip the waits with ``evm_increaseTime``); a public network wants hours to days.
+    Voting delay, voting period, threshold and quorum can later be changed by proposal.
+    """
+
+    timelock_min_delay: int = 60  # seconds a passed proposal waits in the timelock
+    voting_delay: int = 1  # seconds from proposal to snapshot; voting opens after it
+    voting_period: int = 300  # seconds voting stays open
+    proposal_threshold: int = 10**18  # votes (token base units) needed to propose: 1 GYM
+    quorum_numerator: int = 4  # percent of the supply at the snapshot needed as For + Abstain
+    token_name: str = "Gym"  # also the token's EIP-712 domain name (permits, delegation)
+    token_symbol: str = "GYM"
+    tokens_per_holder: int = 1_000  # whole tokens (18 decimals) minted to each holder
+    holders: list[str] = []  # checksummed addresses that received tokens and self-delegated
+
+
 class Deployment(BaseModel):
     """Contents of ``deployment.json``."""
 
@@ -50,6 +86,8 @@ class Deployment(BaseModel):
     deployment_block_hash: str
     contracts: dict[str, DeployedContract]
     created_at: str
+    curated_log_id: int | None = None  # ExperienceLedger log id of the DAO's curated library
+    governance: GovernanceParams | None = None  # what the DAO was deployed with
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,9 +111,11 @@ class Deployment(BaseModel):
                 f"{path} is corrupted ({first}): run `gym devnet up --redeploy` to write it anew"
             ) from None
         if deployment.version != MANIFEST_VERSION:
+            why = (" (it predates the DAO contracts and the curated library)"
+                   if deployment.version < MANIFEST_VERSION else "")
             raise DeploymentFileError(
                 f"{path} has manifest version {deployment.version}, this gym reads "
-                f"{MANIFEST_VERSION}: run `gym devnet up --redeploy`"
+                f"{MANIFEST_VERSION}{why}: run `gym devnet up --redeploy`"
             )
         return deployment
 
@@ -95,7 +135,8 @@ def connect(rpc_url: str, timeout: float = 10.0) -> Web3:
 
 
 class Deployer:
-    """Signs and sends the deployment transactions from one key, waiting for each receipt."""
+    """Signs and sends the deployment transactions (from the deployer, or a devnet holder
+    acting for itself), waiting for each receipt."""
 
     def __init__(self, w3: Web3, private_key: str):
         self.w3 = w3
@@ -113,14 +154,22 @@ class Deployer:
             code_hash="0x" + keccak(code).hex(),
         )
 
-    def send(self, call):
-        """Build, sign and send a contract call or constructor; returns the receipt."""
+    def contract(self, deployed: DeployedContract, name: str):
+        """A web3 handle on a contract deployed here."""
+        return self.w3.eth.contract(address=deployed.address, abi=load_artifact(name).abi)
+
+    def send(self, call, key: str | None = None):
+        """Build, sign and send a contract call or constructor; returns the receipt.
+
+        Signs with the deployer's key, or with ``key`` (a devnet holder acting for itself).
+        """
+        account = self.account if key is None else Account.from_key(key)
         tx = call.build_transaction({
-            "from": self.account.address,
-            "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending"),
+            "from": account.address,
+            "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
             "chainId": self.chain_id,
         })
-        signed = self.account.sign_transaction(tx)
+        signed = account.sign_transaction(tx)
         tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
         receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=60)
         if receipt["status"] != 1:
@@ -128,10 +177,54 @@ class Deployer:
         return receipt
 
 
-def deploy_all(w3: Web3, private_key: str, rpc_url: str) -> Deployment:
-    """Deploy every contract in dependency order and return the manifest (not yet saved)."""
+def deploy_all(
+    w3: Web3,
+    private_key: str,
+    rpc_url: str,
+    governance: GovernanceParams,
+    holder_keys: tuple[str, ...] = ANVIL_DEV_KEYS,
+) -> Deployment:
+    """Deploy every contract in dependency order, wire the DAO, return the manifest (not saved).
+
+    ``holder_keys`` are the accounts that receive tokens and self-delegate; each needs ether
+    for one transaction.
+    """
+    holders = [Account.from_key(key).address for key in holder_keys]
+    governance = governance.model_copy(update={"holders": holders})
     deployer = Deployer(w3, private_key)
+
     contracts = {"ExperienceLedger": deployer.deploy("ExperienceLedger")}
+    amount = governance.tokens_per_holder * 10**18
+    contracts["GymToken"] = deployer.deploy(
+        "GymToken", governance.token_name, governance.token_symbol, holders, [amount] * len(holders)
+    )
+    # Delegate first: a proposer's votes are read one clock tick (second) before `propose`, so
+    # the more blocks between delegation and the end of the deployment, the sooner the holders
+    # can propose.
+    token = deployer.contract(contracts["GymToken"], "GymToken")
+    for key, holder in zip(holder_keys, holders, strict=True):
+        deployer.send(token.functions.delegate(holder), key=key)
+    # The deployer is the timelock's admin only until the governor exists and has its roles.
+    contracts["TimelockController"] = deployer.deploy(
+        "TimelockController", governance.timelock_min_delay, [], [ZERO_ADDRESS], deployer.account.address
+    )
+    contracts["GymGovernor"] = deployer.deploy(
+        "GymGovernor", contracts["GymToken"].address, contracts["TimelockController"].address,
+        governance.voting_delay, governance.voting_period, governance.proposal_threshold,
+        governance.quorum_numerator,
+    )
+    timelock = deployer.contract(contracts["TimelockController"], "TimelockController")
+    governor = contracts["GymGovernor"].address
+    for role in (timelock.functions.PROPOSER_ROLE().call(), timelock.functions.CANCELLER_ROLE().call()):
+        deployer.send(timelock.functions.grantRole(role, governor))
+    admin_role = timelock.functions.DEFAULT_ADMIN_ROLE().call()
+    deployer.send(timelock.functions.renounceRole(admin_role, deployer.account.address))
+
+    ledger = deployer.contract(contracts["ExperienceLedger"], "ExperienceLedger")
+    receipt = deployer.send(ledger.functions.createLog(CURATED_LIBRARY_NAME, CURATED_LOG_KIND))
+    curated_log_id = ledger.events.LogCreated().process_receipt(receipt)[0]["args"]["logId"]
+    deployer.send(ledger.functions.transferLogOwnership(curated_log_id, timelock.address))
+
     last_block = w3.eth.get_block("latest")
     return Deployment(
         chain_id=deployer.chain_id,
@@ -142,6 +235,8 @@ def deploy_all(w3: Web3, private_key: str, rpc_url: str) -> Deployment:
         deployment_block_hash=last_block["hash"].to_0x_hex(),
         contracts=contracts,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        curated_log_id=curated_log_id,
+        governance=governance,
     )
 
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from devnet.anvil import AnvilProcess, running_anvil, start_anvil, stop_anvil
-from devnet.deploy import Deployment, check_build, connect, deploy_all, deployment_problems
+from devnet.deploy import (
+    Deployment,
+    GovernanceParams,
+    check_build,
+    connect,
+    deploy_all,
+    deployment_problems,
+)
 from devnet.errors import DeploymentFileError, RpcUnreachableError
 from devnet.settings import GymSettings
 
@@ -66,7 +73,8 @@ def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = F
             if not problems:
                 return DevnetUp(existing, anvil, started, False, "deployment matches the chain")
             reason = problems[0]
-    deployment = deploy_all(w3, settings.deployer_key.get_secret_value(), rpc_url)
+    governance = GovernanceParams(timelock_min_delay=settings.timelock_min_delay)
+    deployment = deploy_all(w3, settings.deployer_key.get_secret_value(), rpc_url, governance)
     deployment.save(settings.deployment_file)
     return DevnetUp(deployment, anvil, started, True, reason)
 

@@ -15,8 +15,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEVNET_DIR = Path(__file__).resolve().parent
 
-# Anvil's first default account. Public knowledge, worthless outside a devnet.
-ANVIL_DEFAULT_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+# PUBLIC DEVNET KEYS. Anvil's default accounts 0..4, derived from its well-known dev mnemonic
+# "test test test test test test test test test test test junk" at m/44'/60'/0'/0/i. Everyone
+# knows them: worthless outside a devnet, never to hold anything of value.
+ANVIL_DEV_KEYS = (
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+)
+ANVIL_DEFAULT_KEY = ANVIL_DEV_KEYS[0]  # Anvil's first default account
 
 
 class GymSettings(BaseSettings):
@@ -38,6 +47,10 @@ class GymSettings(BaseSettings):
     ipfs_api: str | None = Field(None, description="Kubo RPC URL; unset: the local content store")
     deployer_key: SecretStr = Field(
         SecretStr(ANVIL_DEFAULT_KEY), description="key that deploys contracts (Anvil account 0)"
+    )
+    timelock_min_delay: int = Field(
+        60, ge=0, description="seconds a passed DAO proposal waits in the timelock before it can "
+        "run; the devnet default is short so a demo completes, a public network wants days"
     )
     publisher_key: SecretStr = Field(
         SecretStr(ANVIL_DEFAULT_KEY), description="key that creates and anchors logs (Anvil account 0)"

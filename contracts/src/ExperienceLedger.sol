@@ -127,16 +127,33 @@ contract ExperienceLedger is IExperienceLedger {
     ) external {
         Log storage log = _ownedLog(curatedLogId);
         _requireKind(curatedLogId, log.kind, LogKind.Curated);
-        _requireKind(sourceLogId, _existingLog(sourceLogId).kind, LogKind.Publisher);
-        bytes32 sourceRoot = _roots[sourceLogId][sourceSize];
-        if (sourceRoot == bytes32(0)) revert ExperienceLedgerUnknownCheckpoint(sourceLogId, sourceSize);
-        if (!MerkleLog.verifyInclusion(leafHash, leafIndex, sourceSize, inclusionProof, sourceRoot)) {
-            revert ExperienceLedgerInvalidInclusionProof(sourceLogId, sourceSize, leafIndex, leafHash, sourceRoot);
-        }
         uint64 size = log.size;
-        emit LeafCurated(curatedLogId, sourceLogId, sourceSize, leafIndex, leafHash);
-        _appendLeaf(curatedLogId, size, leafHash, entryCid);
+        _curateLeaf(curatedLogId, size, sourceLogId, sourceSize, leafIndex, leafHash, entryCid, inclusionProof);
         _recordCuratedCheckpoint(log, curatedLogId, size + 1);
+    }
+
+    /// @inheritdoc IExperienceLedger
+    function appendManyFromLog(uint256 curatedLogId, SourcedLeaf[] calldata leaves) external {
+        Log storage log = _ownedLog(curatedLogId);
+        _requireKind(curatedLogId, log.kind, LogKind.Curated);
+        uint256 n = leaves.length;
+        if (n == 0) revert ExperienceLedgerEmptyBatch(curatedLogId);
+        uint64 size = log.size;
+        for (uint256 i; i < n; ++i) {
+            SourcedLeaf calldata leaf = leaves[i];
+            _curateLeaf(
+                curatedLogId,
+                size,
+                leaf.sourceLogId,
+                leaf.sourceSize,
+                leaf.leafIndex,
+                leaf.leafHash,
+                leaf.entryCid,
+                leaf.inclusionProof
+            );
+            ++size;
+        }
+        _recordCuratedCheckpoint(log, curatedLogId, size);
     }
 
     // ------------------------------------------------------------------ verification
@@ -162,6 +179,29 @@ contract ExperienceLedger is IExperienceLedger {
     }
 
     // ------------------------------------------------------------------ internals
+
+    /// @dev Verifies that `leafHash` is leaf `leafIndex` of publisher log `sourceLogId` at its
+    /// anchored checkpoint `sourceSize`, then appends it as leaf number `size` of `curatedLogId`
+    /// (the caller records the checkpoint).
+    function _curateLeaf(
+        uint256 curatedLogId,
+        uint64 size,
+        uint256 sourceLogId,
+        uint64 sourceSize,
+        uint64 leafIndex,
+        bytes32 leafHash,
+        bytes calldata entryCid,
+        bytes32[] calldata inclusionProof
+    ) private {
+        _requireKind(sourceLogId, _existingLog(sourceLogId).kind, LogKind.Publisher);
+        bytes32 sourceRoot = _roots[sourceLogId][sourceSize];
+        if (sourceRoot == bytes32(0)) revert ExperienceLedgerUnknownCheckpoint(sourceLogId, sourceSize);
+        if (!MerkleLog.verifyInclusion(leafHash, leafIndex, sourceSize, inclusionProof, sourceRoot)) {
+            revert ExperienceLedgerInvalidInclusionProof(sourceLogId, sourceSize, leafIndex, leafHash, sourceRoot);
+        }
+        emit LeafCurated(curatedLogId, sourceLogId, sourceSize, leafIndex, leafHash);
+        _appendLeaf(curatedLogId, size, leafHash, entryCid);
+    }
 
     /// @dev Pushes `leafHash` as leaf number `size` onto the frontier of curated log `logId`:
     /// merge it with the complete subtrees of equal height on the right edge (the set low bits

@@ -18,6 +18,18 @@ interface IExperienceLedger {
         Curated
     }
 
+    /// @notice One leaf of a publisher log and the proof that puts it there: leaf `leafIndex`
+    /// (RFC 9162 leaf hash `leafHash`, entry `entryCid`) of publisher log `sourceLogId` at its
+    /// anchored checkpoint of size `sourceSize`, proven by the audit path `inclusionProof`.
+    struct SourcedLeaf {
+        uint256 sourceLogId;
+        uint64 sourceSize;
+        uint64 leafIndex;
+        bytes32 leafHash;
+        bytes entryCid;
+        bytes32[] inclusionProof;
+    }
+
     // ---------------------------------------------------------------- events
 
     /// @notice A log was created with id `logId`, owned by `owner`.
@@ -205,6 +217,21 @@ interface IExperienceLedger {
         bytes calldata entryCid,
         bytes32[] calldata inclusionProof
     ) external;
+
+    /// @notice Appends to curated log `curatedLogId` every leaf of `leaves` in order, each one
+    /// verified as in {appendFromLog}, then records one checkpoint for the whole batch. A DAO
+    /// proposal that curates n leaves makes this one call instead of n {appendFromLog} calls:
+    /// one action to vote on, and one checkpoint root stored instead of n.
+    ///
+    /// Requirements:
+    /// - log `curatedLogId` exists, is a Curated log, and the caller owns it;
+    /// - `leaves` is not empty;
+    /// - for each leaf, as in {appendFromLog}: its source is a Publisher log anchored at exactly
+    ///   `sourceSize`, its proof verifies, and its leaf hash is neither in the curated log nor
+    ///   earlier in the batch.
+    ///
+    /// Emits: {LeafCurated} and {LeafAppended} per leaf, then one {CuratedCheckpoint}.
+    function appendManyFromLog(uint256 curatedLogId, SourcedLeaf[] calldata leaves) external;
 
     // ---------------------------------------------------------------- verification
 

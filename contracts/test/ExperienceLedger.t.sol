@@ -92,6 +92,17 @@ abstract contract ExperienceLedgerFixture is GymTest {
         return copy;
     }
 
+    function _sourced(uint64 sourceSize, uint64 index) internal view returns (IExperienceLedger.SourcedLeaf memory) {
+        return IExperienceLedger.SourcedLeaf({
+            sourceLogId: pubLog,
+            sourceSize: sourceSize,
+            leafIndex: index,
+            leafHash: leaves[index],
+            entryCid: _cid(index),
+            inclusionProof: ReferenceMerkle.inclusionProof(leaves, sourceSize, index)
+        });
+    }
+
     function _curateLeaf(uint64 sourceSize, uint64 index) internal {
         bytes32[] memory proof = ReferenceMerkle.inclusionProof(leaves, sourceSize, index);
         vm.prank(dao);
@@ -626,6 +637,117 @@ contract ExperienceLedgerTest is ExperienceLedgerFixture {
         );
         vm.prank(dao);
         ledger.appendFromLog(curLog, pubLog, _u64(later), _u64(index), leaves[index], "", proof);
+    }
+
+    // ------------------------------------------------------------------ appendManyFromLog
+
+    function test_appendManyFromLog_oneCheckpointForTheBatch() public {
+        _anchor(7);
+        _anchor(40);
+        IExperienceLedger.SourcedLeaf[] memory batch = new IExperienceLedger.SourcedLeaf[](3);
+        batch[0] = _sourced(7, 3);
+        batch[1] = _sourced(40, 39);
+        batch[2] = _sourced(7, 0);
+        bytes32[] memory curated = new bytes32[](3);
+        (curated[0], curated[1], curated[2]) = (leaves[3], leaves[39], leaves[0]);
+        bytes32 expected = ReferenceMerkle.root(curated, 3);
+        vm.prank(dao);
+        ledger.appendManyFromLog(curLog, batch);
+        assertEq(_size(curLog), 3, "size");
+        assertEq(_rootOf(curLog), expected, "root");
+        assertEq(ledger.rootAt(curLog, 3), expected, "rootAt");
+        vm.expectRevert(abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerUnknownCheckpoint.selector, curLog, 1));
+        ledger.rootAt(curLog, 1); // no checkpoint inside a batch
+    }
+
+    function test_appendManyFromLog_emitsPerLeafThenOneCheckpoint() public {
+        _anchor(9);
+        IExperienceLedger.SourcedLeaf[] memory batch = new IExperienceLedger.SourcedLeaf[](2);
+        batch[0] = _sourced(9, 8);
+        batch[1] = _sourced(9, 1);
+        bytes32[] memory curated = new bytes32[](2);
+        (curated[0], curated[1]) = (leaves[8], leaves[1]);
+        bytes32 expected = ReferenceMerkle.root(curated, 2);
+        vm.expectEmit(true, true, true, true, address(ledger));
+        emit IExperienceLedger.LeafCurated(curLog, pubLog, 9, 8, leaves[8]);
+        vm.expectEmit(true, true, true, true, address(ledger));
+        emit IExperienceLedger.LeafAppended(curLog, 0, leaves[8], _cid(8));
+        vm.expectEmit(true, true, true, true, address(ledger));
+        emit IExperienceLedger.LeafCurated(curLog, pubLog, 9, 1, leaves[1]);
+        vm.expectEmit(true, true, true, true, address(ledger));
+        emit IExperienceLedger.LeafAppended(curLog, 1, leaves[1], _cid(1));
+        vm.expectEmit(true, true, true, true, address(ledger));
+        emit IExperienceLedger.CuratedCheckpoint(curLog, 2, expected);
+        vm.prank(dao);
+        ledger.appendManyFromLog(curLog, batch);
+    }
+
+    function test_appendManyFromLog_revertsOnEmptyBatch() public {
+        vm.expectRevert(abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerEmptyBatch.selector, curLog));
+        vm.prank(dao);
+        ledger.appendManyFromLog(curLog, new IExperienceLedger.SourcedLeaf[](0));
+    }
+
+    function test_appendManyFromLog_revertsForNonOwner() public {
+        _anchor(7);
+        IExperienceLedger.SourcedLeaf[] memory batch = new IExperienceLedger.SourcedLeaf[](1);
+        batch[0] = _sourced(7, 3);
+        vm.expectRevert(
+            abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerNotLogOwner.selector, curLog, mallory, dao)
+        );
+        vm.prank(mallory);
+        ledger.appendManyFromLog(curLog, batch);
+    }
+
+    function test_appendManyFromLog_revertsOnDuplicateWithinBatch() public {
+        _anchor(7);
+        _anchor(12);
+        IExperienceLedger.SourcedLeaf[] memory batch = new IExperienceLedger.SourcedLeaf[](2);
+        batch[0] = _sourced(7, 2);
+        batch[1] = _sourced(12, 2);
+        vm.expectRevert(
+            abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerAlreadyCurated.selector, curLog, leaves[2])
+        );
+        vm.prank(dao);
+        ledger.appendManyFromLog(curLog, batch);
+    }
+
+    function test_appendManyFromLog_oneBadLeafRevertsTheWholeBatch() public {
+        _anchor(7);
+        IExperienceLedger.SourcedLeaf[] memory batch = new IExperienceLedger.SourcedLeaf[](3);
+        batch[0] = _sourced(7, 0);
+        batch[1] = _sourced(7, 1);
+        batch[2] = _sourced(7, 2);
+        batch[2].inclusionProof = _flip(batch[2].inclusionProof, 0, 7);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IExperienceLedger.ExperienceLedgerInvalidInclusionProof.selector, pubLog, 7, 2, leaves[2], _root(7)
+            )
+        );
+        vm.prank(dao);
+        ledger.appendManyFromLog(curLog, batch);
+        assertEq(_size(curLog), 0, "nothing appended");
+        assertFalse(ledger.isCurated(curLog, leaves[0]), "first leaf rolled back");
+    }
+
+    function testFuzz_appendManyFromLog(uint256 size, uint256 seed, uint256 count) public {
+        size = bound(size, 1, TREE);
+        count = bound(count, 1, size < 8 ? size : 8);
+        seed = bound(seed, 0, size - 1);
+        _anchor(size);
+        // `count` distinct indexes: a random start, stepping by one modulo the size.
+        IExperienceLedger.SourcedLeaf[] memory batch = new IExperienceLedger.SourcedLeaf[](count);
+        bytes32[] memory curated = new bytes32[](count);
+        for (uint256 i; i < count; ++i) {
+            uint256 index = (seed + i) % size;
+            batch[i] = _sourced(_u64(size), _u64(index));
+            curated[i] = leaves[index];
+        }
+        bytes32 expected = ReferenceMerkle.root(curated, count);
+        vm.prank(dao);
+        ledger.appendManyFromLog(curLog, batch);
+        assertEq(_size(curLog), count, "size");
+        assertEq(_rootOf(curLog), expected, "root");
     }
 
     // ------------------------------------------------------------------ verifyInclusion

@@ -8,19 +8,23 @@ from devnet.anvil import running_anvil
 pytestmark = pytest.mark.anvil
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_demo_runs_and_cleans_up(gym_env):
-    result = gym_env.run("demo")
+    result = gym_env.run("demo", timeout=1700)
     assert result.returncode == 0, result.stderr
     assert "deployment verified" in result.stdout
     assert "ExperienceLedger" in result.stdout
     assert "appended 3 experiences: size 0 -> 3" in result.stdout
     assert "published size 5" in result.stdout and "hashes from size 3" in result.stdout
     assert "audit clean: 2 checkpoints, 5 entries" in result.stdout
+    assert "4. Training-Free GRPO" in result.stdout and "published run bafkrei" in result.stdout
+    assert result.stdout.count("audit clean:") == 2  # the training log audits clean too
     assert running_anvil(gym_env.data_dir) is None
 
 
 def test_demo_keep_leaves_the_devnet_running(gym_env):
-    result = gym_env.run("demo", "--keep")
+    result = gym_env.run("demo", "--keep", "--no-train")
     assert result.returncode == 0, result.stderr
     assert running_anvil(gym_env.data_dir) is not None
     assert gym_env.run("devnet", "status").returncode == 0

@@ -9,11 +9,22 @@ import time
 from pathlib import Path
 
 import pytest
+from eth_account import Account
 from eth_utils import keccak
 from web3 import Web3
 
 from contracts import load_artifact
+from contracts.artifacts import OUT_DIR
 from devnet.anvil import AnvilProcess, running_anvil
+from devnet.deploy import (
+    CONTRACT_NAMES,
+    CURATED_LIBRARY_NAME,
+    MANIFEST_VERSION,
+    ZERO_ADDRESS,
+    Deployment,
+    GovernanceParams,
+)
+from devnet.settings import ANVIL_DEV_KEYS, GymSettings
 
 pytestmark = pytest.mark.anvil
 
@@ -35,10 +46,10 @@ def test_up_writes_manifest_that_matches_the_chain(gym_env):
     assert manifest["genesis_hash"] == w3.eth.get_block(0)["hash"].to_0x_hex()
     block = w3.eth.get_block(manifest["deployment_block"])
     assert manifest["deployment_block_hash"] == block["hash"].to_0x_hex()
-    assert set(manifest["contracts"]) == {"ExperienceLedger"}
+    assert set(manifest["contracts"]) == set(CONTRACT_NAMES)
     for name, contract in manifest["contracts"].items():
         code = w3.eth.get_code(contract["address"])
-        assert code == bytes.fromhex(load_artifact(name).deployed_bytecode[2:])
+        assert _without_immutables(code, name) == bytes.fromhex(load_artifact(name).deployed_bytecode[2:])
         assert contract["code_hash"] == "0x" + keccak(code).hex()
         assert w3.eth.get_transaction_receipt(contract["tx_hash"])["contractAddress"] == contract["address"]
 
@@ -50,6 +61,123 @@ def test_up_writes_manifest_that_matches_the_chain(gym_env):
     assert again.returncode == 0
     assert "already running" in again.stdout and "already deployed" in again.stdout
     assert json.loads(gym_env.deployment_file.read_text()) == manifest
+
+
+def test_up_wires_the_dao(gym_env):
+    """The deployer keeps no power: the governor alone proposes to the timelock, the timelock
+    owns the curated library and admins itself, and every holder's balance counts as votes."""
+    result = gym_env.run("devnet", "up", extra_env={"GYM_TIMELOCK_MIN_DELAY": "7"})
+    assert result.returncode == 0, result.stderr
+    deployment = Deployment.load(gym_env.deployment_file)
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    ledger, token, timelock, governor = (
+        w3.eth.contract(address=deployment.contracts[name].address, abi=load_artifact(name).abi)
+        for name in ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor"))
+    params = deployment.governance
+    assert params is not None and deployment.curated_log_id is not None
+
+    owner, kind, name, size, _ = ledger.functions.logInfo(deployment.curated_log_id).call()
+    assert (owner, kind, name, size) == (timelock.address, 1, CURATED_LIBRARY_NAME, 0)
+
+    admin, proposer, canceller, executor = (
+        getattr(timelock.functions, role)().call()
+        for role in ("DEFAULT_ADMIN_ROLE", "PROPOSER_ROLE", "CANCELLER_ROLE", "EXECUTOR_ROLE"))
+    has_role = timelock.functions.hasRole
+    for role in (admin, proposer, canceller, executor):
+        assert not has_role(role, deployment.deployer).call()
+    assert has_role(proposer, governor.address).call() and has_role(canceller, governor.address).call()
+    assert not has_role(admin, governor.address).call()
+    assert has_role(executor, ZERO_ADDRESS).call()  # anyone executes a queued, ready operation
+    assert has_role(admin, timelock.address).call()  # role changes only through proposals
+    assert timelock.functions.getMinDelay().call() == params.timelock_min_delay == 7
+
+    assert governor.functions.token().call() == token.address
+    assert governor.functions.timelock().call() == timelock.address
+    assert governor.functions.votingDelay().call() == params.voting_delay
+    assert governor.functions.votingPeriod().call() == params.voting_period
+    assert governor.functions.proposalThreshold().call() == params.proposal_threshold
+    assert governor.functions.quorumNumerator().call() == params.quorum_numerator
+    assert governor.functions.CLOCK_MODE().call() == token.functions.CLOCK_MODE().call() == "mode=timestamp"
+    assert governor.functions.clock().call() == token.functions.clock().call()
+
+    holders = [Account.from_key(key).address for key in ANVIL_DEV_KEYS]
+    assert params.holders == holders == w3.eth.accounts[:len(holders)]
+    for holder in holders:
+        balance = token.functions.balanceOf(holder).call()
+        assert balance == params.tokens_per_holder * 10**18
+        assert token.functions.getVotes(holder).call() == balance
+        assert token.functions.delegates(holder).call() == holder
+    assert token.functions.totalSupply().call() == len(holders) * params.tokens_per_holder * 10**18
+
+
+def test_a_passed_proposal_runs_through_the_timelock(gym_env):
+    """Smoke of the wiring on a real chain: propose, vote, queue, execute a settings change.
+    The clock is timestamps and an idle Anvil mines no blocks, so time is moved by hand."""
+    assert gym_env.run("devnet", "up").returncode == 0
+    deployment = Deployment.load(gym_env.deployment_file)
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    governor = w3.eth.contract(address=deployment.contracts["GymGovernor"].address,
+                               abi=load_artifact("GymGovernor").abi)
+    params = deployment.governance
+
+    def send(call, key):
+        account = Account.from_key(key)
+        tx = call.build_transaction({"from": account.address, "chainId": w3.eth.chain_id,
+                                     "nonce": w3.eth.get_transaction_count(account.address)})
+        tx_hash = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
+        receipt = w3.eth.wait_for_transaction_receipt(tx_hash)
+        assert receipt["status"] == 1
+        return receipt
+
+    def elapse(seconds):
+        w3.provider.make_request("evm_increaseTime", [seconds])
+        w3.provider.make_request("evm_mine", [])
+
+    elapse(1)  # the proposer's votes are read one second before `propose`
+    action = governor.encode_abi("setVotingPeriod", [2 * params.voting_period])
+    receipt = send(governor.functions.propose([governor.address], [0], [action], "longer votes"),
+                   ANVIL_DEV_KEYS[1])
+    proposal_id = governor.events.ProposalCreated().process_receipt(receipt)[0]["args"]["proposalId"]
+    elapse(params.voting_delay + 1)
+    for key in ANVIL_DEV_KEYS[:2]:
+        send(governor.functions.castVote(proposal_id, 1), key)
+    elapse(params.voting_period)
+    send(governor.functions.queue(proposal_id), ANVIL_DEV_KEYS[4])
+    elapse(params.timelock_min_delay)
+    send(governor.functions.execute(proposal_id), ANVIL_DEV_KEYS[4])  # anyone may execute
+    assert governor.functions.state(proposal_id).call() == 7  # Executed
+    assert governor.functions.votingPeriod().call() == 2 * params.voting_period
+
+
+def test_devnet_keys_are_anvils_public_dev_accounts():
+    Account.enable_unaudited_hdwallet_features()
+    mnemonic = "test test test test test test test test test test test junk"
+    for i, key in enumerate(ANVIL_DEV_KEYS):
+        derived = Account.from_mnemonic(mnemonic, account_path=f"m/44'/60'/0'/0/{i}")
+        assert derived.key.to_0x_hex() == key
+
+
+def test_governance_defaults_are_short_for_the_devnet():
+    params = GovernanceParams()
+    assert GymSettings().timelock_min_delay == params.timelock_min_delay == 60
+    assert params.voting_delay + params.voting_period + params.timelock_min_delay < 10 * 60
+
+
+def test_manifest_of_an_older_gym_says_redeploy(gym_env):
+    assert gym_env.run("devnet", "up").returncode == 0
+    manifest = json.loads(gym_env.deployment_file.read_text())
+    old = {key: manifest[key] for key in manifest if key not in ("curated_log_id", "governance")}
+    old["version"] = 1
+    old["contracts"] = {"ExperienceLedger": manifest["contracts"]["ExperienceLedger"]}
+    gym_env.deployment_file.write_text(json.dumps(old))
+    status = gym_env.run("devnet", "status")
+    assert status.returncode == 1
+    assert (f"has manifest version 1, this gym reads {MANIFEST_VERSION} (it predates the DAO "
+            "contracts and the curated library): run `gym devnet up --redeploy`") in status.stderr
+    up = gym_env.run("devnet", "up")
+    assert up.returncode == 0, up.stderr
+    assert json.loads(gym_env.deployment_file.read_text())["version"] == MANIFEST_VERSION
+    assert gym_env.run("devnet", "status").returncode == 0
 
 
 def test_down_stops_only_its_own_anvil(gym_env):
@@ -200,8 +328,18 @@ def _exited(pid: int, within_s: float = 5.0) -> bool:
     return False
 
 
+def _without_immutables(code: bytes, name: str) -> bytes:
+    """``code`` with the immutable values that the constructor wrote zeroed, as in the artifact."""
+    artifact = json.loads(next(OUT_DIR.glob(f"*.sol/{name}.json")).read_text())
+    masked = bytearray(code)
+    for references in artifact["deployedBytecode"].get("immutableReferences", {}).values():
+        for ref in references:
+            masked[ref["start"]:ref["start"] + ref["length"]] = bytes(ref["length"])
+    return bytes(masked)
+
+
 def _fake_manifest(url: str) -> dict:
     zero = "0x" + "00" * 32
-    return {"version": 1, "chain_id": 31337, "rpc_url": url, "deployer": "0x" + "00" * 20,
+    return {"version": MANIFEST_VERSION, "chain_id": 31337, "rpc_url": url, "deployer": "0x" + "00" * 20,
             "genesis_hash": zero, "deployment_block": 1, "deployment_block_hash": zero,
             "contracts": {}, "created_at": "2026-01-01T00:00:00+00:00"}

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.anvil
 
 SAMPLES = Path(__file__).resolve().parents[2] / "devnet" / "samples" / "experiences.jsonl"
 LOG = "alice/math"
+LOG_ID = 2  # its on-chain id: `gym devnet up` gives id 1 to the DAO's curated library
 
 
 def experience(step: int, **changes) -> dict:
@@ -48,7 +49,7 @@ def state(gym) -> dict:
 def gym(ledger_devnet, tmp_path):
     gym = ledger_devnet.gym
     out = ok(gym.run("ledger", "create", LOG))
-    assert f"created log {LOG}: on-chain log id 1" in out
+    assert f"created log {LOG}: on-chain log id {LOG_ID}" in out
     return gym
 
 
@@ -70,19 +71,19 @@ def test_create_append_publish_proof_verify_audit(gym, tmp_path):
     listed = ok(gym.run("ledger", "list"))
     assert LOG in listed and "8" in listed
     shown = state(gym)
-    assert [c["size"] for c in shown["checkpoints"]] == [6, 8] and shown["log_id"] == 1
+    assert [c["size"] for c in shown["checkpoints"]] == [6, 8] and shown["log_id"] == LOG_ID
     leaf = json.loads(ok(gym.run("ledger", "show", LOG, "3", "--json")))
     assert leaf["anchored_at_size"] == 6 and leaf["entry"]["domain"] == "code"
 
     doc = json.loads(ok(gym.run("ledger", "proof", LOG, "3", "--json")))
-    assert (doc["index"], doc["size"], doc["log_id"]) == (3, 6, 1)
+    assert (doc["index"], doc["size"], doc["log_id"]) == (3, 6, LOG_ID)
     assert doc["anchor"]["tx_hash"] == shown["checkpoints"][0]["tx_hash"]
     assert doc["anchor"]["chain_id"] == 31337 and doc["entry"]["domain"] == "code"
     proof_file = tmp_path / "proof.json"
     proof_file.write_text(json.dumps(doc))
     out = ok(gym.run("verify", "proof", str(proof_file)))
     assert "valid" in out and "bytes checked against CID and leaf hash" in out
-    assert "anchored on chain: log 1 at size 6" in ok(
+    assert f"anchored on chain: log {LOG_ID} at size 6" in ok(
         gym.run("verify", "proof", str(proof_file), "--chain"))
     at_8 = json.loads(ok(gym.run("ledger", "proof", LOG, "3", "--size", "8", "--json")))
     assert at_8["size"] == 8 and at_8["root"] == shown["checkpoints"][1]["root"]
@@ -92,7 +93,7 @@ def test_create_append_publish_proof_verify_audit(gym, tmp_path):
 
     out = ok(gym.run("audit", LOG))
     assert "audit clean: 2 checkpoints, 8 entries" in out
-    assert "audit clean" in ok(gym.run("audit", "--log-id", "1"))
+    assert "audit clean" in ok(gym.run("audit", "--log-id", str(LOG_ID)))
 
 
 @pytest.mark.parametrize(("name", "content", "message"), [
@@ -148,7 +149,7 @@ def test_forged_or_truncated_proofs_are_refused(gym, tmp_path):
     path = tmp_path / "proof.json"
     path.write_text(json.dumps({**doc, "size": 6}))
     ok(gym.run("verify", "proof", str(path)))
-    assert "ExperienceLedgerUnknownCheckpoint(logId=1, size=6)" in one_error_line(
+    assert f"ExperienceLedgerUnknownCheckpoint(logId={LOG_ID}, size=6)" in one_error_line(
         gym.run("verify", "proof", str(path), "--chain"))
 
 
@@ -158,7 +159,7 @@ def test_wrong_owner_cannot_publish_and_nothing_is_recorded(gym, tmp_path):
     ok(gym.run("ledger", "append", LOG, str(entries)))
     other = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
     line = one_error_line(gym.run("ledger", "publish", LOG, extra_env={"GYM_PUBLISHER_KEY": other}))
-    assert "ExperienceLedgerNotLogOwner(logId=1, caller=0x70997970C51812dc3A010C7d01b50e0d17dc79C8" in line
+    assert f"ExperienceLedgerNotLogOwner(logId={LOG_ID}, caller=0x70997970C51812dc3A010C7d01b50e0d17dc79C8" in line
     assert "GYM_PUBLISHER_KEY" in line
     assert state(gym)["checkpoints"] == []
 
@@ -199,8 +200,8 @@ def test_audit_reports_a_lying_manifest_and_exits_1(gym, ledger_devnet, tmp_path
     store = LogStore(f"sqlite:///{gym.data_dir / 'ledger.sqlite'}")
     content = LocalBlockStore(gym.data_dir / "ipfs")
     cids = [leaf.cid for leaf in store.leaves(LOG)]
-    lie = store_batch(content, BatchManifest(LOG, 1, 0, 3, [cids[2], cids[1], cids[0]]))
-    ledger_devnet.contract().anchor(1, 3, store.root(LOG, 3), lie, [])
+    lie = store_batch(content, BatchManifest(LOG, LOG_ID, 0, 3, [cids[2], cids[1], cids[0]]))
+    ledger_devnet.contract().anchor(LOG_ID, 3, store.root(LOG, 3), lie, [])
     store.engine.dispose()
     result = gym.run("audit", LOG)
     assert result.returncode == 1

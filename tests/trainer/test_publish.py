@@ -11,7 +11,13 @@ from tfgrpo_fakes import EchoStage
 from ledger import LocalBlockStore, LogStore, decode_entry, fold_library
 from ledger.audit import audit_log
 from trainer.data import generate_problems, write_jsonl
-from trainer.publish import PublishRunError, build_run_entries, check_fold, model_digest, publish_run
+from trainer.publish import (
+    PublishRunError,
+    build_run_entries,
+    check_fold,
+    model_digest,
+    publish_run,
+)
 from trainer.tfgrpo_config import ModelConfig, TFGRPOConfig
 from trainer.tfgrpo_trainer import TFGRPOTrainer
 

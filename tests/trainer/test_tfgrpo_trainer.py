@@ -150,6 +150,56 @@ def test_resume_after_interruption_gives_the_same_library(tmp_path, tiny_backend
         assert a["library"] == b["library"] and a["applied"] == b["applied"]
 
 
+KILL_AFTER_STEP_2 = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[3])
+import torch
+torch.set_num_threads(1)
+from tfgrpo_fakes import EchoStage
+from trainer.backends import TransformersBackend
+from trainer.tfgrpo_config import TFGRPOConfig
+from trainer.tfgrpo_trainer import TFGRPOTrainer
+
+def die(row):
+    if row["global_step"] == 2:  # its snapshot is on disk; step 3 never starts
+        os.kill(os.getpid(), signal.SIGKILL)
+
+config = TFGRPOConfig.from_yaml(sys.argv[1])
+policy = TransformersBackend(sys.argv[2], batch_size=16, device="cpu")
+TFGRPOTrainer(config, policy=policy, stage=EchoStage()).train(on_step_end=die)
+"""
+
+
+def test_resume_after_a_kill_gives_the_same_library(tmp_path, tiny_backend, tiny_model_dir):
+    """A process killed outright (SIGKILL, no cleanup) between steps resumes exactly."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    problems = generate_problems(6, seed=6)
+
+    def config(name: str) -> TFGRPOConfig:
+        return _config(tmp_path, problems, batch_size=2, group_size=3, epochs=2, seed=11,
+                       verifier="python:tfgrpo_fakes:length_parity",
+                       output_dir=str(tmp_path / name), model_dir=tiny_model_dir)
+
+    whole = TFGRPOTrainer(config("whole"), policy=tiny_backend, stage=EchoStage())
+    whole.train()
+    cut = config("cut")
+    (tmp_path / "cut.yaml").write_text(yaml.safe_dump(cut.to_dict()))
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_STEP_2, str(tmp_path / "cut.yaml"),
+                           str(tiny_model_dir), str(Path(__file__).parent)],
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "cut" / "snapshots").iterdir()) == [
+        "step-00000.json", "step-00001.json", "step-00002.json"]
+    resumed = TFGRPOTrainer(cut, policy=tiny_backend, stage=EchoStage())
+    resumed.train(resume=True)
+    assert resumed.library == whole.library
+    assert resumed.history == whole.history
+
+
 def test_resume_refuses_a_different_config(tmp_path):
     from trainer.tfgrpo_trainer import ResumeError
 

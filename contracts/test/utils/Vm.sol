@@ -29,6 +29,16 @@ interface Vm {
     // Fuzzing
     function assume(bool condition) external pure;
 
+    // Environment
+    function warp(uint256 newTimestamp) external;
+    function roll(uint256 newHeight) external;
+    function deal(address account, uint256 newBalance) external;
+    function getBlockTimestamp() external view returns (uint256 timestamp);
+
+    // Keys and signatures
+    function addr(uint256 privateKey) external pure returns (address keyAddr);
+    function sign(uint256 privateKey, bytes32 digest) external pure returns (uint8 v, bytes32 r, bytes32 s);
+
     // State
     function cool(address target) external;
     function label(address account, string calldata newLabel) external;
