@@ -21,13 +21,15 @@ from rich.table import Table
 import contracts
 import contracts.cli
 import devnet.ipfs_cli
+import governance.cli
 import inference_node.cli
 import ledger.cli
 import trainer.cli
-from devnet.deploy import Deployment
+from devnet.deploy import Deployment, GovernanceParams, connect
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
 from devnet.settings import DEVNET_DIR, GymSettings
+from governance.errors import GovernanceError
 from ledger.errors import LedgerError
 from trainer.errors import TrainerError
 
@@ -50,6 +52,14 @@ app.add_typer(trainer.cli.train_app, name="train")
 app.add_typer(inference_node.cli.app, name="node")
 app.command(name="eval")(trainer.cli.eval_library)
 
+
+def _governance_root(ctx: typer.Context) -> None:
+    """The DAO: propose curations, vote, queue and execute."""
+    ctx.obj = governance_runtime(GymSettings(), ctx.obj)
+
+
+app.add_typer(governance.cli.app, name="gov", callback=_governance_root)
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -60,6 +70,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     contracts.ToolchainError,
     LedgerError,
     TrainerError,
+    GovernanceError,
 )
 
 SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"
@@ -95,6 +106,31 @@ def ledger_runtime(settings: GymSettings) -> ledger.cli.LedgerRuntime:
         ipfs_api=settings.ipfs_api,
         chain_config=chain_config,
     )
+
+
+def governance_runtime(settings: GymSettings, ledger_rt: ledger.cli.LedgerRuntime
+                       ) -> governance.cli.GovernanceRuntime:
+    """The gov commands' dependencies: the ledger's, plus the DAO from the deployment."""
+
+    def config() -> governance.cli.GovernanceConfig:
+        deployment = Deployment.load(settings.deployment_file)
+        missing = [name for name in ("GymGovernor", "GymToken", "TimelockController")
+                   if name not in deployment.contracts]
+        if missing or deployment.curated_log_id is None:
+            lacking = ", ".join(missing) or "no curated library"
+            raise DevnetError(f"{settings.deployment_file} has no DAO ({lacking}): run "
+                              "`gym devnet up --redeploy`")
+        return governance.cli.GovernanceConfig(
+            governor_address=deployment.contracts["GymGovernor"].address,
+            governor_abi=contracts.load_artifact("GymGovernor").abi,
+            token_address=deployment.contracts["GymToken"].address,
+            token_abi=contracts.load_artifact("GymToken").abi,
+            timelock_address=deployment.contracts["TimelockController"].address,
+            timelock_abi=contracts.load_artifact("TimelockController").abi,
+            curated_log_id=deployment.curated_log_id,
+        )
+
+    return governance.cli.GovernanceRuntime(ledger_rt, config)
 
 
 @app.callback()
@@ -177,19 +213,42 @@ def down() -> None:
         console.print(f"stopped anvil (pid {stopped.pid}, {stopped.rpc_url})")
 
 
+@devnet_app.command()
+def mine(
+    seconds: Annotated[int, typer.Option(min=0, help="Move the chain's clock this many seconds "
+                                         "forward first.")] = 0,
+    blocks: Annotated[int, typer.Option(min=1, help="Blocks to mine.")] = 1,
+) -> None:
+    """Devnet only: skip time and mine blocks (the governor's clock is block timestamps, and an
+    idle Anvil mines none), e.g. past a proposal's voting period or the timelock delay."""
+    from governance.devnet_time import advance_time
+
+    settings = GymSettings()
+    rpc_url = settings.rpc_url or Deployment.load(settings.deployment_file).rpc_url
+    w3 = connect(rpc_url)
+    before = w3.eth.get_block("latest")["timestamp"]
+    head = advance_time(w3, seconds, blocks)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(head["timestamp"]))
+    console.print(f"mined {blocks} block{'s' if blocks != 1 else ''}: head block "
+                  f"{head['number']}, chain time {when} (+{head['timestamp'] - before} s)",
+                  highlight=False)
+
+
 @app.command()
 def demo(
     keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
     train: Annotated[bool, typer.Option(help="Run the Training-Free GRPO step (a few minutes "
                                         "on CPU with SmolLM2-135M).")] = True,
 ) -> None:
-    """Run the whole flow on embedded defaults: devnet, publish, train, audit, tear down.
+    """Run the whole flow on embedded defaults: devnet, publish, train, audit, curate, tear down.
 
     Starts Anvil and deploys the contracts; publishes the sample experiences to a log in two
     anchored checkpoints and audits it from chain events and the content store alone; runs a
     short Training-Free GRPO on the bundled math set with SmolLM2-135M-Instruct, publishes the
-    run and its experiences, and audits that log too; stops the devnet it started (unless
-    --keep).
+    run and its experiences, and audits that log too; has the DAO curate the sample
+    experiences (propose, three votes, one an EIP-712 signature relayed by another account,
+    voting period and timelock delay skipped on the devnet, queue, execute) and checks the
+    curated library's on-chain root; stops the devnet it started (unless --keep).
     """
     settings = GymSettings()
     console.rule("1. devnet")
@@ -202,9 +261,11 @@ def demo(
             raise DevnetError("deployment check failed: " + "; ".join(state.problems))
         console.print(f"[green]chain at block {state.block_number}; deployment verified[/green]")
         rt = ledger_runtime(settings)
-        _demo_ledger(rt, SAMPLE_EXPERIENCES)
+        log_name = _demo_ledger(rt, SAMPLE_EXPERIENCES)
         if train:
             _demo_training(rt, settings.data_dir / "runs")
+        _demo_governance(governance_runtime(settings, rt), log_name,
+                         result.deployment.governance)
     finally:
         if result.started_anvil and not keep:
             devnet_down(settings)
@@ -212,9 +273,9 @@ def demo(
     console.rule("demo finished")
 
 
-def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> None:
+def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> str:
     """Create a log, publish the samples in two checkpoints (the second with a consistency
-    proof), then audit the log from chain events and the content store."""
+    proof), then audit the log from chain events and the content store; returns its name."""
     from ledger.audit import audit_log
     from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
 
@@ -239,6 +300,60 @@ def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> None:
     ledger.cli.print_audit_report(report)
     if not report.ok:
         raise DevnetError(f"the demo log failed its audit: {report.discrepancies[0].message}")
+    return name
+
+
+def _demo_governance(gov: governance.cli.GovernanceRuntime, log_name: str,
+                     params: GovernanceParams) -> None:
+    """The DAO curates the demo log: propose, three votes (one a relayed EIP-712 signature),
+    skip the voting period and the timelock delay on the devnet, queue, execute, and check the
+    curated library's on-chain root against the RFC 9162 root of the curated leaves."""
+    from eth_account import Account
+
+    from devnet.settings import ANVIL_DEV_KEYS
+    from governance.devnet_time import is_devnet
+    from ledger.rfc9162 import root as merkle_root
+
+    console.rule("5. DAO curation")
+    client = gov.client()
+    if not is_devnet(client.w3):
+        console.print("not the devnet: skipping the DAO step (its votes need devnet keys)")
+        return
+    store, content, curated = gov.ledger.store, gov.ledger.content, client.curated_log_id
+    leaves = list(store.leaves(log_name))
+    is_curated = client.ledger.contract.functions.isCurated
+    indices = [leaf.index for leaf in leaves if not is_curated(curated, leaf.leaf_hash).call()]
+    if not indices:  # a kept devnet that ran the demo before already holds these entries
+        console.print("the curated library already holds every sample experience")
+        return
+    plan = client.build_curation(store, content, log_name, indices,
+                                 "The demo's sample experiences.")
+    proposal_id, _ = client.propose(plan, key=ANVIL_DEV_KEYS[0])
+    console.print(f"proposed curating {len(indices)} entries of {log_name} (document "
+                  f"{plan.document_cid})", highlight=False)
+    client.vote(proposal_id, "for", "clear and general", key=ANVIL_DEV_KEYS[1])
+    client.vote(proposal_id, "abstain", key=ANVIL_DEV_KEYS[2])
+    voter = Account.from_key(ANVIL_DEV_KEYS[3])
+    typed = client.ballot_typed_data(proposal_id, "for", voter.address)
+    signature = Account.sign_typed_data(voter.key, full_message=typed).signature
+    client.cast_vote_by_sig(proposal_id, "for", voter.address, signature, key=ANVIL_DEV_KEYS[0])
+    tally = client.proposal(proposal_id)
+    console.print(f"votes: for {tally.votes_for // 10**18} GYM (one by signature, relayed), "
+                  f"abstain {tally.votes_abstain // 10**18} GYM, against "
+                  f"{tally.votes_against // 10**18} GYM; quorum {tally.quorum // 10**18} GYM")
+    client.advance_time(params.voting_period + 1)
+    client.queue(proposal_id, key=ANVIL_DEV_KEYS[0])
+    client.advance_time(params.timelock_min_delay + 1)
+    client.execute(proposal_id, key=ANVIL_DEV_KEYS[0])
+    info = client.ledger.log_info(curated)
+    appended = client.ledger.leaves_appended(curated, from_block=gov.ledger.chain.deployment_block)
+    expected = merkle_root([event.leaf_hash for event in appended])
+    console.print(f"executed: curated library {info.name!r} size {info.size}, on-chain root "
+                  f"0x{info.root.hex()}", highlight=False)
+    if info.root != expected:
+        raise DevnetError(f"the curated library's on-chain root 0x{info.root.hex()} is not the "
+                          f"RFC 9162 root 0x{expected.hex()} of its leaves")
+    console.print("[green]on-chain root matches the RFC 9162 root of the curated leaves[/green]")
 
 
 def _demo_training(rt: ledger.cli.LedgerRuntime, runs_dir: Path) -> None:

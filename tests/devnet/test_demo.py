@@ -1,5 +1,5 @@
-"""`gym demo` runs the flow on embedded defaults (devnet, two anchored checkpoints, an audit)
-and leaves nothing running."""
+"""`gym demo` runs the flow on embedded defaults (devnet, two anchored checkpoints, an audit,
+a Training-Free GRPO run published and audited, a DAO curation) and leaves nothing running."""
 
 import pytest
 
@@ -20,11 +20,14 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert "audit clean: 2 checkpoints, 5 entries" in result.stdout
     assert "4. Training-Free GRPO" in result.stdout and "published run bafkrei" in result.stdout
     assert result.stdout.count("audit clean:") == 2  # the training log audits clean too
+    assert "5. DAO curation" in result.stdout
+    assert "on-chain root matches the RFC 9162 root of the curated leaves" in result.stdout
     assert running_anvil(gym_env.data_dir) is None
 
 
 def test_demo_keep_leaves_the_devnet_running(gym_env):
     result = gym_env.run("demo", "--keep", "--no-train")
     assert result.returncode == 0, result.stderr
+    assert "executed: curated library 'gym/curated' size 5" in result.stdout
     assert running_anvil(gym_env.data_dir) is not None
     assert gym_env.run("devnet", "status").returncode == 0

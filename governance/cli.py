@@ -1,0 +1,321 @@
+"""``gym gov``: the DAO from the command line, thin over ``GovernanceClient``.
+
+Commands take their dependencies from ``ctx.obj``, a ``GovernanceRuntime`` that the CLI root
+builds (the ledger runtime plus the governor, token and timelock of the deployment). Keys:
+``GYM_VOTER_KEY`` signs; on the devnet (chain id 31337) ``--account N`` picks Anvil's public
+dev account N instead. Times are the chain's (the governor's clock), shown in UTC and relative
+to the chain's now, which on the devnet runs ahead of the wall clock once time was skipped.
+
+    gym gov delegate [--to ADDR]
+    gym gov propose-curation --from-log alice/math --indices 0,2 [--description TEXT]
+    gym gov list
+    gym gov show ID                 # ID: the full proposal id, or its number in `gym gov list`
+    gym gov vote ID for|against|abstain [--reason TEXT] [--account N]
+    gym gov ballot ID for --voter ADDR        # EIP-712 typed data for a wallet to sign
+    gym gov relay ID for --voter ADDR --signature 0x...   # castVoteBySig, gas paid by the relayer
+    gym gov queue ID
+    gym gov execute ID
+    gym devnet mine --seconds 301   # devnet: end the voting period / the timelock delay
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from rich.console import Console
+from rich.table import Table
+
+from governance.client import GovernanceClient, Proposal, ProposalState, VoteType
+from governance.devnet_time import DEVNET_CHAIN_ID
+from governance.errors import GovernanceError
+from ledger.cli import LedgerRuntime
+
+console = Console()
+
+ANVIL_MNEMONIC = "test test test test test test test test test test test junk"  # public
+
+
+class GovernanceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GYM_", extra="ignore")
+
+    voter_key: SecretStr | None = None  # GYM_VOTER_KEY: signs votes, proposals, delegations
+
+
+@dataclass(frozen=True)
+class GovernanceConfig:
+    """Where the DAO lives (read from the deployment)."""
+
+    governor_address: str
+    governor_abi: list[dict]
+    token_address: str
+    token_abi: list[dict]
+    timelock_address: str
+    timelock_abi: list[dict]
+    curated_log_id: int
+
+
+@dataclass
+class GovernanceRuntime:
+    ledger: LedgerRuntime
+    config: Callable[[], GovernanceConfig]  # reads the deployment when called
+
+    def client(self, account: int | None = None) -> GovernanceClient:
+        ledger_contract = self.ledger.contract
+        config = self.config()
+        w3 = ledger_contract.w3
+        key = _voter_key(w3.eth.chain_id, account)
+        return GovernanceClient(
+            w3, config.governor_address, config.governor_abi, config.token_address,
+            config.token_abi, ledger_contract, config.timelock_address, config.timelock_abi,
+            curated_log_id=config.curated_log_id, private_key=key,
+            from_block=self.ledger.chain.deployment_block)
+
+
+def devnet_account_key(index: int) -> str:
+    """Anvil's public dev account ``index`` (from its well-known mnemonic): devnet only."""
+    from eth_account import Account
+
+    Account.enable_unaudited_hdwallet_features()
+    return Account.from_mnemonic(ANVIL_MNEMONIC,
+                                 account_path=f"m/44'/60'/0'/0/{index}").key.to_0x_hex()
+
+
+def _voter_key(chain_id: int, account: int | None) -> str | None:
+    if account is not None:
+        if chain_id != DEVNET_CHAIN_ID:
+            raise GovernanceError(f"--account picks a public devnet key, and chain {chain_id} is "
+                                  "not the devnet: set GYM_VOTER_KEY instead")
+        if not 0 <= account < 20:
+            raise GovernanceError(f"--account is one of Anvil's accounts 0..19, not {account}")
+        return devnet_account_key(account)
+    key = GovernanceSettings().voter_key
+    return key.get_secret_value() if key else None
+
+
+def runtime_of(ctx: typer.Context) -> GovernanceRuntime:
+    if not isinstance(ctx.obj, GovernanceRuntime):
+        raise GovernanceError("the gov commands need a GovernanceRuntime in ctx.obj (run them "
+                              "via gym)")
+    return ctx.obj
+
+
+def _resolve_id(client: GovernanceClient, text: str) -> int:
+    """A proposal id, from the full id (decimal or 0x hex) or its number in `gym gov list`."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise GovernanceError(f"a proposal id is a number, not {text!r}") from None
+    if 1 <= value <= 10**6:  # real ids are keccak hashes; small numbers are list positions
+        ids = client.proposal_ids()
+        if value > len(ids):
+            raise GovernanceError(f"there are {len(ids)} proposals; no number {value} "
+                                  "(see `gym gov list`)")
+        return ids[value - 1]
+    return value
+
+
+def _when(timestamp: int, now: int) -> str:
+    at = datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    delta = timestamp - now
+    span = f"{abs(delta) // 60} min {abs(delta) % 60} s" if abs(delta) >= 60 else f"{abs(delta)} s"
+    return f"{at} ({'in ' + span if delta > 0 else span + ' ago' if delta else 'now'})"
+
+
+def _gym(amount: int) -> str:
+    return f"{amount / 10**18:,.4g} GYM"
+
+
+def _next_step(proposal: Proposal, now: int, devnet: bool) -> str:
+    """What happens next to ``proposal`` and when, as one line."""
+    state = proposal.state
+    mine = (lambda seconds: f"; on the devnet: `gym devnet mine --seconds {seconds}`") if devnet \
+        else (lambda seconds: "")
+    if state == ProposalState.PENDING:
+        return f"voting opens after {_when(proposal.snapshot, now)}"
+    if state == ProposalState.ACTIVE:
+        return (f"voting closes at {_when(proposal.deadline, now)}"
+                + mine(max(proposal.deadline - now + 1, 1)))
+    if state == ProposalState.SUCCEEDED:
+        return "passed: queue it with `gym gov queue`"
+    if state == ProposalState.QUEUED:
+        ready = proposal.eta <= now
+        return ("ready: execute it with `gym gov execute`" if ready else
+                f"executable at {_when(proposal.eta, now)}" + mine(proposal.eta - now))
+    return {ProposalState.DEFEATED: "defeated: nothing more happens",
+            ProposalState.CANCELED: "canceled", ProposalState.EXPIRED: "expired unexecuted",
+            ProposalState.EXECUTED: "nothing more to do"}[state]
+
+
+def _print_status(client: GovernanceClient, proposal_id: int) -> None:
+    proposal = client.proposal(proposal_id)
+    now = client.now()
+    devnet = client.w3.eth.chain_id == DEVNET_CHAIN_ID
+    console.print(f"proposal {proposal_id}: [bold]{proposal.state.label}[/bold]; "
+                  f"{_next_step(proposal, now, devnet)}", highlight=False)
+
+
+app = typer.Typer(help="The DAO: propose curations, vote, queue and execute.",
+                  no_args_is_help=True)
+
+AccountOption = Annotated[int | None, typer.Option(
+    "--account", "--key-index",
+    help="Devnet only: sign with Anvil's public account N (default: GYM_VOTER_KEY).")]
+
+
+@app.command()
+def delegate(
+    ctx: typer.Context,
+    to: Annotated[str | None, typer.Option(help="Address to delegate to (default: yourself).")] = None,
+    account: AccountOption = None,
+) -> None:
+    """Delegate your GYM votes (to yourself by default): only delegated tokens vote."""
+    client = runtime_of(ctx).client(account)
+    tx = client.delegate(to)
+    who = client.account.address
+    console.print(f"{who} delegated to {to or 'itself'}; votes of {to or who} now "
+                  f"{_gym(client.votes(to or who))} (tx {tx.tx_hash})", highlight=False)
+
+
+@app.command("propose-curation")
+def propose_curation(
+    ctx: typer.Context,
+    from_log: Annotated[str, typer.Option("--from-log", help="Local publisher log to curate from.")],
+    indices: Annotated[str, typer.Option(help="Leaf indices, comma-separated: 0,1,2.")],
+    description: Annotated[str, typer.Option(help="Why these entries belong in the library.")] = "",
+    account: AccountOption = None,
+) -> None:
+    """Propose to append leaves of an anchored publisher log to the curated library."""
+    try:
+        wanted = [int(part) for part in indices.split(",") if part.strip()]
+    except ValueError:
+        raise GovernanceError(f"--indices is comma-separated leaf numbers, not {indices!r}") from None
+    rt = runtime_of(ctx)
+    client = rt.client(account)
+    plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted, description)
+    proposal_id, tx = client.propose(plan)
+    console.print(plan.description, highlight=False, markup=False)
+    console.print(f"proposed (tx {tx.tx_hash})", highlight=False)
+    _print_status(client, proposal_id)
+
+
+@app.command("list")
+def list_proposals(ctx: typer.Context) -> None:
+    """Every proposal with its state and tally."""
+    client = runtime_of(ctx).client()
+    proposals = client.proposals()
+    if not proposals:
+        console.print("no proposals yet: `gym gov propose-curation`")
+        return
+    now = client.now()
+    table = Table("#", "title", "state", "for", "against", "abstain", "quorum", "deadline",
+                  title=f"proposals (chain time {_when(now, now)})")
+    for n, p in enumerate(proposals, 1):
+        table.add_row(str(n), p.title, p.state.label, _gym(p.votes_for), _gym(p.votes_against),
+                      _gym(p.votes_abstain), _gym(p.quorum), _when(p.deadline, now))
+    console.print(table)
+
+
+@app.command()
+def show(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """One proposal: description, state, tally, quorum, snapshot, deadline, eta."""
+    client = runtime_of(ctx).client()
+    p = client.proposal(_resolve_id(client, proposal))
+    now = client.now()
+    if as_json:
+        console.print_json(json.dumps({
+            "id": str(p.proposal_id), "proposer": p.proposer, "state": p.state.label,
+            "title": p.title, "document_cid": p.document_cid, "snapshot": p.snapshot,
+            "deadline": p.deadline, "eta": p.eta, "for": str(p.votes_for),
+            "against": str(p.votes_against), "abstain": str(p.votes_abstain),
+            "quorum": str(p.quorum), "description": p.description}))
+        return
+    console.print(p.description, highlight=False, markup=False)
+    console.print(f"\nid {p.proposal_id}\nproposer {p.proposer}\nstate {p.state.label}\n"
+                  f"for {_gym(p.votes_for)}, against {_gym(p.votes_against)}, abstain "
+                  f"{_gym(p.votes_abstain)}; quorum {_gym(p.quorum)} (for + abstain)\n"
+                  f"snapshot {_when(p.snapshot, now)}\ndeadline {_when(p.deadline, now)}"
+                  + (f"\neta {_when(p.eta, now)}" if p.eta else ""), highlight=False)
+    _print_status(client, p.proposal_id)
+
+
+@app.command()
+def vote(
+    ctx: typer.Context,
+    proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+    support: Annotated[str, typer.Argument(help="for, against or abstain.")],
+    reason: Annotated[str, typer.Option(help="Recorded on chain with the vote.")] = "",
+    account: AccountOption = None,
+) -> None:
+    """Vote on an Active proposal with your own key."""
+    client = runtime_of(ctx).client(account)
+    proposal_id = _resolve_id(client, proposal)
+    choice = VoteType.parse(support)
+    tx = client.vote(proposal_id, choice, reason)
+    snapshot = client.proposal(proposal_id).snapshot
+    console.print(f"{client.account.address} voted {choice.name.lower()} with "
+                  f"{_gym(client.votes(client.account.address, snapshot))} (tx {tx.tx_hash})",
+                  highlight=False)
+    _print_status(client, proposal_id)
+
+
+@app.command()
+def ballot(
+    ctx: typer.Context,
+    proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+    support: Annotated[str, typer.Argument(help="for, against or abstain.")],
+    voter: Annotated[str, typer.Option(help="The voter's address.")],
+) -> None:
+    """Print the EIP-712 ballot for a wallet to sign (eth_signTypedData_v4); then `gym gov relay`."""
+    client = runtime_of(ctx).client()
+    typed = client.ballot_typed_data(_resolve_id(client, proposal), support, voter)
+    print(json.dumps(typed, indent=2))
+
+
+@app.command()
+def relay(
+    ctx: typer.Context,
+    proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+    support: Annotated[str, typer.Argument(help="for, against or abstain.")],
+    voter: Annotated[str, typer.Option(help="The voter's address.")],
+    signature: Annotated[str, typer.Option(help="The voter's signature of the ballot (0x hex).")],
+    account: AccountOption = None,
+) -> None:
+    """Submit a voter's signed ballot (castVoteBySig); your key pays the gas, theirs voted."""
+    client = runtime_of(ctx).client(account)
+    proposal_id = _resolve_id(client, proposal)
+    tx = client.cast_vote_by_sig(proposal_id, support, voter, signature)
+    console.print(f"relayed {voter}'s vote {VoteType.parse(support).name.lower()} "
+                  f"(tx {tx.tx_hash})", highlight=False)
+    _print_status(client, proposal_id)
+
+
+@app.command()
+def queue(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+          account: AccountOption = None) -> None:
+    """Queue a Succeeded proposal in the timelock."""
+    client = runtime_of(ctx).client(account)
+    proposal_id = _resolve_id(client, proposal)
+    tx = client.queue(proposal_id)
+    console.print(f"queued (tx {tx.tx_hash})", highlight=False)
+    _print_status(client, proposal_id)
+
+
+@app.command()
+def execute(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+            account: AccountOption = None) -> None:
+    """Execute a Queued proposal whose timelock delay has passed."""
+    client = runtime_of(ctx).client(account)
+    proposal_id = _resolve_id(client, proposal)
+    tx = client.execute(proposal_id)
+    info = client.ledger.log_info(client.curated_log_id)
+    console.print(f"executed (tx {tx.tx_hash}); curated library {info.name!r} (log "
+                  f"{info.log_id}): size {info.size}, root 0x{info.root.hex()}", highlight=False)
+    _print_status(client, proposal_id)

@@ -1,0 +1,41 @@
+"""Exceptions of the governance package: one base, each also a builtin where one fits.
+
+Messages are one line that says what is wrong and what to do; the CLI root prints them as
+``error: ...`` without a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GovernanceError(RuntimeError):
+    """Base of every error the governance package raises on purpose."""
+
+
+class CurationError(GovernanceError, ValueError):
+    """A curation proposal cannot be built: unknown log, unanchored index, bad proof, ..."""
+
+
+class VotingPowerError(GovernanceError):
+    """The account had no votes at the proposal's snapshot (its vote would weigh 0)."""
+
+
+class SignatureError(GovernanceError, ValueError):
+    """A vote signature does not recover to the voter at its current nonce (forged or replayed)."""
+
+
+class ProposalStateError(GovernanceError):
+    """The proposal is not in a state that allows the action (vote, queue, execute)."""
+
+
+class GovernorRevertError(GovernanceError):
+    """A contract refused a call; ``name`` is its custom error and ``values`` its arguments.
+
+    The message is one readable line: the raw error, then what it means.
+    """
+
+    def __init__(self, name: str, values: dict[str, Any], meaning: str = ""):
+        self.name, self.values, self.meaning = name, values, meaning
+        args = ", ".join(f"{key}={value}" for key, value in values.items())
+        super().__init__(f"the contract refused: {name}({args})" + (f": {meaning}" if meaning else ""))

@@ -1,0 +1,121 @@
+"""`gym gov` and `gym devnet mine` driven as a user types them, on a real Anvil."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import re
+
+import pytest
+from eth_account import Account
+
+import governance
+from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
+from governance.cli import devnet_account_key
+
+SAMPLES = DEVNET_DIR / "samples" / "experiences.jsonl"
+
+
+def test_package_docstring_example_runs():
+    result = doctest.testmod(governance, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_account_keys_are_anvils_dev_accounts():
+    assert [devnet_account_key(i) for i in range(5)] == list(ANVIL_DEV_KEYS)
+
+
+@pytest.mark.anvil
+def test_curation_through_the_cli(gym_env):
+    def gym(*args: str, ok: bool = True, **kwargs):
+        result = gym_env.run(*args, **kwargs)
+        assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
+        return result
+
+    gym("devnet", "up")
+    gym("ledger", "create", "alice/math")
+    gym("ledger", "append", "alice/math", str(SAMPLES))
+    gym("ledger", "publish", "alice/math")
+    assert "no proposals yet" in gym("gov", "list").stdout
+
+    proposed = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,2",
+                   "--description", "Two rules worth keeping.", "--account", "1").stdout
+    assert "# Curate 2 entries from alice/math" in proposed and "Two rules worth keeping." in proposed
+    assert re.search(r"Pending; voting opens after \d{4}-\d\d-\d\d .* UTC", proposed)
+    document_cid = re.search(r"Proposal document: ipfs://(\S+)", proposed).group(1)
+    assert json.loads(gym("ipfs", "cat", document_cid).stdout)["source"]["log"] == "alice/math"
+
+    voted = gym("gov", "vote", "1", "for", "--reason", "useful", "--account", "1").stdout
+    assert "voted for with 1,000 GYM" in voted
+    assert re.search(r"Active; voting closes at .* UTC \(in \d+ min \d+ s\); on the devnet: "
+                     r"`gym devnet mine --seconds \d+`", voted)
+    gym("gov", "vote", "1", "abstain", extra_env={"GYM_VOTER_KEY": ANVIL_DEV_KEYS[2]})
+    # Account 3 signs its ballot off-line; account 0 relays it and pays the gas.
+    voter = Account.from_key(ANVIL_DEV_KEYS[3])
+    typed = json.loads(gym("gov", "ballot", "1", "for", "--voter", voter.address).stdout)
+    signature = Account.sign_typed_data(voter.key, full_message=typed).signature.to_0x_hex()
+    relay = ("gov", "relay", "1", "for", "--voter", voter.address, "--signature", signature,
+             "--account", "0")
+    assert f"relayed {voter.address}'s vote for" in gym(*relay).stdout
+    assert "has already voted" in gym(*relay, ok=False).stderr  # replayed
+
+    listed = gym("gov", "list").stdout
+    assert re.search(r"Curate 2 entries from alice/math\s*│ Active\s*│ 2,000 GYM\s*│ 0 GYM\s*│ "
+                     r"1,000 GYM\s*│ 200 GYM", listed)
+    refused = gym("gov", "queue", "1", "--account", "0", ok=False).stderr
+    assert "GovernorUnexpectedProposalState" in refused and "the proposal is Active, this needs " \
+        "it Succeeded" in refused and "Traceback" not in refused
+
+    gym("devnet", "mine", "--seconds", "301")
+    queued = gym("gov", "queue", "1", "--account", "4").stdout
+    assert "Queued; executable at" in queued and "gym devnet mine --seconds" in queued
+    assert "TimelockUnexpectedOperationState" in gym("gov", "execute", "1", "--account", "4",
+                                                     ok=False).stderr
+    mined = gym("devnet", "mine", "--seconds", "61", "--blocks", "3").stdout
+    assert "mined 3 blocks" in mined and "(+6" in mined
+    executed = gym("gov", "execute", "1", "--account", "4").stdout
+    assert "curated library 'gym/curated' (log 1): size 2, root 0x" in executed
+    shown = json.loads(gym("gov", "show", "1", "--json").stdout)
+    assert (shown["state"], shown["for"], shown["abstain"]) == ("Executed", str(2000 * 10**18),
+                                                                str(1000 * 10**18))
+    assert shown["document_cid"] == document_cid
+
+
+@pytest.mark.anvil
+def test_cli_refusals_are_one_clear_line(gym_env):
+    assert gym_env.run("devnet", "up").returncode == 0
+    assert gym_env.run("ledger", "create", "alice/math").returncode == 0
+    assert gym_env.run("ledger", "append", "alice/math", str(SAMPLES)).returncode == 0
+
+    def refused(*args: str) -> str:
+        result = gym_env.run(*args)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith("error: ")
+        return result.stderr
+
+    propose = ("gov", "propose-curation", "--indices", "0", "--account", "0", "--from-log")
+    assert "unknown log 'bob/none'" in refused(*propose, "bob/none")
+    assert ("leaf 0 of log 'alice/math' is not anchored: its last anchored checkpoint has 0 "
+            "leaves (the log has 5); run `gym ledger publish alice/math`") in refused(
+                *propose, "alice/math")
+    assert gym_env.run("ledger", "publish", "alice/math").returncode == 0
+    assert "leaf 7 of log 'alice/math' is not anchored" in refused(
+        "gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,7", "--account", "0")
+    assert "no signing key: set GYM_VOTER_KEY" in refused("gov", "propose-curation", "--from-log",
+                                                          "alice/math", "--indices", "0")
+    assert gym_env.run(*propose, "alice/math").returncode == 0
+    assert "had no votes at the proposal's snapshot" in refused("gov", "vote", "1", "for",
+                                                                "--account", "7")
+    assert "a vote is for, against or abstain, not 'maybe'" in refused("gov", "vote", "1", "maybe",
+                                                                       "--account", "1")
+    assert "there are 1 proposals; no number 2" in refused("gov", "show", "2")
+
+
+@pytest.mark.anvil
+def test_demo_curates_the_samples_by_dao_vote(gym_env):
+    result = gym_env.run("demo", "--no-train")
+    assert result.returncode == 0, result.stderr
+    assert "5. DAO curation" in result.stdout and "one by signature, relayed" in result.stdout
+    assert re.search(r"curated library 'gym/curated' size 5, on-chain root\s+0x[0-9a-f]{64}",
+                     result.stdout)
+    assert "on-chain root matches the RFC 9162 root of the curated leaves" in result.stdout
