@@ -3,8 +3,11 @@ experience library into every prompt.
 
 Modules: `protocol` (OpenAI request/response shapes), `engine` (the `Engine` interface and
 `TransformersEngine`), `injection` (library rendering and prefix KV reuse), `library` (the
-`LibrarySource` interface and a static JSON source), `serving` + `server` (the FastAPI app),
-`metrics`, `settings`, `cli` (`gym node serve`).
+`LibrarySource` interface and a static JSON source), `sync` (`ChainLibrarySource`: follows a
+log on chain, verifies every leaf and the root before use), `receipts` (EIP-712 signed
+proof-of-inference receipts with a TOPLOC activation commitment, and their verification),
+`receipt_log` (the node's own receipt log, anchored periodically), `serving` + `server` (the
+FastAPI app), `metrics`, `settings`, `cli` (`gym node serve`, `gym verify receipt`).
 
     >>> from inference_node import LibrarySnapshot, library_block
     >>> snapshot = LibrarySnapshot("v1", "0x01", 2, "00" * 32,

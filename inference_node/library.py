@@ -2,13 +2,14 @@
 
 A source hands out immutable `LibrarySnapshot`s. The server asks for `current()` once per request
 and keeps that snapshot for the request's whole life, so swapping the library never changes what
-an in-flight request was prompted with. `status()` says when the source last synced and, when the
-newest library failed verification, why; the source then keeps serving the last good snapshot and
-`/health` reports `degraded`.
+an in-flight request was prompted with. `status()` says when the source last synced and, when
+something failed, why, and `/health` reports `degraded`. What a source serves after a failure is
+its own policy: `StaticLibrarySource` keeps the last good file; `ChainLibrarySource`
+(`inference_node.sync`) serves nothing from a log that failed verification, and keeps its last
+verified snapshot only when the chain or the content store is merely unreachable.
 
 This module holds the interface and `StaticLibrarySource` (a JSON file, for tests and for running
-a node without a chain). The verified source that follows the curated log on chain and checks every
-leaf and the root comes later and implements the same two methods.
+a node without a chain).
 
 JSON file format::
 

@@ -3,7 +3,12 @@
 `create_app(engine, library_source, settings)` builds the app; `gym node serve` runs it with
 uvicorn. Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions` (JSON, or
 Server-Sent Events `data: {chunk}` … `data: [DONE]` with `"stream": true`), `GET /health`,
-`GET /metrics` (Prometheus text).
+`GET /metrics` (Prometheus text), and on a node that signs receipts
+`GET /v1/receipts/{cid}/proof` (the receipt's inclusion proof in the node's receipt log).
+
+`create_app(..., receipts=ReceiptSigner, receipt_log=ReceiptLog)` turns receipts on (see
+`inference_node.serving`); the receipt log is anchored every `receipt_log.interval_s` and once
+more on shutdown. A `ChainLibrarySource` is polled every `poll_s` while the app runs.
 
 Every error body has OpenAI's shape `{"error": {message, type, param, code}}`: 400 for invalid
 requests (FastAPI's 422 schema errors and malformed JSON included, as OpenAI answers them), 404
@@ -13,6 +18,8 @@ failure.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -32,8 +39,12 @@ from inference_node.protocol import (
     ErrorResponse,
     ModelList,
 )
+from inference_node.receipt_log import ReceiptLog
+from inference_node.receipts import ReceiptSigner
 from inference_node.serving import APIError, OpenAIServing
 from inference_node.settings import NodeSettings
+from inference_node.sync import ChainLibrarySource
+from ledger.errors import NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -51,24 +62,41 @@ async def list_models(serving: Serving) -> ModelList:
     return serving.models()
 
 
+async def _request_json(raw: Request, serving: OpenAIServing) -> dict | None:
+    """The body as JSON, which a receipt's request digest is over (only when signing)."""
+    return await raw.json() if serving.receipts is not None else None
+
+
 @router.post("/v1/chat/completions")
-async def create_chat_completion(body: ChatCompletionRequest, serving: Serving) -> Response:
+async def create_chat_completion(body: ChatCompletionRequest, serving: Serving,
+                                 raw: Request) -> Response:
     prepared = serving.prepare_chat(body)
     if body.stream:
         return StreamingResponse(serving.chat_stream(body, prepared),
                                  media_type="text/event-stream", headers=prepared.headers())
-    response = await serving.chat(body, prepared)
-    return JSONResponse(response.model_dump(mode="json"), headers=prepared.headers())
+    response = await serving.chat(body, prepared, await _request_json(raw, serving))
+    return JSONResponse(prepared.body(response), headers=prepared.headers())
 
 
 @router.post("/v1/completions")
-async def create_completion(body: CompletionRequest, serving: Serving) -> Response:
+async def create_completion(body: CompletionRequest, serving: Serving, raw: Request
+                            ) -> Response:
     prepared = serving.prepare_completion(body)
     if body.stream:
         return StreamingResponse(serving.completion_stream(body, prepared),
                                  media_type="text/event-stream", headers=prepared.headers())
-    response = await serving.completion(body, prepared)
-    return JSONResponse(response.model_dump(mode="json"), headers=prepared.headers())
+    response = await serving.completion(body, prepared, await _request_json(raw, serving))
+    return JSONResponse(prepared.body(response), headers=prepared.headers())
+
+
+@router.get("/v1/receipts/{cid}/proof")
+async def receipt_proof(cid: str, serving: Serving) -> dict:
+    if serving.receipt_log is None:
+        raise APIError(404, "This node keeps no receipt log.", code="not_found")
+    try:
+        return await asyncio.to_thread(serving.receipt_log.proof, cid)
+    except NotFoundError as exc:
+        raise APIError(404, str(exc), code="receipt_not_found") from None
 
 
 @router.get("/health")
@@ -115,18 +143,26 @@ async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(engine: Engine, library_source: LibrarySource,
-               settings: NodeSettings | None = None) -> FastAPI:
-    """The node's app; starts the engine's worker on startup and stops it on shutdown."""
+               settings: NodeSettings | None = None, *, receipts: ReceiptSigner | None = None,
+               receipt_log: ReceiptLog | None = None) -> FastAPI:
+    """The node's app; starts the engine's worker (and library polling, receipt anchoring) on
+    startup and stops them on shutdown, anchoring pending receipts last."""
     settings = settings or NodeSettings()
-    serving = OpenAIServing(engine, library_source, settings)
+    serving = OpenAIServing(engine, library_source, settings, receipts, receipt_log)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         engine.start()
-        try:
-            yield
-        finally:
-            engine.shutdown()
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(library_source, ChainLibrarySource):
+                polling = asyncio.create_task(library_source.run_polling())
+                stack.callback(polling.cancel)
+            if receipt_log is not None:
+                await stack.enter_async_context(receipt_log.anchoring())
+            try:
+                yield
+            finally:
+                engine.shutdown()
 
     app = FastAPI(title="Gym Ledger inference node", lifespan=lifespan)
     app.state.serving = serving

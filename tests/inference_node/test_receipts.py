@@ -1,0 +1,276 @@
+"""Receipts: EIP-712 signature round trip, TOPLOC activation commitment, and every named failure,
+with a node that signs over loopback (no chain: the unbound domain)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import time
+
+import httpx
+import pytest
+from node_helpers import MODEL_NAME, build_tiny_model, make_engine
+from node_helpers import run_server as run_plain_server
+
+from inference_node.library import LibrarySnapshot, StaticLibrarySource
+from inference_node.receipts import (
+    ReceiptDomain,
+    ReceiptError,
+    ReceiptSigner,
+    bundle_json,
+    library_ref,
+    model_digest,
+    parse_receipt,
+    receipt_hash,
+    sign_receipt,
+    verify_receipt_bundle,
+    verify_receipt_signature,
+)
+from ledger.entries import encode_entry
+
+NODE_KEY = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"  # Anvil #1
+OTHER_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"  # Anvil #0
+DOMAIN = ReceiptDomain()
+CIDS = ["bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",
+        "bafkreidvbhs33ighmljlvr7zbv2ywwzcmp5adtf4kqvlly67cy56bdtmve"]
+SNAPSHOT = LibrarySnapshot("v", "0x07", 2, "ab" * 32,
+                           ((CIDS[0], "check each step"), (CIDS[1], "answer with a number")))
+
+
+@contextlib.contextmanager
+def run_server(engine, source, **create_app_kwargs):
+    """`node_helpers.run_server` with `create_app` keyword arguments (receipts, receipt_log)."""
+    import node_helpers
+
+    from inference_node import server
+
+    original = node_helpers.create_app
+    node_helpers.create_app = lambda e, s, settings: server.create_app(e, s, settings,
+                                                                       **create_app_kwargs)
+    try:
+        with run_plain_server(engine, source) as running:
+            yield running
+    finally:
+        node_helpers.create_app = original
+
+
+REQUEST = {"model": MODEL_NAME, "temperature": 0, "max_tokens": 8,
+           "messages": [{"role": "user", "content": "the farmer buys twelve apple"}]}
+
+
+@pytest.fixture(scope="module")
+def other_model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("other") / "model", seed=1)
+
+
+@pytest.fixture(scope="module")
+def signing_node(tiny_model_dir):
+    engine = make_engine(tiny_model_dir)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as running:
+        yield running
+
+
+def ask(node, request=REQUEST) -> tuple[dict, httpx.Response]:
+    reply = httpx.post(f"{node.base_url}/chat/completions", json=request, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json(), reply
+
+
+def bundle_of(body: dict, request=REQUEST) -> dict:
+    evidence = body["receipt_evidence"]
+    return bundle_json(parse_receipt(body["receipt"]), ReceiptDomain.from_json(evidence["domain"]),
+                       route="chat", request=request,
+                       text=body["choices"][0]["message"]["content"],
+                       completion_token_ids=evidence["completion_token_ids"])
+
+
+@pytest.fixture(scope="module")
+def answered(signing_node):
+    body, reply = ask(signing_node)
+    return body, reply
+
+
+def offline_verify(bundle, weights_dir, **kwargs):
+    """The bundle checked with the model, its experiences' texts taken as the node's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference_node import receipts
+
+    texts = dict(SNAPSHOT.experiences)
+    original = receipts._check_library
+    receipts._check_library = lambda *a: texts  # the chain's part is test_sync's
+    try:
+        return verify_receipt_bundle(
+            bundle, contract=object(), content=object(),
+            model=AutoModelForCausalLM.from_pretrained(weights_dir),
+            tokenizer=AutoTokenizer.from_pretrained(weights_dir), **kwargs)
+    finally:
+        receipts._check_library = original
+
+
+def test_receipt_in_body_and_header_signature_round_trip(answered):
+    body, reply = answered
+    receipt = parse_receipt(body["receipt"])
+    header = reply.headers["x-gym-receipt"]
+    assert parse_receipt(header) == receipt
+    assert reply.headers["x-gym-receipt-cid"] == body["receipt_evidence"]["receipt_cid"]
+    assert base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)) == encode_entry(receipt)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, None, "sha256:" + "0" * 64).address
+    assert verify_receipt_signature(receipt, DOMAIN) == signer == receipt.node
+    assert receipt.library == library_ref("0x07", 2, "ab" * 32)
+    assert receipt.experience_ids == CIDS
+    assert receipt.sampling.temperature == 0 and receipt.sampling.max_tokens == 8
+    assert receipt.tokens.completion == 8 == body["usage"]["completion_tokens"]
+    assert receipt.activation_commitment.startswith("toploc1:64:32:")
+    assert len(receipt_hash(receipt, DOMAIN)) == 32
+
+
+def test_seedless_request_gets_a_recorded_seed(signing_node):
+    request = {**REQUEST, "temperature": 1.0}
+    body, _ = ask(signing_node, request)
+    seed = parse_receipt(body["receipt"]).sampling.seed
+    again, _ = ask(signing_node, {**request, "seed": seed})
+    assert again["choices"][0]["message"]["content"] == body["choices"][0]["message"]["content"]
+
+
+def test_full_bundle_verifies_with_the_model(answered, tiny_model_dir):
+    checks = offline_verify(bundle_of(answered[0]), tiny_model_dir, model_dir=tiny_model_dir)
+    assert [c.name for c in checks if c.passed] == ["signature", "request/response", "library",
+                                                   "activations"]
+
+
+def _resign(receipt_json: dict, **changes) -> dict:
+    receipt = parse_receipt(receipt_json).model_copy(update={**changes, "signature": None})
+    return json.loads(encode_entry(sign_receipt(receipt, NODE_KEY, DOMAIN)))
+
+
+@pytest.mark.parametrize("mutation, reason", [
+    ("edited-response", "response_digest"),
+    ("changed-prompt", "request_digest"),
+    ("dropped-experience-unsigned", "wrong_signer"),
+    ("dropped-experience-resigned", "token_counts"),
+    ("edited-receipt-field", "wrong_signer"),
+    ("wrong-signer", "wrong_signer"),
+    ("no-signature", "bad_signature"),
+    ("other-domain", "wrong_domain"),
+])
+def test_named_failures(answered, tiny_model_dir, mutation, reason):
+    bundle = bundle_of(answered[0])
+    bad = copy.deepcopy(bundle)
+    domain = None
+    if mutation == "edited-response":
+        bad["response"]["text"] += " seven"
+    elif mutation == "changed-prompt":
+        bad["request"]["messages"][0]["content"] = "the farmer sells twelve apple"
+    elif mutation == "dropped-experience-unsigned":
+        bad["receipt"]["experience_ids"] = CIDS[:1]
+    elif mutation == "dropped-experience-resigned":  # the prompt had both: counts differ
+        bad["receipt"] = _resign(bundle["receipt"], experience_ids=CIDS[:1])
+    elif mutation == "edited-receipt-field":
+        bad["receipt"]["time"] += 1
+    elif mutation == "wrong-signer":
+        receipt = parse_receipt(bundle["receipt"]).model_copy(update={"signature": None})
+        other = ReceiptSigner(OTHER_KEY, DOMAIN, None, "sha256:" + "0" * 64)
+        forged = sign_receipt(receipt.model_copy(update={"node": other.address}), OTHER_KEY,
+                              DOMAIN)
+        bad["receipt"] = {**json.loads(encode_entry(forged)), "node": receipt.node}
+    elif mutation == "no-signature":
+        del bad["receipt"]["signature"]
+    elif mutation == "other-domain":
+        domain = ReceiptDomain(31337, "0x" + "11" * 20)
+    with pytest.raises(ReceiptError) as failure:
+        offline_verify(bad, tiny_model_dir, domain=domain)
+    assert failure.value.reason == reason
+    offline_verify(bundle, tiny_model_dir)  # the unmutated bundle still passes
+
+
+def test_other_model_fails_the_activation_check(tiny_model_dir, other_model_dir):
+    """A node runs another model but claims the verifier's model digest."""
+    engine = make_engine(other_model_dir)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as node:
+        body, _ = ask(node)
+    with pytest.raises(ReceiptError) as failure:
+        offline_verify(bundle_of(body), tiny_model_dir, model_dir=tiny_model_dir)
+    assert failure.value.reason == "activation_mismatch"
+    assert "exponents differ" in str(failure.value)
+
+
+def test_model_digest_named(answered, tiny_model_dir, other_model_dir):
+    with pytest.raises(ReceiptError) as failure:
+        offline_verify(bundle_of(answered[0]), other_model_dir, model_dir=other_model_dir)
+    assert failure.value.reason == "model_digest"
+
+
+def test_signing_overhead_is_small(signing_node, tiny_model_dir, capsys):
+    """Receipt signing + commitment against a node without receipts (printed, loosely bound)."""
+    plain_engine = make_engine(tiny_model_dir)
+    with run_server(plain_engine, StaticLibrarySource(SNAPSHOT)) as plain:
+        def timed(node, n=5):
+            ask(node)
+            start = time.perf_counter()
+            for _ in range(n):
+                ask(node)
+            return (time.perf_counter() - start) / n
+        signed, unsigned = timed(signing_node), timed(plain)
+    with capsys.disabled():
+        print(f"\nrequest latency: {unsigned * 1e3:.1f} ms plain, {signed * 1e3:.1f} ms with "
+              f"receipt (+{(signed - unsigned) * 1e3:.1f} ms)")
+    assert signed < unsigned + 1.0
+
+
+def test_verify_receipt_command_offline(answered, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from inference_node.cli import verify_receipt
+
+    app = typer.Typer()
+    app.command("receipt")(verify_receipt)
+    app.command("other")(lambda: None)  # two commands: `receipt` stays a subcommand
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    bundle = bundle_of(answered[0])
+    good.write_text(json.dumps(bundle))
+    bundle["response"]["text"] += " seven"
+    bad.write_text(json.dumps(bundle))
+    ok = CliRunner().invoke(app, ["receipt", str(good), "--offline"])
+    assert ok.exit_code == 0 and "signature" in ok.output, ok.output
+    failed = CliRunner().invoke(app, ["receipt", str(bad), "--offline"])
+    assert failed.exit_code == 1 and "response_digest" in failed.output
+
+
+def test_key_from_env_or_keystore_never_printed(tmp_path, monkeypatch):
+    from eth_account import Account
+
+    from inference_node.cli import _load_key
+
+    monkeypatch.setenv("GYM_NODE_KEY", NODE_KEY)
+    assert _load_key("GYM_NODE_KEY", None, "PW") == NODE_KEY
+    keystore = tmp_path / "node.json"
+    keystore.write_text(json.dumps(Account.encrypt(NODE_KEY, "s3cret")))
+    monkeypatch.setenv("PW", "s3cret")
+    assert _load_key(None, keystore, "PW") == NODE_KEY
+    monkeypatch.setenv("PW", "wrong")
+    with pytest.raises(Exception) as failure:
+        _load_key(None, keystore, "PW")
+    assert "wrong" not in str(failure.value) and NODE_KEY[4:] not in str(failure.value)
+
+
+def test_completion_route_receipt_verifies(signing_node, tiny_model_dir):
+    request = {"model": MODEL_NAME, "prompt": "seven apple and three banana is",
+               "max_tokens": 6, "temperature": 0, "echo": True}
+    reply = httpx.post(f"{signing_node.base_url}/completions", json=request, timeout=60)
+    body = reply.json()
+    evidence = body["receipt_evidence"]
+    text = body["choices"][0]["text"].removeprefix(request["prompt"])  # the digest skips echo
+    bundle = bundle_json(parse_receipt(body["receipt"]), ReceiptDomain.from_json(
+        evidence["domain"]), route="completion", request=request, text=text,
+        completion_token_ids=evidence["completion_token_ids"])
+    checks = offline_verify(bundle, tiny_model_dir, model_dir=tiny_model_dir)
+    assert checks[-1].name == "activations" and checks[-1].passed
+    with pytest.raises(ReceiptError) as failure:
+        offline_verify({**bundle, "route": "chat"}, tiny_model_dir)
+    assert failure.value.reason in ("malformed", "token_counts", "activation_mismatch")
