@@ -17,7 +17,10 @@ The DAO (DESIGN.md "Contracts") is wired so that the deployer keeps no power ove
 - ``GymGovernor``: clock in seconds (the token's ERC-6372 ``mode=timestamp``), so voting delay,
   voting period and timelock delay are all durations in seconds;
 - the curated library ``gym/curated``: created in the ExperienceLedger by the deployer, then
-  handed to the timelock, so only an executed proposal can append to it.
+  handed to the timelock, so only an executed proposal can append to it;
+- ``NodeRegistry``: inference nodes stake GymToken (at least ``node_min_stake``) and name
+  their receipt log; its governance is the timelock, so only an executed proposal can slash
+  a node or resolve a challenge. The minimum stake is fixed at deployment.
 """
 
 from __future__ import annotations
@@ -36,8 +39,13 @@ from contracts import load_artifact
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
 
-MANIFEST_VERSION = 2  # 2: the DAO (token, timelock, governor) and the curated library
-CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor")
+MANIFEST_VERSION = 3  # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry
+# What an older manifest lacks, by its version (said when asking for a redeploy).
+_MISSING_SINCE = {
+    1: "the DAO contracts, the curated library and the NodeRegistry",
+    2: "the NodeRegistry",
+}
+CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "NodeRegistry")
 CURATED_LIBRARY_NAME = "gym/curated"
 ZERO_ADDRESS = "0x" + "00" * 20
 CURATED_LOG_KIND = 1  # IExperienceLedger.LogKind.Curated
@@ -72,6 +80,7 @@ class GovernanceParams(BaseModel):
     token_symbol: str = "GYM"
     tokens_per_holder: int = 1_000  # whole tokens (18 decimals) minted to each holder
     holders: list[str] = []  # checksummed addresses that received tokens and self-delegated
+    node_min_stake: int = 100 * 10**18  # GYM base units a NodeRegistry node stakes at least
 
 
 class Deployment(BaseModel):
@@ -111,8 +120,8 @@ class Deployment(BaseModel):
                 f"{path} is corrupted ({first}): run `gym devnet up --redeploy` to write it anew"
             ) from None
         if deployment.version != MANIFEST_VERSION:
-            why = (" (it predates the DAO contracts and the curated library)"
-                   if deployment.version < MANIFEST_VERSION else "")
+            missing = _MISSING_SINCE.get(deployment.version)
+            why = f" (it predates {missing})" if missing else ""
             raise DeploymentFileError(
                 f"{path} has manifest version {deployment.version}, this gym reads "
                 f"{MANIFEST_VERSION}{why}: run `gym devnet up --redeploy`"
@@ -224,6 +233,11 @@ def deploy_all(
     receipt = deployer.send(ledger.functions.createLog(CURATED_LIBRARY_NAME, CURATED_LOG_KIND))
     curated_log_id = ledger.events.LogCreated().process_receipt(receipt)[0]["args"]["logId"]
     deployer.send(ledger.functions.transferLogOwnership(curated_log_id, timelock.address))
+
+    contracts["NodeRegistry"] = deployer.deploy(
+        "NodeRegistry", contracts["GymToken"].address, timelock.address,
+        contracts["ExperienceLedger"].address, governance.node_min_stake,
+    )
 
     last_block = w3.eth.get_block("latest")
     return Deployment(

@@ -109,6 +109,14 @@ def test_up_wires_the_dao(gym_env):
         assert token.functions.delegates(holder).call() == holder
     assert token.functions.totalSupply().call() == len(holders) * params.tokens_per_holder * 10**18
 
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    assert registry.functions.governance().call() == timelock.address  # only proposals slash
+    assert registry.functions.stakeToken().call() == token.address
+    assert registry.functions.ledger().call() == ledger.address
+    assert registry.functions.minStake().call() == params.node_min_stake == 100 * 10**18
+    assert registry.functions.totalStaked().call() == 0
+
 
 def test_a_passed_proposal_runs_through_the_timelock(gym_env):
     """Smoke of the wiring on a real chain: propose, vote, queue, execute a settings change.
@@ -173,7 +181,8 @@ def test_manifest_of_an_older_gym_says_redeploy(gym_env):
     status = gym_env.run("devnet", "status")
     assert status.returncode == 1
     assert (f"has manifest version 1, this gym reads {MANIFEST_VERSION} (it predates the DAO "
-            "contracts and the curated library): run `gym devnet up --redeploy`") in status.stderr
+            "contracts, the curated library and the NodeRegistry): run `gym devnet up --redeploy`"
+            ) in status.stderr
     up = gym_env.run("devnet", "up")
     assert up.returncode == 0, up.stderr
     assert json.loads(gym_env.deployment_file.read_text())["version"] == MANIFEST_VERSION
