@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,18 +41,15 @@ from pathlib import Path
 import httpx
 from openai import AsyncOpenAI, OpenAIError
 
+from devnet.anvil import free_port
+from devnet.settings import ANVIL_DEV_KEYS
+
 MODEL_NAME = "bench-model"
 NODE_KEY_ENV = "GYM_BENCH_NODE_KEY"
-NODE_KEY = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"  # Anvil #1
+NODE_KEY = ANVIL_DEV_KEYS[1]  # a public devnet key
 QUESTIONS = ["A farmer has 12 apples and buys 3 boxes of 7. How many apples?",
              "What is 17 times 3?", "Check: is 91 a prime number?",
              "A train covers 120 km in 1.5 hours. What is its speed?"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

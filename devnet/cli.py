@@ -149,12 +149,12 @@ def root(
     ctx.obj = ledger_runtime(GymSettings())
 
 
-def _print_deployment(up_or_status_deployment, rpc_url: str) -> None:
-    table = Table("contract", "address", title=f"deployment on chain {up_or_status_deployment.chain_id}")
-    for name, contract in up_or_status_deployment.contracts.items():
+def _print_deployment(deployment: Deployment, rpc_url: str) -> None:
+    table = Table("contract", "address", title=f"deployment on chain {deployment.chain_id}")
+    for name, contract in deployment.contracts.items():
         table.add_row(name, contract.address)
     console.print(table)
-    console.print(f"RPC: {rpc_url}  deployment block: {up_or_status_deployment.deployment_block}")
+    console.print(f"RPC: {rpc_url}  deployment block: {deployment.deployment_block}")
 
 
 @devnet_app.command()

@@ -235,28 +235,28 @@ class LogStore:
             loaded = _TileSet(self._fetch_tiles(conn, log_id, _tiles_for(needed)))
         return [_subtrees.range_hash(rng, loaded.node, node_hash) for rng in ranges]
 
-    def _sizes(self, name: str, size: int | None) -> tuple[int, int]:
+    def _size(self, name: str, size: int | None) -> int:
         current = self.get_log(name).size
         size = current if size is None else size
         if not 0 <= size <= current:
             raise LedgerError(f"log {name!r} has {current} leaves; size {size} is out of range")
-        return size, current
+        return size
 
     def root(self, name: str, size: int | None = None) -> bytes:
         """RFC 9162 root at ``size`` (default: the current size)."""
-        size, _ = self._sizes(name, size)
+        size = self._size(name, size)
         return self._hashes(name, [(0, size)])[0] if size else EMPTY_ROOT
 
     def inclusion_proof(self, name: str, index: int, size: int | None = None) -> list[bytes]:
         """Audit path of leaf ``index`` in the tree of ``size`` leaves (default: current)."""
-        size, _ = self._sizes(name, size)
+        size = self._size(name, size)
         if not 0 <= index < size:
             raise LedgerError(f"leaf index {index} is out of range for size {size}")
         return self._hashes(name, _subtrees.inclusion_ranges(index, size))
 
     def consistency_proof(self, name: str, old_size: int, new_size: int | None = None) -> list[bytes]:
         """Consistency proof from ``old_size`` to ``new_size`` (default: current)."""
-        new_size, _ = self._sizes(name, new_size)
+        new_size = self._size(name, new_size)
         if not 0 <= old_size <= new_size:
             raise LedgerError(f"old size {old_size} must be between 0 and new size {new_size}")
         return self._hashes(name, _subtrees.consistency_ranges(old_size, new_size))

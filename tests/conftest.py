@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devnet.settings import ANVIL_DEV_KEYS
+
 GYM = Path(sys.executable).parent / "gym"
 
 
@@ -114,10 +116,7 @@ def database_url(request, tmp_path):
 # --- ledger: a deployed devnet and ExperienceLedger clients (tests/ledger) ------------------
 
 # Anvil's default accounts 0 and 1: public knowledge, worthless outside a devnet.
-ANVIL_KEYS = (
-    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
-    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
-)
+ANVIL_KEYS = ANVIL_DEV_KEYS[:2]  # public devnet keys: account 0 owns, account 1 owns nothing
 
 
 @dataclass

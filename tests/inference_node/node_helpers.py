@@ -10,15 +10,16 @@ free port and is stopped when its `with` block ends.
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import uvicorn
 
+from devnet.anvil import free_port
 from inference_node.engine import TransformersEngine
 from inference_node.library import StaticLibrarySource
 from inference_node.server import create_app
@@ -93,10 +94,16 @@ class RunningServer:
     engine: object
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def wait_for_health(proc, port: int, timeout_s: float) -> dict:
+    """Poll a `gym node serve` subprocess's /health until it answers; fail if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, proc.stdout.read().decode()
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health").json()
+        except httpx.TransportError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
 
 
 @contextlib.contextmanager

@@ -7,10 +7,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
-from node_helpers import LIBRARY, free_port
+from node_helpers import LIBRARY, free_port, wait_for_health
 from typer.testing import CliRunner
 
 import inference_node
@@ -40,15 +39,7 @@ def test_node_serve_subprocess(tiny_model_dir, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health").json()
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+        health = wait_for_health(proc, port, timeout_s=60)
         assert health["status"] == "ok" and health["model"] == "tiny"
         assert health["library"]["size"] == 3
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions",

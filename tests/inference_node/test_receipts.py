@@ -14,6 +14,7 @@ import pytest
 from node_helpers import MODEL_NAME, build_tiny_model, make_engine
 from node_helpers import run_server as run_plain_server
 
+from devnet.settings import ANVIL_DEV_KEYS
 from inference_node.library import LibrarySnapshot, StaticLibrarySource
 from inference_node.receipts import (
     ReceiptDomain,
@@ -30,7 +31,7 @@ from inference_node.receipts import (
 )
 from ledger.entries import encode_entry
 
-NODE_KEY = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"  # Anvil #1
+NODE_KEY = ANVIL_DEV_KEYS[1]  # a public devnet key
 OTHER_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"  # Anvil #0
 DOMAIN = ReceiptDomain()
 CIDS = ["bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",

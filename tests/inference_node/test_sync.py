@@ -5,7 +5,6 @@ tampering, and stays up; receipts logged, anchored and verified end to end."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -198,7 +197,7 @@ def test_gym_node_serve_follows_log_signs_and_anchors_on_shutdown(ledger_devnet,
     import sys
 
     gym_bin = Path(sys.executable).parent / "gym"
-    from node_helpers import free_port
+    from node_helpers import free_port, wait_for_health
 
     gym = ledger_devnet.gym
     samples = tmp_path / "experiences.jsonl"
@@ -217,15 +216,7 @@ def test_gym_node_serve_follows_log_signs_and_anchors_on_shutdown(ledger_devnet,
                              "--key-env", "GYM_NODE_KEY", "--anchor-interval", "3600"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health").json()
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.3)
+        health = wait_for_health(proc, port, timeout_s=90)
         assert health["status"] == "ok" and health["library"]["size"] == 2
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=REQUEST,
                            timeout=60)

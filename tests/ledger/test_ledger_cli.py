@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from devnet.settings import ANVIL_DEV_KEYS
 from ledger import LogStore
 from ledger.batches import BatchManifest, store_batch
 from ledger.blockstore import LocalBlockStore
@@ -157,7 +158,7 @@ def test_wrong_owner_cannot_publish_and_nothing_is_recorded(gym, tmp_path):
     entries = tmp_path / "e.json"
     entries.write_text(json.dumps(experience(1)))
     ok(gym.run("ledger", "append", LOG, str(entries)))
-    other = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+    other = ANVIL_DEV_KEYS[1]
     line = one_error_line(gym.run("ledger", "publish", LOG, extra_env={"GYM_PUBLISHER_KEY": other}))
     assert f"ExperienceLedgerNotLogOwner(logId={LOG_ID}, caller=0x70997970C51812dc3A010C7d01b50e0d17dc79C8" in line
     assert "GYM_PUBLISHER_KEY" in line
