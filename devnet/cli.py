@@ -22,6 +22,7 @@ import contracts
 import contracts.cli
 import devnet.ipfs_cli
 import governance.cli
+import governance.dashboard.cli
 import inference_node.cli
 import ledger.cli
 import trainer.cli
@@ -60,6 +61,7 @@ def _governance_root(ctx: typer.Context) -> None:
 
 
 app.add_typer(governance.cli.app, name="gov", callback=_governance_root)
+app.command(name="dashboard")(governance.dashboard.cli.dashboard)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -129,6 +131,8 @@ def governance_runtime(settings: GymSettings, ledger_rt: ledger.cli.LedgerRuntim
             timelock_address=deployment.contracts["TimelockController"].address,
             timelock_abi=contracts.load_artifact("TimelockController").abi,
             curated_log_id=deployment.curated_log_id,
+            node_registry_address=(deployment.contracts["NodeRegistry"].address
+                                   if "NodeRegistry" in deployment.contracts else None),
         )
 
     return governance.cli.GovernanceRuntime(ledger_rt, config)
@@ -146,7 +150,10 @@ def root(
     Settings come from GYM_* environment variables (GYM_RPC_URL, GYM_DATA_DIR, GYM_DB_URL,
     GYM_IPFS_API, GYM_PUBLISHER_KEY, ...); the defaults run everything locally.
     """
-    ctx.obj = ledger_runtime(GymSettings())
+    settings = GymSettings()
+    ctx.obj = ledger_runtime(settings)
+    # Commands outside `gym gov` that need the DAO (the dashboard) build it on demand.
+    ctx.meta["governance_runtime"] = lambda: governance_runtime(settings, ctx.obj)
 
 
 def _print_deployment(deployment: Deployment, rpc_url: str) -> None:

@@ -3,10 +3,14 @@
 ``GovernanceClient`` (``governance.client``) proposes a curation (one
 ``appendManyFromLog`` call whose inclusion proofs come from a local, anchored publisher log),
 lists and shows proposals with their state and tallies, votes directly or relays EIP-712
-``castVoteBySig`` ballots, and queues and executes through the timelock. Custom errors of the
+``castVoteBySig`` ballots, cancels pending proposals, proposes governance-parameter changes
+(``governance.proposals``: voting delay/period, threshold, quorum, timelock delay) and node
+slashing (``NodeRegistry.slash`` on an open challenge), decodes every action for display, and
+queues and executes through the timelock. Custom errors of the
 governor, timelock and ledger are decoded into one readable line (``GovernorRevertError``).
 ``governance.devnet_time`` moves the devnet's timestamp clock (``gym devnet mine``).
-``gym gov`` (``governance.cli``) is the command line over the client.
+``gym gov`` (``governance.cli``) is the command line over the client; ``gym dashboard``
+(``governance.dashboard``) is the web page over the same chain state.
 
 >>> from governance import ProposalState, VoteType
 >>> ProposalState(4).label, VoteType.parse("abstain")
@@ -25,21 +29,32 @@ from governance.errors import (
     CurationError,
     GovernanceError,
     GovernorRevertError,
+    NotProposerError,
+    ParameterError,
     ProposalStateError,
     SignatureError,
+    SlashError,
     VotingPowerError,
 )
+from governance.proposals import ActionDecoder, DecodedAction, ParamsProposal, SlashProposal
 
 __all__ = [
+    "ActionDecoder",
     "CurationError",
     "CurationProposal",
+    "DecodedAction",
     "GovernanceClient",
     "GovernanceError",
     "GovernorRevertError",
+    "NotProposerError",
+    "ParameterError",
+    "ParamsProposal",
     "Proposal",
     "ProposalState",
     "ProposalStateError",
     "SignatureError",
+    "SlashError",
+    "SlashProposal",
     "SourcedLeaf",
     "VoteType",
     "VotingPowerError",

@@ -15,7 +15,13 @@ to the chain's now, which on the devnet runs ahead of the wall clock once time w
     gym gov relay ID for --voter ADDR --signature 0x...   # castVoteBySig, gas paid by the relayer
     gym gov queue ID
     gym gov execute ID
+    gym gov cancel ID               # the proposer withdraws a Pending proposal
+    gym gov propose-params --voting-period 600 --quorum-percent 5 [--timelock-delay 120 ...]
+    gym gov propose-slash 0xOPERATOR --amount 50 --reason TEXT [--challenge 1]
     gym devnet mine --seconds 301   # devnet: end the voting period / the timelock delay
+
+The NodeRegistry that ``propose-slash`` targets is the deployment's; ``GYM_NODE_REGISTRY``
+names another.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from rich.table import Table
 from governance.client import GovernanceClient, Proposal, ProposalState, VoteType
 from governance.devnet_time import DEVNET_CHAIN_ID
 from governance.errors import GovernanceError
+from governance.proposals import format_gym, format_parameter, parse_gym
 from ledger.cli import LedgerRuntime
 
 console = Console()
@@ -46,6 +53,7 @@ class GovernanceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GYM_", extra="ignore")
 
     voter_key: SecretStr | None = None  # GYM_VOTER_KEY: signs votes, proposals, delegations
+    node_registry: str | None = None  # GYM_NODE_REGISTRY: overrides the deployment's registry
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,7 @@ class GovernanceConfig:
     timelock_address: str
     timelock_abi: list[dict]
     curated_log_id: int
+    node_registry_address: str | None = None  # NodeRegistry governed by the timelock
 
 
 @dataclass
@@ -71,11 +80,12 @@ class GovernanceRuntime:
         config = self.config()
         w3 = ledger_contract.w3
         key = _voter_key(w3.eth.chain_id, account)
+        registry = GovernanceSettings().node_registry or config.node_registry_address
         return GovernanceClient(
             w3, config.governor_address, config.governor_abi, config.token_address,
             config.token_abi, ledger_contract, config.timelock_address, config.timelock_abi,
             curated_log_id=config.curated_log_id, private_key=key,
-            from_block=self.ledger.chain.deployment_block)
+            from_block=self.ledger.chain.deployment_block, node_registry_address=registry)
 
 
 def devnet_account_key(index: int) -> str:
@@ -161,7 +171,35 @@ def _print_status(client: GovernanceClient, proposal_id: int) -> None:
                   f"{_next_step(proposal, now, devnet)}", highlight=False)
 
 
-app = typer.Typer(help="The DAO: propose curations, vote, queue and execute.",
+def _print_proposed(client: GovernanceClient, description: str, proposal_id: int, tx) -> None:
+    console.print(description, highlight=False, markup=False)
+    console.print(f"proposed (tx {tx.tx_hash})", highlight=False)
+    _print_status(client, proposal_id)
+
+
+def _print_effects(client: GovernanceClient, proposal: Proposal) -> None:
+    """What an executed proposal changed, read back from the chain."""
+    actions = client.describe_actions(proposal)
+    called = {action.function for action in actions}
+    if called & {"appendManyFromLog", "appendFromLog"}:
+        info = client.ledger.log_info(client.curated_log_id)
+        console.print(f"curated library {info.name!r} (log {info.log_id}): size {info.size}, "
+                      f"root 0x{info.root.hex()}", highlight=False)
+    if called & {"setVotingDelay", "setVotingPeriod", "setProposalThreshold",
+                 "updateQuorumNumerator", "updateDelay"}:
+        params = client.governance_parameters()
+        console.print("governance parameters now: " + ", ".join(
+            f"{name.replace('_', ' ')} {format_parameter(name, value)}"
+            for name, value in vars(params).items()), highlight=False)
+    for action in actions:
+        if action.function == "slash":
+            node = client.node(action.args["operator"])
+            console.print(f"node {node.operator}: stake now {format_gym(node.stake)}",
+                          highlight=False)
+
+
+app = typer.Typer(help="The DAO: propose curations, parameter changes and slashing; vote, "
+                       "queue, execute, cancel.",
                   no_args_is_help=True)
 
 AccountOption = Annotated[int | None, typer.Option(
@@ -200,9 +238,65 @@ def propose_curation(
     client = rt.client(account)
     plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted, description)
     proposal_id, tx = client.propose(plan)
-    console.print(plan.description, highlight=False, markup=False)
-    console.print(f"proposed (tx {tx.tx_hash})", highlight=False)
-    _print_status(client, proposal_id)
+    _print_proposed(client, plan.description, proposal_id, tx)
+
+
+@app.command("propose-params")
+def propose_params(
+    ctx: typer.Context,
+    voting_delay: Annotated[int | None, typer.Option(
+        help="Seconds from a proposal to its snapshot, when voting opens.")] = None,
+    voting_period: Annotated[int | None, typer.Option(
+        help="Seconds voting stays open (at least 1).")] = None,
+    proposal_threshold: Annotated[str | None, typer.Option(
+        help="GYM of votes a proposer needs, e.g. 10 or 0.5.")] = None,
+    quorum_percent: Annotated[int | None, typer.Option(
+        help="Percent of the supply (1..100) that For + Abstain must reach.")] = None,
+    timelock_delay: Annotated[int | None, typer.Option(
+        help="Seconds a passed proposal waits in the timelock before it can execute.")] = None,
+    description: Annotated[str, typer.Option(help="Why the change is wanted.")] = "",
+    account: AccountOption = None,
+) -> None:
+    """Propose to change the DAO's own parameters (executed by the timelock).
+
+    Each given option becomes one action: the governor's setVotingDelay, setVotingPeriod,
+    setProposalThreshold or updateQuorumNumerator, or the timelock's updateDelay. Values are
+    checked before anything is sent. A change applies to proposals made after it executes.
+    """
+    client = runtime_of(ctx).client(account)
+    threshold = (None if proposal_threshold is None
+                 else parse_gym(proposal_threshold, "--proposal-threshold"))
+    plan = client.build_params_change(
+        voting_delay=voting_delay, voting_period=voting_period, proposal_threshold=threshold,
+        quorum_numerator=quorum_percent, timelock_delay=timelock_delay, description=description)
+    proposal_id, tx = client.propose(plan)
+    _print_proposed(client, plan.description, proposal_id, tx)
+
+
+@app.command("propose-slash")
+def propose_slash(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="The node's operator address (0x...).")],
+    amount: Annotated[str, typer.Option(help="GYM to take from the node's stake, e.g. 50.")],
+    reason: Annotated[str, typer.Option(help="Why: what the node did (voters read this).")],
+    challenge: Annotated[int | None, typer.Option(
+        help="The NodeRegistry challenge this answers (default: the node's one open challenge).")
+    ] = None,
+    beneficiary: Annotated[str | None, typer.Option(
+        help="Who receives the slashed GYM: an address, or 'challenger' (default: the DAO "
+             "timelock, its treasury).")] = None,
+    account: AccountOption = None,
+) -> None:
+    """Propose to slash a node's stake in the NodeRegistry (only the timelock can slash).
+
+    Refused before anything is sent: an unknown node, an amount above its stake, a challenge
+    that is unknown, against another node or dismissed.
+    """
+    client = runtime_of(ctx).client(account)
+    plan = client.build_slash(node, parse_gym(amount, "--amount"), reason,
+                              challenge_id=challenge, beneficiary=beneficiary)
+    proposal_id, tx = client.propose(plan)
+    _print_proposed(client, plan.description, proposal_id, tx)
 
 
 @app.command("list")
@@ -215,19 +309,21 @@ def list_proposals(ctx: typer.Context) -> None:
         return
     now = client.now()
     table = Table("#", "title", "state", "for", "against", "abstain", "quorum", "deadline",
-                  title=f"proposals (chain time {_when(now, now)})")
+                  "actions", title=f"proposals (chain time {_when(now, now)})")
     for n, p in enumerate(proposals, 1):
+        actions = "; ".join(action.short for action in client.describe_actions(p))
         table.add_row(str(n), p.title, p.state.label, _gym(p.votes_for), _gym(p.votes_against),
-                      _gym(p.votes_abstain), _gym(p.quorum), _when(p.deadline, now))
+                      _gym(p.votes_abstain), _gym(p.quorum), _when(p.deadline, now), actions)
     console.print(table)
 
 
 @app.command()
 def show(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """One proposal: description, state, tally, quorum, snapshot, deadline, eta."""
+    """One proposal: description, its actions decoded, state, tally, quorum, timeline."""
     client = runtime_of(ctx).client()
     p = client.proposal(_resolve_id(client, proposal))
+    actions = client.describe_actions(p)
     now = client.now()
     if as_json:
         console.print_json(json.dumps({
@@ -235,9 +331,14 @@ def show(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or
             "title": p.title, "document_cid": p.document_cid, "snapshot": p.snapshot,
             "deadline": p.deadline, "eta": p.eta, "for": str(p.votes_for),
             "against": str(p.votes_against), "abstain": str(p.votes_abstain),
-            "quorum": str(p.quorum), "description": p.description}))
+            "quorum": str(p.quorum), "description": p.description,
+            "actions": [{"target": a.target, "contract": a.contract, "function": a.function,
+                         "summary": a.summary} for a in actions]}))
         return
     console.print(p.description, highlight=False, markup=False)
+    console.print("\nactions:", highlight=False)
+    for n, action in enumerate(actions, 1):
+        console.print(f"  {n}. {action.summary}", highlight=False, markup=False)
     console.print(f"\nid {p.proposal_id}\nproposer {p.proposer}\nstate {p.state.label}\n"
                   f"for {_gym(p.votes_for)}, against {_gym(p.votes_against)}, abstain "
                   f"{_gym(p.votes_abstain)}; quorum {_gym(p.quorum)} (for + abstain)\n"
@@ -315,7 +416,17 @@ def execute(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id
     client = runtime_of(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
     tx = client.execute(proposal_id)
-    info = client.ledger.log_info(client.curated_log_id)
-    console.print(f"executed (tx {tx.tx_hash}); curated library {info.name!r} (log "
-                  f"{info.log_id}): size {info.size}, root 0x{info.root.hex()}", highlight=False)
+    console.print(f"executed (tx {tx.tx_hash})", highlight=False)
+    _print_effects(client, client.proposal(proposal_id))
+    _print_status(client, proposal_id)
+
+
+@app.command()
+def cancel(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+           account: AccountOption = None) -> None:
+    """Withdraw your own proposal while it is Pending, before voting opens."""
+    client = runtime_of(ctx).client(account)
+    proposal_id = _resolve_id(client, proposal)
+    tx = client.cancel(proposal_id)
+    console.print(f"canceled (tx {tx.tx_hash})", highlight=False)
     _print_status(client, proposal_id)

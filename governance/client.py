@@ -54,9 +54,26 @@ from governance.errors import (
     CurationError,
     GovernanceError,
     GovernorRevertError,
+    NotProposerError,
     ProposalStateError,
     SignatureError,
+    SlashError,
     VotingPowerError,
+)
+from governance.proposals import (
+    ActionDecoder,
+    ChallengeInfo,
+    ChallengeStatus,
+    DecodedAction,
+    GovernanceParameters,
+    NodeInfo,
+    ParamsProposal,
+    ProposalPlan,
+    SlashProposal,
+    check_slash_amount,
+    format_gym,
+    plan_params_change,
+    plan_slash,
 )
 from ledger.chain import LedgerContract, LogKind, TxResult
 from ledger.errors import LedgerError, NotFoundError, VerificationError
@@ -72,6 +89,9 @@ DOCUMENT_TYPE = "curation-proposal"
 _DOCUMENT_LINE = re.compile(r"^Proposal document: ipfs://(\S+)$", re.MULTILINE)
 _APPEND_MANY = "appendManyFromLog(uint256,(uint256,uint64,uint64,bytes32,bytes,bytes32[])[])"
 _APPEND_MANY_TYPES = ["uint256", "(uint256,uint64,uint64,bytes32,bytes,bytes32[])[]"]
+# What the client reads of the timelock when it was given no ABI for it.
+_MIN_DELAY_ABI = [{"type": "function", "name": "getMinDelay", "stateMutability": "view",
+                   "inputs": [], "outputs": [{"name": "", "type": "uint256"}]}]
 
 
 class ProposalState(IntEnum):
@@ -183,6 +203,7 @@ class Proposal:
     votes_abstain: int
     quorum: int  # For + Abstain needed (at the snapshot, or now while the snapshot is ahead)
     created_block: int | None = None
+    values: list[int] = field(default_factory=list)  # wei sent with each action
 
     @property
     def title(self) -> str:
@@ -212,25 +233,47 @@ class GovernanceClient:
     """GymGovernor at ``governor_address``, its token and timelock, and the ledger it curates.
 
     ``private_key`` signs transactions unless a call passes its own ``key``; reads need none.
-    ``from_block`` is where event scans start (the deployment block).
+    ``from_block`` is where event scans start (the deployment block). ``node_registry_address``
+    (optional) is the NodeRegistry whose nodes ``build_slash`` proposes to slash; its ABI
+    defaults to the project's build of ``NodeRegistry``.
     """
 
     def __init__(self, w3: Web3, governor_address: str, governor_abi: list[dict],
                  token_address: str, token_abi: list[dict], ledger: LedgerContract,
                  timelock_address: str, timelock_abi: list[dict] | None = None, *,
-                 curated_log_id: int, private_key: str | None = None, from_block: int = 0):
+                 curated_log_id: int, private_key: str | None = None, from_block: int = 0,
+                 node_registry_address: str | None = None,
+                 node_registry_abi: list[dict] | None = None):
         self.w3 = w3
         self.governor = w3.eth.contract(address=to_checksum_address(governor_address),
                                         abi=governor_abi)
         self.token = w3.eth.contract(address=to_checksum_address(token_address), abi=token_abi)
         self.ledger = ledger
         self.timelock_address = to_checksum_address(timelock_address)
+        self.timelock = w3.eth.contract(address=self.timelock_address,
+                                        abi=timelock_abi or _MIN_DELAY_ABI)
         self.curated_log_id = curated_log_id
         self.account = Account.from_key(private_key) if private_key else None
         self.from_block = from_block
+        self.registry = None
+        if node_registry_address is not None:
+            if node_registry_abi is None:
+                from contracts import load_artifact
+
+                node_registry_abi = load_artifact("NodeRegistry").abi
+            self.registry = w3.eth.contract(address=to_checksum_address(node_registry_address),
+                                            abi=node_registry_abi)
         self._errors = _ErrorTable()
-        for abi in (governor_abi, ledger.abi, token_abi, timelock_abi or []):
+        for abi in (governor_abi, ledger.abi, token_abi, timelock_abi or [],
+                    node_registry_abi or []):
             self._errors.add(abi)
+        known = {self.governor.address: ("GymGovernor", governor_abi),
+                 self.timelock_address: ("TimelockController", timelock_abi or _MIN_DELAY_ABI),
+                 self.token.address: ("GymToken", token_abi),
+                 ledger.address: ("ExperienceLedger", ledger.abi)}
+        if self.registry is not None:
+            known[self.registry.address] = ("NodeRegistry", node_registry_abi)
+        self.decoder = ActionDecoder(known)
 
     # -- accounts and delegation --------------------------------------------------------------
 
@@ -353,8 +396,9 @@ class GovernanceClient:
         return CurationProposal(self.ledger.address, self.curated_log_id, tuple(leaves), text,
                                 document_cid, log_name)
 
-    def propose(self, proposal: CurationProposal, key: str | None = None) -> tuple[int, TxResult]:
-        """Submit ``proposal``; returns its id and the transaction."""
+    def propose(self, proposal: ProposalPlan, key: str | None = None) -> tuple[int, TxResult]:
+        """Submit ``proposal`` (a ``CurationProposal``, ``ParamsProposal`` or ``SlashProposal``);
+        returns its id and the transaction."""
         signer = self._signer(key)
         with self._calls():
             threshold = self.governor.functions.proposalThreshold().call()
@@ -370,6 +414,129 @@ class GovernanceClient:
             signer)
         created = self.governor.events.ProposalCreated().process_receipt(receipt)
         return created[0]["args"]["proposalId"], result
+
+    # -- governance parameters ----------------------------------------------------------------
+
+    def governance_parameters(self) -> GovernanceParameters:
+        """The governor's voting delay, period, threshold and quorum, and the timelock delay."""
+        functions = self.governor.functions
+        with self._calls():
+            return GovernanceParameters(
+                voting_delay=functions.votingDelay().call(),
+                voting_period=functions.votingPeriod().call(),
+                proposal_threshold=functions.proposalThreshold().call(),
+                quorum_numerator=functions.quorumNumerator().call(),
+                timelock_delay=self.timelock.functions.getMinDelay().call())
+
+    def build_params_change(self, *, voting_delay: int | None = None,
+                            voting_period: int | None = None,
+                            proposal_threshold: int | None = None,
+                            quorum_numerator: int | None = None,
+                            timelock_delay: int | None = None,
+                            description: str = "") -> ParamsProposal:
+        """A proposal that sets each given parameter (seconds; threshold in token base units;
+        quorum in percent of the supply). Raises ``ParameterError`` before anything is sent
+        for a value the contracts would refuse, that changes nothing, or that would lock
+        governance (see ``governance.proposals.plan_params_change``)."""
+        wanted = {"voting_delay": voting_delay, "voting_period": voting_period,
+                  "proposal_threshold": proposal_threshold,
+                  "quorum_numerator": quorum_numerator, "timelock_delay": timelock_delay}
+        with self._calls():
+            supply = self.token.functions.totalSupply().call()
+        return plan_params_change(self.governance_parameters(), wanted,
+                                  governor_address=self.governor.address,
+                                  timelock_address=self.timelock_address, total_supply=supply,
+                                  description=description)
+
+    # -- node slashing ------------------------------------------------------------------------
+
+    def _registry(self):
+        if self.registry is None:
+            raise GovernanceError("no NodeRegistry is known to this client: the deployment names "
+                                  "none (run `gym devnet up --redeploy`), or set "
+                                  "GYM_NODE_REGISTRY to its address")
+        return self.registry
+
+    def node(self, operator: str) -> NodeInfo:
+        """The NodeRegistry's record of ``operator`` (``exists`` is False when it has none)."""
+        operator = _address(operator, "node")
+        with self._calls():
+            n = self._registry().functions.nodeOf(operator).call()
+        return NodeInfo(operator, to_checksum_address(n[0]), n[1], n[2], bytes(n[3]), n[4], n[5],
+                        n[6])
+
+    def _challenge_events(self, **filters: Any) -> dict[int, str]:
+        with self._calls():
+            events = self._registry().events.ChallengeOpened().get_logs(
+                from_block=self.from_block, argument_filters=filters)
+        return {e["args"]["challengeId"]: e["args"]["evidenceCid"] for e in events}
+
+    def challenge(self, challenge_id: int) -> ChallengeInfo:
+        """Challenge ``challenge_id`` (status ``NONE`` when it does not exist)."""
+        with self._calls():
+            c = self._registry().functions.challengeOf(challenge_id).call()
+        evidence = self._challenge_events(challengeId=challenge_id).get(challenge_id) if c[3] else None
+        return ChallengeInfo(challenge_id, to_checksum_address(c[0]), to_checksum_address(c[1]),
+                             c[2], ChallengeStatus(c[3]), bytes(c[4]), evidence)
+
+    def challenges_against(self, operator: str) -> list[ChallengeInfo]:
+        """Every challenge opened against ``operator``, oldest first, with its status now."""
+        operator = _address(operator, "node")
+        return [self.challenge(cid) for cid in sorted(self._challenge_events(operator=operator))]
+
+    def build_slash(self, operator: str, amount: int, reason: str, *,
+                    challenge_id: int | None = None,
+                    beneficiary: str | None = None) -> SlashProposal:
+        """A proposal that slashes ``amount`` (token base units) of node ``operator``'s stake.
+
+        ``challenge_id`` defaults to the one open challenge against the node. ``beneficiary``
+        receives the slashed GYM: an address, ``"challenger"`` (whoever opened the challenge),
+        or by default the DAO timelock (the treasury). Raises ``SlashError`` before anything is
+        sent for what ``NodeRegistry.slash`` would refuse when the timelock executes it.
+        """
+        registry = self._registry()
+        with self._calls():
+            governance = to_checksum_address(registry.functions.governance().call())
+            min_stake = registry.functions.minStake().call()
+        if governance != self.timelock_address:
+            raise SlashError(f"the NodeRegistry at {registry.address} is governed by {governance}, "
+                             f"not by this DAO's timelock {self.timelock_address}: a proposal "
+                             "could never slash there")
+        node = self.node(operator)
+        if not node.exists:
+            with self._calls():
+                operator_of = to_checksum_address(
+                    registry.functions.operatorOfSigner(node.operator).call())
+            if int(operator_of, 16):
+                raise SlashError(f"{node.operator} is the receipt signer of node {operator_of}, "
+                                 "not an operator: name the operator address")
+        check_slash_amount(node, amount)
+        if challenge_id is None:
+            against = self.challenges_against(node.operator)
+            open_ = [c for c in against if c.status == ChallengeStatus.OPEN]
+            if not open_:
+                upheld = [f"#{c.challenge_id}" for c in against
+                          if c.status == ChallengeStatus.UPHELD]
+                raise SlashError(
+                    f"no open challenge against node {node.operator}: slashing answers a "
+                    "challenge (anyone opens one with NodeRegistry.challenge(operator, "
+                    "receiptHash, evidenceCid))" + (f"; upheld ones: {', '.join(upheld)}, name "
+                                                    "one with --challenge ID" if upheld else ""))
+            if len(open_) > 1:
+                raise SlashError(f"{len(open_)} challenges against node {node.operator} are open "
+                                 f"({', '.join(f'#{c.challenge_id}' for c in open_)}): pick one "
+                                 "with --challenge ID")
+            found = open_[0]
+        else:
+            found = self.challenge(challenge_id)
+        if beneficiary is None:
+            paid_to, label = self.timelock_address, "the DAO timelock, its treasury"
+        elif beneficiary.strip().lower() == "challenger":
+            paid_to, label = found.challenger, f"the challenger of #{found.challenge_id}"
+        else:
+            paid_to, label = _address(beneficiary, "beneficiary"), ""
+        return plan_slash(node, found, amount, reason, registry_address=registry.address,
+                          beneficiary=paid_to, beneficiary_label=label, min_stake=min_stake)
 
     # -- reading proposals --------------------------------------------------------------------
 
@@ -401,7 +568,7 @@ class GovernanceClient:
         return Proposal(proposal_id, to_checksum_address(args["proposer"]), state,
                         args["description"], [to_checksum_address(t) for t in args["targets"]],
                         [bytes(c) for c in args["calldatas"]], snapshot, deadline, eta, against,
-                        for_, abstain, quorum, created["blockNumber"])
+                        for_, abstain, quorum, created["blockNumber"], list(args["values"]))
 
     def proposals(self) -> list[Proposal]:
         created = self._created_events()
@@ -515,6 +682,48 @@ class GovernanceClient:
         """Execute a Queued proposal whose timelock delay has passed (anyone may)."""
         return self._send(self.governor.functions.execute(proposal_id), self._signer(key))[1]
 
+    def cancel(self, proposal_id: int, key: str | None = None, *,
+               verify: bool = True) -> TxResult:
+        """Cancel a Pending proposal: only its proposer may, and only before voting opens.
+
+        Sends OpenZeppelin's ``cancel(targets, values, calldatas, descriptionHash)`` with the
+        proposal's own actions (``proposalDetails``). With ``verify`` (the default) the client
+        first refuses, with ``ProposalStateError`` or ``NotProposerError``, what the governor
+        would refuse; ``verify=False`` leaves it to the contract (``GovernorUnableToCancel``).
+        """
+        signer = self._signer(key)
+        functions = self.governor.functions
+        with self._calls():
+            targets, values, calldatas, description_hash = \
+                functions.proposalDetails(proposal_id).call()
+        if verify:
+            with self._calls():
+                state = ProposalState(functions.state(proposal_id).call())
+                proposer = to_checksum_address(functions.proposalProposer(proposal_id).call())
+                snapshot = functions.proposalSnapshot(proposal_id).call()
+            if proposer != signer.address:
+                raise NotProposerError(f"{signer.address} did not make proposal {proposal_id}: "
+                                       f"only its proposer {proposer} can cancel it")
+            if state == ProposalState.PENDING and is_devnet(self.w3):
+                # An idle Anvil's head block stands still while its next block takes the wall
+                # clock's time: what counts is the time the cancel will be mined at.
+                with self._calls():
+                    mined_at = self.w3.eth.get_block("pending")["timestamp"]
+                if mined_at > snapshot:
+                    state = ProposalState.ACTIVE
+            if state != ProposalState.PENDING:
+                raise ProposalStateError(
+                    f"proposal {proposal_id} is {state.label}: a proposal can be canceled only "
+                    f"while Pending, before voting opens (after its snapshot at {snapshot})")
+        call = functions.cancel(targets, values, calldatas, description_hash)
+        return self._send(call, signer)[1]
+
+    def describe_actions(self, proposal: Proposal) -> list[DecodedAction]:
+        """``proposal``'s actions, each decoded into one readable line."""
+        values = proposal.values or [0] * len(proposal.targets)
+        return [self.decoder.decode(t, c, v)
+                for t, c, v in zip(proposal.targets, proposal.calldatas, values, strict=True)]
+
     def advance_time(self, seconds: int = 0, blocks: int = 1) -> int:
         """Devnet only: move the clock and mine; returns the new chain time."""
         return advance_time(self.w3, seconds, blocks)["timestamp"]
@@ -532,8 +741,12 @@ class GovernanceClient:
             receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
         result = TxResult(tx_hash.to_0x_hex(), receipt["blockNumber"], receipt["gasUsed"])
         if receipt["status"] != 1:
-            with self._calls():  # replay to learn why: the state moved since estimation
-                call.call({"from": signer.address}, block_identifier=receipt["blockNumber"] - 1)
+            # Replay to learn why: the state or the time moved since estimation. Replayed on top
+            # of the block it was mined in, the call sees that block's timestamp (what a
+            # time-dependent check like a proposal's state saw) and, the transaction having
+            # reverted, the state it ran on.
+            with self._calls():
+                call.call({"from": signer.address}, block_identifier=receipt["blockNumber"])
             raise GovernanceError(f"transaction {result.tx_hash} reverted in block "
                                   f"{result.block_number}")
         return receipt, result
@@ -575,12 +788,24 @@ class GovernanceClient:
         return GovernanceError(f"the contract reverted with unknown error data 0x{data.hex()[:72]}")
 
 
+def _address(text: str, what: str) -> str:
+    try:
+        return to_checksum_address(text.strip())
+    except (ValueError, TypeError):
+        raise GovernanceError(f"the {what} is an address (0x and 40 hex digits), not "
+                              f"{text!r}") from None
+
+
 def _format_value(error: str, abi_input: dict, value: Any) -> Any:
     name, kind = abi_input["name"], abi_input["type"]
     if name == "current" and error == "GovernorUnexpectedProposalState":
         return ProposalState(value).label
     if name == "expectedStates" and error == "GovernorUnexpectedProposalState":
         return "|".join(_states_of(int.from_bytes(value, "big")))
+    if name == "status" and error == "NodeRegistryChallengeNotOpen":
+        return ChallengeStatus(value).label
+    if name in ("amount", "stake", "minStake") and error.startswith("NodeRegistry"):
+        return format_gym(value)
     if kind == "address":
         return to_checksum_address(value)
     if isinstance(value, bytes):
@@ -612,6 +837,33 @@ def _meaning(name: str, v: dict[str, Any]) -> str:
             lambda: f"log {v['logId']} has no anchored checkpoint of size {v['size']}",
         "ExperienceLedgerAlreadyCurated": lambda: "that leaf is already in the curated library",
         "ExperienceLedgerUnknownLog": lambda: f"no log {v['logId']} exists on chain",
+        "GovernorUnableToCancel":
+            lambda: f"{v['account']} cannot cancel proposal {v['proposalId']}: only its proposer "
+                    "can, and only while it is Pending (before voting opens)",
+        "GovernorOnlyExecutor":
+            lambda: f"{v['account']} is not the governor's executor: governance settings change "
+                    "only through an executed proposal",
+        "GovernorInvalidVotingPeriod": lambda: "the voting period must be at least 1 second",
+        "GovernorInvalidQuorumFraction":
+            lambda: f"a quorum of {v['quorumNumerator']}/{v['quorumDenominator']} of the supply "
+                    "is more than all of it",
+        "TimelockUnauthorizedCaller":
+            lambda: f"{v['caller']} is not the timelock: only the timelock changes its own delay",
+        "NodeRegistryNotGovernance":
+            lambda: f"{v['caller']} is not the registry's governance: only the DAO timelock "
+                    "slashes, by an executed proposal",
+        "NodeRegistryNotRegistered": lambda: f"{v['operator']} has no node in the registry",
+        "NodeRegistrySlashExceedsStake":
+            lambda: f"node {v['operator']} stakes only {v['stake']}, less than {v['amount']}",
+        "NodeRegistryUnknownChallenge": lambda: f"no challenge #{v['challengeId']} exists",
+        "NodeRegistryChallengeMismatch":
+            lambda: f"challenge #{v['challengeId']} is against {v['challenged']}, not "
+                    f"{v['operator']}",
+        "NodeRegistryChallengeDismissed":
+            lambda: f"challenge #{v['challengeId']} was dismissed: nothing can be slashed for it",
+        "NodeRegistryZeroAmount": lambda: "the amount must be more than zero",
+        "NodeRegistryInvalidBeneficiary":
+            lambda: f"slashed GYM cannot be paid to {v['beneficiary']}",
         "ExperienceLedgerNotLogOwner":
             lambda: f"{v['caller']} does not own log {v['logId']} (the owner is {v['owner']})",
     }

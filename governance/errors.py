@@ -17,6 +17,19 @@ class CurationError(GovernanceError, ValueError):
     """A curation proposal cannot be built: unknown log, unanchored index, bad proof, ..."""
 
 
+class ParameterError(GovernanceError, ValueError):
+    """A governance-parameter proposal asks for a value the contracts would refuse, or one that
+    changes nothing or would leave governance unusable."""
+
+
+class SlashError(GovernanceError, ValueError):
+    """A slashing proposal cannot be built: unknown node, amount above its stake, bad challenge."""
+
+
+class NotProposerError(GovernanceError, PermissionError):
+    """Only a proposal's proposer may do this (cancel it)."""
+
+
 class VotingPowerError(GovernanceError):
     """The account had no votes at the proposal's snapshot (its vote would weigh 0)."""
 
@@ -26,7 +39,7 @@ class SignatureError(GovernanceError, ValueError):
 
 
 class ProposalStateError(GovernanceError):
-    """The proposal is not in a state that allows the action (vote, queue, execute)."""
+    """The proposal is not in a state that allows the action (vote, cancel, queue, execute)."""
 
 
 class GovernorRevertError(GovernanceError):

@@ -3,7 +3,7 @@
 #   1. .venv/ with torch's CPU build first, then the project with its extras;
 #   2. the pinned npm toolchain (Foundry binaries, solc-js, OpenZeppelin) from package-lock.json;
 #   3. the contracts, built with forge (offline);
-# and, as root on Debian, PostgreSQL for the ledger tests.
+# and, as root on Debian, PostgreSQL for the ledger tests and Chromium for the browser test.
 # Each step is skipped when its inputs have not changed since it last ran, so a second run
 # takes seconds. Environment: PYTHON (default python3), GYM_EXTRAS (default train,serve,dev).
 set -euo pipefail
@@ -24,13 +24,18 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11 o
 command -v node >/dev/null || die "node not found: install Node.js >= 18 and npm (Debian: apt-get install nodejs npm)"
 command -v npm >/dev/null || die "npm not found: install npm (Debian: apt-get install npm)"
 
-# 0. System packages the tests need: PostgreSQL (the ledger suite runs on it as on SQLite).
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+# 0. System packages the tests need: PostgreSQL (the ledger suite runs on it as on SQLite) and
+#    Chromium (the dashboard's browser test drives Debian's build through Playwright; no
+#    browser is ever downloaded).
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing PostgreSQL (Debian package)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    say "installing ${missing[*]} (Debian packages)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "setup: PostgreSQL is not installed; its tests will be skipped (as root: apt-get install postgresql)" >&2
+    echo "setup: not installed: ${missing[*]}; their tests will be skipped (as root: apt-get install ${missing[*]})" >&2
   fi
 fi
 

@@ -1,0 +1,49 @@
+"""The DAO's web dashboard (``gym dashboard``): FastAPI, server-rendered pages, one script.
+
+- ``indexer``: the governor's events (proposals, votes, queue, execute, cancel) and the
+  curated library's appends, indexed incrementally from the deployment block.
+- ``curation``: a proposal's calldata decoded back into its proposed leaves, and each leaf
+  verified without trusting the proposer (entry fetched by CID and re-hashed, inclusion proof
+  checked against the root the ExperienceLedger anchored).
+- ``ballots``: EIP-712 ballots for the voter's wallet (``eth_signTypedData_v4``), relayed by
+  the server (``castVoteBySig``; with a reason, ``castVoteWithReasonAndParamsBySig``).
+- ``transactions``: unsigned delegate / propose / queue / execute transactions for the
+  wallet's ``eth_sendTransaction``, each tried first so a refusal comes back named.
+- ``rpc_proxy``: on the devnet, the whitelisted JSON-RPC proxy that lets the page use Anvil's
+  unlocked accounts through the same EIP-1193 calls.
+- ``security``: Host and Origin checks, CSRF tokens bound to the session cookie, CSP.
+- ``app``, ``pages``, ``api``: the FastAPI application (``create_app``, imported from
+  ``governance.dashboard.app``: it needs Jinja2, which nothing else here does, so ``gym`` starts
+  without it) and its routes; ``cli``: the command.
+
+>>> from governance.dashboard import served_origins
+>>> served_origins("127.0.0.1", 8600)
+('http://127.0.0.1:8600', 'http://localhost:8600')
+"""
+
+from governance.dashboard.curation import (
+    CuratedLeafCheck,
+    LeafCheck,
+    ProposedAction,
+    check_curated_leaves,
+    check_leaf,
+    decode_action,
+)
+from governance.dashboard.indexer import CuratedLeaf, GovernorIndexer, IndexedProposal, IndexedVote
+from governance.dashboard.runtime import DashboardRuntime
+from governance.dashboard.security import served_origins
+
+__all__ = [
+    "CuratedLeaf",
+    "CuratedLeafCheck",
+    "DashboardRuntime",
+    "GovernorIndexer",
+    "IndexedProposal",
+    "IndexedVote",
+    "LeafCheck",
+    "ProposedAction",
+    "check_curated_leaves",
+    "check_leaf",
+    "decode_action",
+    "served_origins",
+]

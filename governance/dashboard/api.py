@@ -1,0 +1,166 @@
+"""The JSON API the page's script calls, and the devnet's ``/rpc`` proxy.
+
+Reads: ``/health``, ``/api/proposals[/{id}]``, ``/api/proposals/{id}/verify`` (422 when a
+proposed leaf fails), ``/api/proposals/{id}/ballot`` (typed data to sign),
+``/api/accounts/{address}``. Writes, each behind the Origin and CSRF checks:
+``/api/proposals/{id}/relay`` (a signed ballot, relayed), ``/api/delegate``,
+``/api/proposals`` (propose), ``/api/proposals/{id}/queue|execute`` (unsigned transactions
+for the wallet), ``/api/devnet/advance`` and ``/rpc`` (devnet only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import APIRouter, Body
+from fastapi.responses import JSONResponse
+
+from governance.client import VoteType
+from governance.dashboard import rpc_proxy
+from governance.dashboard.ballots import ballot_for_wallet, check_voting_power, relay_ballot
+from governance.dashboard.errors import DashboardInputError
+from governance.dashboard.pages import Runtime, indexed_proposal
+from governance.dashboard.protocol import (
+    MAX_REASON,
+    AdvanceRequest,
+    DelegateRequest,
+    ProposeRequest,
+    RelayRequest,
+    SenderRequest,
+    parse_address,
+    parse_support,
+)
+from governance.dashboard.runtime import DashboardRuntime
+from governance.dashboard.transactions import (
+    delegate_tx,
+    execute_tx,
+    propose_curation_tx,
+    queue_tx,
+)
+from governance.dashboard.views import proposal_json, proposal_view
+from governance.devnet_time import NotDevnetError, advance_time
+
+router = APIRouter()
+
+
+def _devnet_only(rt: DashboardRuntime, what: str) -> None:
+    if not rt.devnet:
+        raise NotDevnetError(f"{what} exists only on the devnet (chain id 31337)")
+
+
+def _input(check: Callable[[str], str], value: str) -> str:
+    """``check(value)``, its ``ValueError`` turned into a 422 answer."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise DashboardInputError(str(exc)) from None
+
+
+@router.get("/health")
+def health(rt: Runtime) -> dict:
+    head = rt.indexer.sync()
+    return {"ok": True, "chain_id": rt.chain_id, "head": head,
+            "devnet": rt.devnet, "governor": rt.client.governor.address}
+
+
+@router.get("/api/proposals")
+def proposals(rt: Runtime) -> dict:
+    rt.indexer.sync()
+    now = rt.client.now()
+    return {"proposals": [proposal_json(proposal_view(rt, p, now))
+                          for p in rt.indexer.proposals()]}
+
+
+@router.get("/api/proposals/{proposal_id}")
+def proposal(rt: Runtime, proposal_id: str) -> dict:
+    view = proposal_view(rt, indexed_proposal(rt, proposal_id), rt.client.now(), verify=True)
+    return proposal_json(view)
+
+
+@router.get("/api/proposals/{proposal_id}/verify")
+def verify(rt: Runtime, proposal_id: str) -> JSONResponse:
+    """The dashboard's verdict on every proposed leaf: 200 when all verify, 422 when one fails."""
+    view = proposal_view(rt, indexed_proposal(rt, proposal_id), rt.client.now(), verify=True)
+    data = proposal_json(view)
+    body = {"id": data["id"], "verified": view.verified, "leaves": data.get("leaves", [])}
+    if view.verified is False:
+        failed = next(c for c in view.checks if not c.verified)
+        body["error"] = {"message": f"leaf {failed.leaf.leaf_index} of log "
+                                    f"{failed.leaf.source_log_id} FAILED: {failed.reason}",
+                         "type": "VerificationError", "code": None}
+    return JSONResponse(body, 422 if view.verified is False else 200)
+
+
+@router.get("/api/proposals/{proposal_id}/ballot")
+def ballot(rt: Runtime, proposal_id: str, voter: str, support: str, reason: str = "") -> dict:
+    """Typed data for ``eth_signTypedData_v4``; refused early if the vote could not count."""
+    pid = indexed_proposal(rt, proposal_id).proposal_id
+    voter, support = _input(parse_address, voter), _input(parse_support, support)
+    if len(reason) > MAX_REASON:
+        raise DashboardInputError(f"a reason is at most {MAX_REASON} characters")
+    check_voting_power(rt.client, pid, voter, reach_snapshot=False)
+    return ballot_for_wallet(rt.client, pid, support, voter, reason)
+
+
+@router.post("/api/proposals/{proposal_id}/relay")
+def relay(rt: Runtime, proposal_id: str, body: RelayRequest) -> dict:
+    pid = indexed_proposal(rt, proposal_id).proposal_id
+    if rt.relayer_key is None:
+        raise DashboardInputError("this dashboard relays no ballots (no relayer key): send the "
+                                  "vote from your wallet, or `gym gov relay`")
+    tx = relay_ballot(rt.client, rt.relayer_key, pid, body.support, body.voter,
+                      bytes.fromhex(body.signature[2:]), body.reason)
+    rt.indexer.sync()
+    weight = next((v.weight for v in rt.indexer.proposal(pid).votes if v.voter == body.voter), 0)
+    return {"tx_hash": tx.tx_hash, "block": tx.block_number, "voter": body.voter,
+            "support": VoteType.parse(body.support).name.lower(), "weight": str(weight),
+            "relayer": rt.relayer_address}
+
+
+@router.post("/api/delegate")
+def delegate(rt: Runtime, body: DelegateRequest) -> dict:
+    return delegate_tx(rt.client, body.sender, body.to)
+
+
+@router.post("/api/proposals")
+def propose(rt: Runtime, body: ProposeRequest) -> dict:
+    if rt.store is None:
+        raise DashboardInputError("this dashboard has no local publisher logs to propose from")
+    tx, plan = propose_curation_tx(rt.client, rt.store, rt.content, body.sender, body.log,
+                                   body.indices, body.description)
+    return {**tx, "document_cid": plan.document_cid, "description": plan.description}
+
+
+@router.post("/api/proposals/{proposal_id}/queue")
+def queue(rt: Runtime, proposal_id: str, body: SenderRequest) -> dict:
+    return queue_tx(rt.client, body.sender, indexed_proposal(rt, proposal_id).proposal_id)
+
+
+@router.post("/api/proposals/{proposal_id}/execute")
+def execute(rt: Runtime, proposal_id: str, body: SenderRequest) -> dict:
+    return execute_tx(rt.client, body.sender, indexed_proposal(rt, proposal_id).proposal_id)
+
+
+@router.get("/api/accounts/{address}")
+def account(rt: Runtime, address: str) -> dict:
+    address = _input(parse_address, address)
+    token = rt.client.token.functions
+    with rt.client._calls():
+        balance = token.balanceOf(address).call()
+        delegate_to = token.delegates(address).call()
+    return {"address": address, "balance": str(balance), "votes": str(rt.client.votes(address)),
+            "delegate": None if int(delegate_to, 16) == 0 else delegate_to}
+
+
+@router.post("/api/devnet/advance")
+def advance(rt: Runtime, body: AdvanceRequest) -> dict:
+    _devnet_only(rt, "advancing time")
+    head = advance_time(rt.client.w3, body.seconds, body.blocks)
+    rt.indexer.sync()
+    return {"block": head["number"], "timestamp": head["timestamp"]}
+
+
+@router.post("/rpc")
+def rpc(rt: Runtime, request: dict = Body(...)) -> dict:  # noqa: B008 - FastAPI's idiom
+    _devnet_only(rt, "the JSON-RPC proxy to Anvil's dev accounts")
+    return rpc_proxy.forward(request, rt.rpc_url, rt.client)

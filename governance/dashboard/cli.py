@@ -1,0 +1,62 @@
+"""``gym dashboard``: serve the DAO's web dashboard (``governance.dashboard.app``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from governance.errors import GovernanceError
+
+console = Console()
+
+
+def dashboard(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8600,
+    origin: Annotated[list[str] | None, typer.Option(
+        help="Another origin the pages are served under (a reverse proxy's https://...); "
+             "POSTs from any origin not listed are refused.")] = None,
+    no_relay: Annotated[bool, typer.Option(
+        "--no-relay", help="Relay no signed ballots (voters then send their votes themselves).")
+    ] = False,
+) -> None:
+    """Serve the DAO dashboard: proposals with state, tallies, quorum and timeline from the
+    governor's events; each proposal's entries verified independently (entry re-hashed, proof
+    checked against the root anchored on chain); delegate, vote by EIP-712 ballot, queue and
+    execute from the browser's wallet.
+
+    Ballots are signed in the browser and relayed with castVoteBySig by GYM_PUBLISHER_KEY,
+    which pays the gas and cannot change a vote. On the devnet, without a wallet extension, the
+    page signs with Anvil's dev accounts through /rpc, a whitelisted JSON-RPC proxy.
+    """
+    import uvicorn
+
+    from governance.dashboard.app import create_app
+    from governance.dashboard.runtime import DashboardRuntime
+    from governance.dashboard.security import served_origins
+
+    factory = ctx.meta.get("governance_runtime")
+    if factory is None:
+        raise GovernanceError("gym dashboard needs the governance runtime (run it via gym)")
+    rt = factory()
+    client = rt.client()
+    chain = rt.ledger.chain
+    runtime = DashboardRuntime(
+        client=client, content=rt.ledger.content, rpc_url=chain.rpc_url,
+        origins=served_origins(host, port, origin or []),
+        relayer_key=None if no_relay else chain.private_key, store=rt.ledger.store,
+        timelock_abi=rt.config().timelock_abi)
+    with console.status("indexing the governor's events"):
+        head = runtime.indexer.sync()
+    count = len(runtime.indexer.proposals())
+    console.print(f"governor {client.governor.address} on chain {client.w3.eth.chain_id} "
+                  f"(block {head}): {count} proposal{'s' if count != 1 else ''}"
+                  + ("; devnet: pages sign with Anvil's dev accounts via /rpc" if runtime.devnet
+                     else ""), highlight=False)
+    if runtime.relayer_address:
+        console.print(f"signed ballots are relayed by {runtime.relayer_address}", highlight=False)
+    console.print(f"dashboard on [bold]http://{host}:{port}/[/bold]", highlight=False)
+    uvicorn.run(create_app(runtime), host=host, port=port, log_level="warning")

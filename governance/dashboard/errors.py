@@ -1,0 +1,49 @@
+"""The dashboard's own errors, and the HTTP status of every error a request can meet.
+
+A refusal is answered with a non-2xx status and one readable line: in JSON as
+``{"error": {"message", "type", "code"}}`` (``code``: the contract's custom error when the
+chain refused), on a page as the page's message.
+"""
+
+from __future__ import annotations
+
+from governance.devnet_time import NotDevnetError
+from governance.errors import (
+    CurationError,
+    GovernanceError,
+    GovernorRevertError,
+    ProposalStateError,
+    SignatureError,
+    VotingPowerError,
+)
+from ledger.errors import LedgerError, NotFoundError
+
+
+class DashboardInputError(GovernanceError, ValueError):
+    """A request carried a malformed value (address, proposal id, signature, ...)."""
+
+
+class UnknownProposalError(GovernanceError, LookupError):
+    """No proposal of the indexed governor has this id."""
+
+
+def http_status(exc: Exception) -> int:
+    """The status that answers ``exc``."""
+    if isinstance(exc, VotingPowerError | NotDevnetError):
+        return 403
+    if isinstance(exc, UnknownProposalError | NotFoundError):
+        return 404
+    if isinstance(exc, GovernorRevertError):
+        return 404 if exc.name == "GovernorNonexistentProposal" else 409
+    if isinstance(exc, ProposalStateError):
+        return 409
+    if isinstance(exc, SignatureError | CurationError | DashboardInputError):
+        return 422
+    if isinstance(exc, GovernanceError | LedgerError):
+        return 502  # the chain or the content store failed us
+    return 500
+
+
+def error_body(exc: Exception) -> dict:
+    return {"error": {"message": str(exc), "type": type(exc).__name__,
+                      "code": exc.name if isinstance(exc, GovernorRevertError) else None}}

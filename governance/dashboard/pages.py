@@ -1,0 +1,94 @@
+"""Server-rendered pages: the proposal list, one proposal with its verified entries, and the
+curated library as the chain holds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from governance.client import ProposalState
+from governance.dashboard.curation import check_curated_leaves
+from governance.dashboard.errors import DashboardInputError, UnknownProposalError
+from governance.dashboard.indexer import IndexedProposal
+from governance.dashboard.runtime import DashboardRuntime
+from governance.dashboard.views import SUPPORT_LABELS, gym_amount, proposal_view, when
+from ledger.rfc9162 import root as merkle_root
+
+router = APIRouter()
+templates = Jinja2Templates(directory=Path(__file__).resolve().parent / "templates")
+
+
+def runtime_of(request: Request) -> DashboardRuntime:
+    return request.app.state.runtime
+
+
+Runtime = Annotated[DashboardRuntime, Depends(runtime_of)]
+
+
+def parse_proposal_id(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise DashboardInputError(f"a proposal id is a number, not {text[:80]!r}") from None
+    if not 0 <= value < 2**256:
+        raise DashboardInputError("a proposal id is a uint256")
+    return value
+
+
+def indexed_proposal(rt: DashboardRuntime, text: str) -> IndexedProposal:
+    """The proposal with id ``text``, after syncing the index; ``UnknownProposalError`` if none."""
+    proposal_id = parse_proposal_id(text)
+    rt.indexer.sync()
+    proposal = rt.indexer.proposal(proposal_id)
+    if proposal is None:
+        raise UnknownProposalError(f"no proposal {proposal_id} on governor "
+                                   f"{rt.client.governor.address}")
+    return proposal
+
+
+def _render(request: Request, rt: DashboardRuntime, template: str, context: dict
+            ) -> HTMLResponse:
+    now = rt.client.now()
+    base = {"rt": rt, "head": rt.indexer.last_block, "now": now, "chain_id": rt.chain_id,
+            "csrf_token": request.state.csrf_token, "gym": gym_amount,
+            "when": lambda t: when(t, now), "States": ProposalState,
+            "support_labels": SUPPORT_LABELS}
+    return templates.TemplateResponse(request, template, {**base, **context})
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, rt: Runtime) -> HTMLResponse:
+    rt.indexer.sync()
+    now = rt.client.now()
+    views = [proposal_view(rt, p, now) for p in reversed(rt.indexer.proposals())]
+    logs = [log for log in rt.store.list_logs() if log.chain_log_id is not None] \
+        if rt.store is not None else []
+    return _render(request, rt, "index.html", {"views": views, "logs": logs})
+
+
+@router.get("/proposals/{proposal_id}", response_class=HTMLResponse)
+def proposal_page(request: Request, rt: Runtime, proposal_id: str) -> HTMLResponse:
+    proposal = indexed_proposal(rt, proposal_id)
+    view = proposal_view(rt, proposal, rt.client.now(), verify=True)
+    return _render(request, rt, "proposal.html", {"view": view, "p": proposal})
+
+
+@router.get("/library", response_class=HTMLResponse)
+def library(request: Request, rt: Runtime) -> HTMLResponse:
+    """The curated library: each leaf's entry re-hashed, and the RFC 9162 root recomputed from
+    the appended leaves and compared with the root the contract computed on chain."""
+    rt.indexer.sync()
+    client = rt.client
+    info = client.ledger.log_info(client.curated_log_id)
+    leaves = rt.indexer.curated_leaves()
+    recomputed = merkle_root([leaf.leaf_hash for leaf in leaves])
+    by_tx = {p.executed_tx: p for p in rt.indexer.proposals() if p.executed_tx}
+    rows = [(check, by_tx.get(check.leaf.tx_hash))
+            for check in check_curated_leaves(rt.content, leaves, info.size, info.root)]
+    root_ok = recomputed == info.root and len(leaves) == info.size
+    return _render(request, rt, "library.html",
+                   {"info": info, "rows": rows, "recomputed": recomputed, "root_ok": root_ok})

@@ -1,0 +1,57 @@
+"""The dashboard's dependencies, built once per server and shared by every request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from governance.client import GovernanceClient
+from governance.dashboard.indexer import GovernorIndexer
+from governance.dashboard.security import CsrfTokens
+from governance.devnet_time import is_devnet
+from ledger.content import ContentStore
+from ledger.logstore import LogStore
+
+
+@dataclass
+class DashboardRuntime:
+    client: GovernanceClient  # reads, and relays with ``relayer_key``; signs nothing else
+    content: ContentStore  # where proposed entries are fetched from, by CID
+    rpc_url: str  # the EVM node (the devnet's /rpc proxy forwards to it)
+    origins: tuple[str, ...]  # the origins this server is served under
+    relayer_key: str | None = None  # pays the gas of relayed ballots; None: no relaying
+    store: LogStore | None = None  # local publisher logs, for proposing from the page
+    timelock_abi: list[dict] = field(default_factory=list)  # to decode actions aimed at it
+    csrf: CsrfTokens = field(default_factory=CsrfTokens)
+    indexer: GovernorIndexer = field(init=False)
+
+    def __post_init__(self) -> None:
+        client = self.client
+        self.indexer = GovernorIndexer(client.w3, client.governor, client.ledger.address,
+                                       client.ledger.abi, client.curated_log_id,
+                                       from_block=client.from_block)
+
+    @cached_property
+    def chain_id(self) -> int:
+        return self.client.w3.eth.chain_id
+
+    @cached_property
+    def devnet(self) -> bool:
+        return is_devnet(self.client.w3)
+
+    @cached_property
+    def relayer_address(self) -> str | None:
+        from eth_account import Account
+
+        return Account.from_key(self.relayer_key).address if self.relayer_key else None
+
+    @cached_property
+    def known_contracts(self) -> dict[str, tuple[str, Any]]:
+        """Checksummed address -> (name, web3 contract), for decoding proposal actions."""
+        client = self.client
+        timelock = client.w3.eth.contract(address=client.timelock_address, abi=self.timelock_abi)
+        return {client.ledger.address: ("ExperienceLedger", client.ledger.contract),
+                client.governor.address: ("GymGovernor", client.governor),
+                client.token.address: ("GymToken", client.token),
+                client.timelock_address: ("TimelockController", timelock)}

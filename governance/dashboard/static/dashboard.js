@@ -1,0 +1,251 @@
+// The Gym DAO dashboard's only script: no build step, no dependencies.
+//
+// Everything that signs goes through an EIP-1193 provider: the wallet extension's
+// window.ethereum when there is one; on the devnet without one, DevnetProvider, which sends the
+// same EIP-1193 requests (eth_accounts, eth_signTypedData_v4, eth_sendTransaction, ...) to the
+// dashboard's /rpc proxy, where Anvil's unlocked dev accounts answer them. No private key is
+// ever in this page or on the server's path for votes.
+//
+// Votes: GET the EIP-712 ballot, have the provider sign it, POST the signature; the server
+// relays it (castVoteBySig). Delegate / queue / execute / propose: POST to get {from, to, data},
+// then eth_sendTransaction from the selected account. Every POST carries the CSRF token.
+"use strict";
+
+(() => {
+  const csrfToken = document.querySelector('meta[name="csrf-token"]').content;
+  const devnet = document.body.dataset.devnet === "1";
+  const $ = (selector) => document.querySelector(selector);
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  class RequestError extends Error {
+    constructor(message, code) {
+      super(message);
+      this.code = code;
+    }
+  }
+
+  // EIP-1193 provider over the dashboard's same-origin JSON-RPC proxy to Anvil.
+  class DevnetProvider {
+    constructor() {
+      this.nextId = 1;
+    }
+
+    async request({ method, params = [] }) {
+      const response = await fetch("/rpc", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrfToken },
+        body: JSON.stringify({ jsonrpc: "2.0", id: this.nextId++, method, params }),
+      });
+      const answer = await response.json();
+      if (!response.ok) throw new RequestError(answer.error?.message || response.statusText);
+      if (answer.error) throw new RequestError(answer.error.message, answer.error.code);
+      return answer.result;
+    }
+  }
+
+  const provider = window.ethereum || (devnet ? new DevnetProvider() : null);
+
+  // -- messages -----------------------------------------------------------------------------
+
+  function show(message, kind = "error") {
+    const box = $("#message");
+    box.textContent = message;
+    box.className = kind;
+    box.hidden = false;
+  }
+
+  function reloadWith(message) {
+    sessionStorage.setItem("gym.flash", message);
+    window.location.reload();
+  }
+
+  const flash = sessionStorage.getItem("gym.flash");
+  if (flash) {
+    sessionStorage.removeItem("gym.flash");
+    show(flash, "ok");
+  }
+
+  // -- server calls ---------------------------------------------------------------------------
+
+  async function call(path, { method = "GET", json } = {}) {
+    const init = { method, credentials: "same-origin", headers: {} };
+    if (method !== "GET") {
+      init.headers["X-CSRF-Token"] = csrfToken;
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(json || {});
+    }
+    const response = await fetch(path, init);
+    const text = await response.text();
+    if (!response.ok) {
+      let message = `${response.status} ${response.statusText}`;
+      try {
+        message = JSON.parse(text).error.message;
+      } catch (_) { /* not our JSON: keep the status line */ }
+      throw new RequestError(message, response.status);
+    }
+    return text;
+  }
+
+  const getJSON = async (path) => JSON.parse(await call(path));
+  const postJSON = async (path, json) => JSON.parse(await call(path, { method: "POST", json }));
+
+  // -- amounts: base units (decimal strings) to GYM, exactly, with BigInt ---------------------
+
+  function gym(units) {
+    const value = BigInt(units);
+    const one = 10n ** 18n;
+    const whole = (value / one).toLocaleString("en-US");
+    const fraction = (value % one).toString().padStart(18, "0").slice(0, 4).replace(/0+$/, "");
+    return `${whole}${fraction ? "." + fraction : ""} GYM`;
+  }
+
+  // -- accounts -------------------------------------------------------------------------------
+
+  const select = $("#account");
+  const selected = () => select.value;
+
+  async function describeAccount() {
+    const address = selected();
+    if (!address) return;
+    const info = await getJSON(`/api/accounts/${address}`);
+    const delegate = !info.delegate ? "nobody (its tokens do not vote)"
+      : info.delegate.toLowerCase() === address.toLowerCase() ? "itself" : info.delegate;
+    $("#account-info").textContent =
+      `${gym(info.votes)} of votes · holds ${gym(info.balance)} · delegates to ${delegate}`;
+  }
+
+  async function connect() {
+    if (!provider) {
+      show("No wallet found: install an EIP-1193 wallet (or use the devnet) to vote.");
+      return;
+    }
+    const chainId = Number(await provider.request({ method: "eth_chainId" }));
+    if (chainId !== Number(document.body.dataset.chainId)) {
+      show(`your wallet is on chain ${chainId}; this DAO is on chain ` +
+        `${document.body.dataset.chainId}: switch networks in the wallet`);
+      return;
+    }
+    const method = window.ethereum ? "eth_requestAccounts" : "eth_accounts";
+    const accounts = await provider.request({ method });
+    select.replaceChildren(...accounts.map((address, n) => {
+      const option = document.createElement("option");
+      option.value = address;
+      option.textContent = window.ethereum ? address : `dev account ${n}: ${address}`;
+      return option;
+    }));
+    const saved = localStorage.getItem("gym.account");
+    if (saved && accounts.some((a) => a.toLowerCase() === saved.toLowerCase())) {
+      select.value = accounts.find((a) => a.toLowerCase() === saved.toLowerCase());
+    }
+    select.disabled = false;
+    $("#delegate").disabled = false;
+    await describeAccount();
+    document.body.dataset.ready = "1";
+  }
+
+  select.addEventListener("change", () => {
+    localStorage.setItem("gym.account", selected());
+    describeAccount().catch((error) => show(error.message));
+  });
+
+  // -- transactions ---------------------------------------------------------------------------
+
+  async function waitForReceipt(hash) {
+    for (let i = 0; i < 240; i++) {
+      const receipt = await provider.request({ method: "eth_getTransactionReceipt", params: [hash] });
+      if (receipt) return receipt;
+      await sleep(250);
+    }
+    throw new RequestError(`no receipt for ${hash} after 60 s`);
+  }
+
+  async function send(tx) {
+    const hash = await provider.request({
+      method: "eth_sendTransaction",
+      params: [{ from: tx.from, to: tx.to, data: tx.data }],
+    });
+    const receipt = await waitForReceipt(hash);
+    if (receipt.status !== "0x1") throw new RequestError(`transaction ${hash} reverted`);
+    return hash;
+  }
+
+  // Run one action with its button disabled; show its error, if any, in the message box.
+  function action(button, work) {
+    if (!button) return;
+    button.addEventListener("click", async (event) => {
+      event.preventDefault();
+      button.disabled = true;
+      show("working…", "info");
+      try {
+        reloadWith(await work());
+      } catch (error) {
+        show(error.message);
+        button.disabled = false;
+      }
+    });
+  }
+
+  action($("#delegate"), async () => {
+    const tx = await postJSON("/api/delegate", { from: selected() });
+    const hash = await send(tx);
+    return `${tx.from} delegated its votes to itself (tx ${hash})`;
+  });
+
+  const main = document.querySelector("main[data-proposal-id]");
+  const proposalId = main ? main.dataset.proposalId : null; // a uint256: kept as a string
+
+  document.querySelectorAll("button.vote").forEach((button) => action(button, async () => {
+    const voter = selected();
+    const support = button.dataset.support;
+    const reason = $("#reason").value.trim();
+    const query = new URLSearchParams({ voter, support, reason });
+    // Passed to the wallet as text: the proposal id must not go through a JS number.
+    const typedData = await call(`/api/proposals/${proposalId}/ballot?${query}`);
+    const signature = await provider.request({
+      method: "eth_signTypedData_v4", params: [voter, typedData],
+    });
+    const relayed = await postJSON(`/api/proposals/${proposalId}/relay`,
+      { voter, support, reason, signature });
+    return `${voter} voted ${support} with ${gym(relayed.weight)} ` +
+      `(signed ballot relayed by ${relayed.relayer}, tx ${relayed.tx_hash})`;
+  }));
+
+  for (const step of ["queue", "execute"]) {
+    action($(`#${step}`), async () => {
+      const tx = await postJSON(`/api/proposals/${proposalId}/${step}`, { from: selected() });
+      const hash = await send(tx);
+      return `${step === "queue" ? "queued" : "executed"} by ${tx.from} (tx ${hash})`;
+    });
+  }
+
+  async function advance(seconds) {
+    const head = await postJSON("/api/devnet/advance", { seconds: Number(seconds) });
+    return `advanced the devnet's clock by ${seconds} s (block ${head.block})`;
+  }
+
+  action($("#advance"), () => advance($("#advance").dataset.seconds));
+
+  const advanceForm = $("#advance-form");
+  if (advanceForm) {
+    action(advanceForm.querySelector("button"), () => advance(advanceForm.seconds.value));
+  }
+
+  const proposeForm = $("#propose");
+  if (proposeForm) {
+    action(proposeForm.querySelector("button"), async () => {
+      const indices = proposeForm.indices.value.split(",").map((s) => s.trim()).filter(Boolean);
+      if (!indices.every((s) => /^\d+$/.test(s))) {
+        throw new RequestError(`leaf indices are numbers separated by commas, not "${proposeForm.indices.value}"`);
+      }
+      const tx = await postJSON("/api/proposals", {
+        from: selected(), log: proposeForm.log.value.trim(), indices: indices.map(Number),
+        description: proposeForm.description.value,
+      });
+      const hash = await send(tx);
+      return `proposed by ${tx.from} (tx ${hash}); proposal document ipfs://${tx.document_cid}`;
+    });
+  }
+
+  connect().catch((error) => show(`cannot connect to the wallet: ${error.message}`));
+})();

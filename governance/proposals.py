@@ -1,0 +1,442 @@
+"""Proposals beyond curation, and the readable decoding of any proposal's actions.
+
+Two more kinds of proposal, both executed by the TimelockController (the governor's executor):
+
+- ``ParamsProposal``: changes the DAO's own parameters. The governor's setters
+  (``setVotingDelay``, ``setVotingPeriod``, ``setProposalThreshold``,
+  ``updateQuorumNumerator``, all ``onlyGovernance``) are called on the governor itself: with a
+  timelock as executor, OpenZeppelin 5's Governor admits such a call only while the timelock
+  executes a proposal that lists it. ``updateDelay`` targets the timelock, which administers
+  itself. ``plan_params_change`` checks every value before anything is sent: a zero voting
+  period (``GovernorInvalidVotingPeriod``), a quorum above 100 % (``GovernorInvalidQuorumFraction``),
+  a value beyond the setter's integer type, a threshold no one could ever reach, a value that
+  changes nothing.
+- ``SlashProposal``: ``NodeRegistry.slash(operator, amount, challengeId, beneficiary)``, which
+  only the registry's governance (the timelock) may call; ``plan_slash`` refuses an unknown
+  node, an amount of zero or above the node's stake, a challenge that is unknown, against
+  another node or dismissed, and a beneficiary the registry would refuse.
+
+``ActionDecoder`` turns a proposal's (target, calldata) pairs into one readable line each
+(``DecodedAction``), decoding the selectors of the contracts it knows (governor, timelock,
+token, ledger, node registry) and saying plainly when it does not know one.
+
+The planners are pure: the client (``GovernanceClient.build_params_change`` and
+``build_slash``) reads the chain and hands them what it read.
+
+>>> format_gym(parse_gym("12.5", "--amount")), format_duration(5400)
+('12.5 GYM', '5400 s (1 h 30 min)')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from decimal import Decimal, InvalidOperation
+from enum import IntEnum
+from typing import Any, Protocol
+
+from eth_abi import encode as abi_encode
+from eth_utils import keccak, to_checksum_address
+from web3 import Web3
+from web3.exceptions import Web3Exception
+
+from governance.errors import ParameterError, SlashError
+
+GYM = 10**18  # token base units per GYM (18 decimals)
+UINT32_MAX = 2**32 - 1
+UINT48_MAX = 2**48 - 1
+QUORUM_DENOMINATOR = 100  # GovernorVotesQuorumFraction's default: the numerator is a percent
+ZERO_ADDRESS = "0x" + "00" * 20
+
+
+class ProposalPlan(Protocol):
+    """What ``GovernanceClient.propose`` sends: actions and a description."""
+
+    description: str
+
+    @property
+    def actions(self) -> tuple[list[str], list[int], list[bytes]]: ...
+
+
+def parse_gym(text: str, option: str) -> int:
+    """``text`` GYM (a decimal such as ``12.5``) in token base units; ``option`` names it in errors."""
+    try:
+        amount = Decimal(text.strip().replace("_", ""))
+    except InvalidOperation:
+        raise ParameterError(f"{option} is an amount of GYM such as 50 or 12.5, not {text!r}") from None
+    if not amount.is_finite() or amount < 0:
+        raise ParameterError(f"{option} must be a non-negative amount of GYM, not {text!r}")
+    units = amount * GYM
+    if units != units.to_integral_value():
+        raise ParameterError(f"{option} {text} has more than 18 decimals, GYM's precision")
+    return int(units)
+
+
+def format_gym(amount: int) -> str:
+    """Token base units as exact GYM: ``12.5 GYM``."""
+    text = format(Decimal(amount) / GYM, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} GYM"
+
+
+def format_duration(seconds: int) -> str:
+    """``600 s (10 min)``: seconds, and the same in days, hours and minutes when over a minute."""
+    if seconds < 60:
+        return f"{seconds} s"
+    parts, rest = [], seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size} {unit}")
+            rest %= size
+    return f"{seconds} s ({' '.join(parts)})"
+
+
+def _call(signature: str, types: list[str], args: list) -> bytes:
+    return keccak(text=signature)[:4] + abi_encode(types, args)
+
+
+# -- governance parameters --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GovernanceParameters:
+    """The DAO's changeable parameters, as the chain holds them now."""
+
+    voting_delay: int  # seconds from proposal to snapshot (GymGovernor.votingDelay)
+    voting_period: int  # seconds voting stays open (votingPeriod)
+    proposal_threshold: int  # votes, in token base units, a proposer needs (proposalThreshold)
+    quorum_numerator: int  # percent of the supply at the snapshot needed as For + Abstain
+    timelock_delay: int  # seconds a queued proposal waits (TimelockController.getMinDelay)
+
+
+# field -> (contract that holds it, setter signature, setter ABI type, largest value, label)
+_SETTERS: dict[str, tuple[str, str, str, int, str]] = {
+    "voting_delay": ("governor", "setVotingDelay(uint48)", "uint48", UINT48_MAX, "voting delay"),
+    "voting_period": ("governor", "setVotingPeriod(uint32)", "uint32", UINT32_MAX, "voting period"),
+    "proposal_threshold": ("governor", "setProposalThreshold(uint256)", "uint256", 2**256 - 1,
+                           "proposal threshold"),
+    "quorum_numerator": ("governor", "updateQuorumNumerator(uint256)", "uint256",
+                         QUORUM_DENOMINATOR, "quorum"),
+    "timelock_delay": ("timelock", "updateDelay(uint256)", "uint256", 2**256 - 1, "timelock delay"),
+}
+
+
+def format_parameter(name: str, value: int) -> str:
+    """A parameter's value in its unit: seconds, GYM or percent."""
+    if name == "proposal_threshold":
+        return format_gym(value)
+    if name == "quorum_numerator":
+        return f"{value}% of the supply"
+    return format_duration(value)
+
+
+@dataclass(frozen=True)
+class ParameterChange:
+    """One setter call: ``name`` (a ``GovernanceParameters`` field) from ``old`` to ``new``."""
+
+    name: str
+    target: str
+    calldata: bytes
+    old: int
+    new: int
+
+    @property
+    def line(self) -> str:
+        label = _SETTERS[self.name][4]
+        return f"- {label}: {format_parameter(self.name, self.old)} -> {format_parameter(self.name, self.new)}"
+
+
+@dataclass(frozen=True)
+class ParamsProposal:
+    """What ``propose`` sends to change governance parameters: one setter call per change."""
+
+    changes: tuple[ParameterChange, ...]
+    description: str
+
+    @property
+    def actions(self) -> tuple[list[str], list[int], list[bytes]]:
+        return ([c.target for c in self.changes], [0] * len(self.changes),
+                [c.calldata for c in self.changes])
+
+
+def plan_params_change(current: GovernanceParameters, wanted: dict[str, int | None], *,
+                       governor_address: str, timelock_address: str, total_supply: int,
+                       description: str = "") -> ParamsProposal:
+    """A proposal that sets every parameter of ``wanted`` that is not None.
+
+    ``wanted`` maps ``GovernanceParameters`` field names to new values (seconds, token base
+    units, percent). Raises ``ParameterError`` when none is given, a name is unknown, or a value
+    is one the contract would refuse or that would leave governance unusable or unchanged.
+    """
+    known = {f.name for f in fields(GovernanceParameters)}
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        raise ParameterError(f"unknown governance parameter {unknown[0]!r} (known: "
+                             f"{', '.join(sorted(known))})")
+    given = {name: value for name, value in wanted.items() if value is not None}
+    if not given:
+        raise ParameterError("name at least one parameter to change: --voting-delay, "
+                             "--voting-period, --proposal-threshold, --quorum-percent or "
+                             "--timelock-delay")
+    addresses = {"governor": to_checksum_address(governor_address),
+                 "timelock": to_checksum_address(timelock_address)}
+    changes = []
+    for name in (f.name for f in fields(GovernanceParameters)):  # a fixed, readable order
+        if name not in given:
+            continue
+        value = given[name]
+        holder, signature, abi_type, largest, label = _SETTERS[name]
+        if value < 0:
+            raise ParameterError(f"the {label} cannot be negative ({value})")
+        if value > largest:
+            raise ParameterError(f"the {label} can be at most {format_parameter(name, largest)} "
+                                 f"({abi_type}), not {format_parameter(name, value)}")
+        if name == "voting_period" and value == 0:
+            raise ParameterError("the voting period must be at least 1 second: with none, no "
+                                 "vote could ever be cast (the governor refuses it: "
+                                 "GovernorInvalidVotingPeriod)")
+        if name == "quorum_numerator" and value == 0:
+            raise ParameterError("a quorum of 0% would let a single vote decide any proposal; "
+                                 "use 1 to 100")
+        if name == "proposal_threshold" and value > total_supply:
+            raise ParameterError(
+                f"a proposal threshold of {format_gym(value)} is above the whole supply "
+                f"({format_gym(total_supply)}): no one could ever propose again")
+        old = getattr(current, name)
+        if value == old:
+            raise ParameterError(f"the {label} is already {format_parameter(name, value)}")
+        changes.append(ParameterChange(name, addresses[holder],
+                                       _call(signature, [abi_type], [value]), old, value))
+    labels = [_SETTERS[c.name][4] for c in changes]
+    text = "\n".join([
+        f"# Change governance parameters: {', '.join(labels)}",
+        "",
+        *([description.strip(), ""] if description.strip() else []),
+        "Changes (executed by the timelock; they apply to proposals made after execution):",
+        *(c.line for c in changes),
+    ])
+    return ParamsProposal(tuple(changes), text)
+
+
+# -- node slashing ----------------------------------------------------------------------------
+
+
+class ChallengeStatus(IntEnum):
+    """INodeRegistry.ChallengeStatus."""
+
+    NONE = 0
+    OPEN = 1
+    UPHELD = 2
+    DISMISSED = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.capitalize()
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """INodeRegistry.Node of ``operator``; ``registered_at`` is 0 when it has none."""
+
+    operator: str
+    signer: str
+    registered_at: int
+    unbonding_ends: int  # 0 while bonded
+    model_digest: bytes
+    stake: int
+    receipt_log_id: int
+    endpoint: str
+
+    @property
+    def exists(self) -> bool:
+        return self.registered_at != 0
+
+
+@dataclass(frozen=True)
+class ChallengeInfo:
+    """INodeRegistry.Challenge ``challenge_id``, with the evidence CID from its event."""
+
+    challenge_id: int
+    operator: str
+    challenger: str
+    opened_at: int
+    status: ChallengeStatus
+    receipt_hash: bytes
+    evidence_cid: str | None = None
+
+
+@dataclass(frozen=True)
+class SlashProposal:
+    """What ``propose`` sends to slash a node: one ``NodeRegistry.slash`` call."""
+
+    registry_address: str
+    operator: str
+    amount: int  # token base units
+    challenge_id: int
+    beneficiary: str
+    description: str
+
+    @property
+    def calldata(self) -> bytes:
+        return _call("slash(address,uint256,uint256,address)",
+                     ["address", "uint256", "uint256", "address"],
+                     [self.operator, self.amount, self.challenge_id, self.beneficiary])
+
+    @property
+    def actions(self) -> tuple[list[str], list[int], list[bytes]]:
+        return [self.registry_address], [0], [self.calldata]
+
+
+def check_slash_amount(node: NodeInfo, amount: int) -> None:
+    """Refuse an unknown node, and an amount the registry would refuse for its stake."""
+    if not node.exists:
+        raise SlashError(f"unknown node {node.operator}: the NodeRegistry has no node for this "
+                         "operator address")
+    if amount <= 0:
+        raise SlashError("the amount to slash must be more than 0 GYM")
+    if amount > node.stake:
+        raise SlashError(f"cannot slash {format_gym(amount)}: node {node.operator} stakes only "
+                         f"{format_gym(node.stake)}")
+
+
+def plan_slash(node: NodeInfo, challenge: ChallengeInfo, amount: int, reason: str, *,
+               registry_address: str, beneficiary: str, beneficiary_label: str = "",
+               min_stake: int = 0) -> SlashProposal:
+    """A proposal to slash ``amount`` of ``node``'s stake for ``challenge``, paid to ``beneficiary``.
+
+    Raises ``SlashError`` for what ``NodeRegistry.slash`` would refuse at execution: an unknown
+    node, a zero amount or one above the stake, an unknown, mismatched or dismissed challenge, a
+    zero or registry beneficiary; and for an empty reason (voters deserve one).
+    """
+    check_slash_amount(node, amount)
+    if not reason.strip():
+        raise SlashError("say why the node should be slashed (--reason TEXT): voters read it")
+    if challenge.status == ChallengeStatus.NONE:
+        raise SlashError(f"no challenge #{challenge.challenge_id} exists in the NodeRegistry")
+    if to_checksum_address(challenge.operator) != to_checksum_address(node.operator):
+        raise SlashError(f"challenge #{challenge.challenge_id} is against {challenge.operator}, "
+                         f"not {node.operator}")
+    if challenge.status == ChallengeStatus.DISMISSED:
+        raise SlashError(f"challenge #{challenge.challenge_id} was dismissed: nothing can be "
+                         "slashed for it")
+    beneficiary = to_checksum_address(beneficiary)
+    registry_address = to_checksum_address(registry_address)
+    if beneficiary in (ZERO_ADDRESS, registry_address):
+        raise SlashError(f"the slashed GYM cannot go to {beneficiary} (the zero address or the "
+                         "registry itself)")
+    left = node.stake - amount
+    status = "bonded" if node.unbonding_ends == 0 else f"unbonding until {node.unbonding_ends}"
+    below = (f" (below the minimum stake {format_gym(min_stake)}: the node stops being active "
+             "until it adds stake)" if left < min_stake else "")
+    evidence = f", evidence ipfs://{challenge.evidence_cid}" if challenge.evidence_cid else ""
+    text = "\n".join([
+        f"# Slash node {node.operator}: {format_gym(amount)}",
+        "",
+        reason.strip(),
+        "",
+        (f"Node: operator {node.operator}, signer {node.signer}, endpoint {node.endpoint}, "
+         f"model digest 0x{node.model_digest.hex()}, receipt log {node.receipt_log_id}, {status}"),
+        f"Stake: {format_gym(node.stake)} -> {format_gym(left)}{below}",
+        (f"Challenge #{challenge.challenge_id} ({challenge.status.label}) by "
+         f"{challenge.challenger} against receipt 0x{challenge.receipt_hash.hex()}{evidence}"),
+        f"Slashed GYM go to {beneficiary}" + (f" ({beneficiary_label})" if beneficiary_label else ""),
+        f"Action: NodeRegistry {registry_address}.slash (callable only by the DAO timelock)",
+    ])
+    return SlashProposal(registry_address, to_checksum_address(node.operator), amount,
+                         challenge.challenge_id, beneficiary, text)
+
+
+# -- reading actions --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodedAction:
+    """One action of a proposal, decoded as far as the known ABIs allow."""
+
+    target: str
+    contract: str | None  # the target's contract name, when known
+    function: str | None  # the function called, when its selector is known
+    args: dict[str, Any]
+    summary: str  # one readable line
+    short: str  # a few words, for tables
+
+
+class ActionDecoder:
+    """Decodes calls to the contracts named in ``contracts`` (address -> (name, ABI))."""
+
+    def __init__(self, contracts: dict[str, tuple[str, list[dict]]]):
+        w3 = Web3()
+        self._contracts = {to_checksum_address(address): (name, w3.eth.contract(abi=abi))
+                           for address, (name, abi) in contracts.items()}
+        self.names = {address: name for address, (name, _) in self._contracts.items()}
+
+    def name_of(self, address: str) -> str:
+        """``address``, followed by its contract name when it is one of ours."""
+        address = to_checksum_address(address)
+        name = self.names.get(address)
+        return f"{address} ({name})" if name else address
+
+    def decode(self, target: str, calldata: bytes, value: int = 0) -> DecodedAction:
+        target = to_checksum_address(target)
+        known = self._contracts.get(target)
+        paid = f", sending {value} wei" if value else ""
+        if len(calldata) < 4:
+            what = f"send {value} wei to {self.name_of(target)}" if value else \
+                f"call {self.name_of(target)} without data"
+            return DecodedAction(target, known[0] if known else None, None, {}, what, what)
+        selector = "0x" + calldata[:4].hex()
+        if known is None:
+            text = f"call {selector} on {target} (unknown contract, {len(calldata)} bytes){paid}"
+            return DecodedAction(target, None, None, {}, text, f"call {selector}")
+        name, contract = known
+        try:
+            function, args = contract.decode_function_input(calldata)
+        except (Web3Exception, ValueError):
+            text = f"call {selector} on {name} (not a function of its ABI){paid}"
+            return DecodedAction(target, name, None, {}, text, f"{name}: call {selector}")
+        summary, short = self._describe(name, function.fn_name, args)
+        return DecodedAction(target, name, function.fn_name, dict(args), summary + paid, short)
+
+    def _describe(self, contract: str, function: str, a: dict[str, Any]) -> tuple[str, str]:
+        """(summary, short) for a decoded call; a generic rendering for the unfamiliar ones."""
+        if function == "appendManyFromLog":
+            leaves = a["leaves"]
+            n = len(leaves)
+            noun = "leaf" if n == 1 else "leaves"
+            where = ", ".join(f"leaf {leaf['leafIndex']} of log {leaf['sourceLogId']}"
+                              for leaf in leaves)
+            summary = (f"{contract}: curate {n} {noun} into log {a['curatedLogId']} ({where}), "
+                       "each proof verified on execution")
+            return summary, f"curate {n} {noun}"
+        if function == "appendFromLog":
+            summary = (f"{contract}: curate leaf {a['leafIndex']} of log {a['sourceLogId']} into "
+                       f"log {a['curatedLogId']}, its proof verified on execution")
+            return summary, "curate 1 leaf"
+        settings = {"setVotingDelay": "voting_delay", "setVotingPeriod": "voting_period",
+                    "setProposalThreshold": "proposal_threshold",
+                    "updateQuorumNumerator": "quorum_numerator", "updateDelay": "timelock_delay"}
+        if function in settings:
+            name = settings[function]
+            value = format_parameter(name, next(iter(a.values())))
+            label = _SETTERS[name][4]
+            return f"{contract}: set the {label} to {value}", f"{label} -> {value}"
+        if function == "slash":
+            amount = format_gym(a["amount"])
+            summary = (f"{contract}: slash node {a['operator']} by {amount} for challenge "
+                       f"#{a['challengeId']}, paying {self.name_of(a['beneficiary'])}")
+            return summary, f"slash {amount}"
+        if function == "resolveChallenge":
+            verdict = "uphold" if a["upheld"] else "dismiss"
+            summary = f"{contract}: {verdict} challenge #{a['challengeId']} without slashing"
+            return summary, f"{verdict} challenge #{a['challengeId']}"
+        rendered = ", ".join(f"{key}={_render(value)}" for key, value in a.items())
+        return f"{contract}.{function}({rendered})", f"{contract}.{function}"
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bytes):
+        text = "0x" + value.hex()
+        return text if len(text) <= 24 else text[:22] + "..."
+    if isinstance(value, (list, tuple)):
+        return f"[{len(value)} items]"
+    return str(value)

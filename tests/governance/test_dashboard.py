@@ -1,0 +1,514 @@
+"""The dashboard's app through FastAPI's TestClient, against a real Anvil with the DAO deployed.
+
+One devnet per module (``gym devnet up`` takes seconds); each test runs between an
+``evm_snapshot`` and an ``evm_revert``, so every test starts from the same chain: the DAO
+deployed and publisher log ``alice/math`` (3 entries) anchored.
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import pytest
+from eth_account import Account
+from fastapi.testclient import TestClient
+from web3 import Web3
+
+from contracts import load_artifact
+from devnet.deploy import Deployment
+from devnet.settings import ANVIL_DEV_KEYS
+from governance import GovernanceClient, ProposalState, SourcedLeaf, VoteType
+from governance.client import CurationProposal
+from governance.dashboard import DashboardRuntime, decode_action
+from governance.dashboard.app import create_app
+from governance.dashboard.curation import APPEND_ONE_SIGNATURE
+from governance.dashboard.security import CsrfTokens, request_origin, served_origins
+from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
+from ledger.chain import LedgerContract
+from ledger.rfc9162 import root as merkle_root
+
+GYM = Path(sys.executable).parent / "gym"
+ORIGIN = "http://testserver"
+NO_GYM = 7  # Anvil's account 7 holds ether but no GYM
+
+Account.enable_unaudited_hdwallet_features()
+
+
+def dev_account(index: int):
+    return Account.from_mnemonic("test test test test test test test test test test test junk",
+                                 account_path=f"m/44'/60'/0'/0/{index}")
+
+
+def experiences(count: int) -> list[bytes]:
+    return [encode_entry(ExperienceEntry(
+        text=f"Rule {i}: check the units of every quantity before answering.", domain="math",
+        op="add", provenance=Provenance(method="tfgrpo", base_model="SmolLM2-135M-Instruct",
+                                        step=i)))
+        for i in range(count)]
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Devnet:
+    deployment: Deployment
+    store: LogStore
+    content: LocalBlockStore
+    w3: Web3
+
+    def rpc(self, method: str, params: list | None = None):
+        answer = self.w3.provider.make_request(method, params or [])
+        assert "error" not in answer, answer
+        return answer["result"]
+
+    def client(self) -> GovernanceClient:
+        d = self.deployment
+        ledger = LedgerContract(self.w3, d.contracts["ExperienceLedger"].address,
+                                load_artifact("ExperienceLedger").abi, ANVIL_DEV_KEYS[0])
+        return GovernanceClient(
+            self.w3, d.contracts["GymGovernor"].address, load_artifact("GymGovernor").abi,
+            d.contracts["GymToken"].address, load_artifact("GymToken").abi, ledger,
+            d.contracts["TimelockController"].address, load_artifact("TimelockController").abi,
+            curated_log_id=d.curated_log_id, private_key=ANVIL_DEV_KEYS[0],
+            from_block=d.deployment_block)
+
+
+@pytest.fixture(scope="module")
+def devnet(tmp_path_factory):
+    from ledger.publish import append_entries, publish
+
+    base = tmp_path_factory.mktemp("dashboard-devnet")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+    env.update(GYM_DATA_DIR=str(base / "data"), GYM_DEPLOYMENT_FILE=str(base / "deployment.json"),
+               GYM_ANVIL_PORT="0")
+    up = subprocess.run([str(GYM), "devnet", "up"], env=env, capture_output=True, text=True,
+                        timeout=180, check=False)
+    assert up.returncode == 0, up.stderr
+    try:
+        deployment = Deployment.load(base / "deployment.json")
+        w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+        store = LogStore(f"sqlite:///{base / 'ledger.sqlite'}")
+        content = LocalBlockStore(base / "content")
+        net = Devnet(deployment, store, content, w3)
+        ledger = net.client().ledger
+        store.create_log("alice/math")
+        append_entries(store, content, "alice/math", experiences(3))
+        publish(store, content, ledger, "alice/math")
+        yield net
+        store.engine.dispose()
+    finally:
+        subprocess.run([str(GYM), "devnet", "down"], env=env, capture_output=True, timeout=60,
+                       check=False)
+
+
+@dataclass
+class Dashboard:
+    http: TestClient
+    token: str
+    net: Devnet
+    client: GovernanceClient
+    runtime: DashboardRuntime
+
+    def post(self, path: str, body: dict, **headers: str) -> httpx.Response:
+        sent = {"Origin": ORIGIN, "X-CSRF-Token": self.token, **headers}
+        return self.http.post(path, json=body, headers={k: v for k, v in sent.items() if v})
+
+    def rpc(self, method: str, params: list) -> dict:
+        """An EIP-1193 request as the page's DevnetProvider makes it."""
+        return self.post("/rpc", {"jsonrpc": "2.0", "id": 1, "method": method,
+                                  "params": params}).json()
+
+    def send(self, tx: dict) -> str:
+        """Send a transaction the API returned, as the page does (eth_sendTransaction)."""
+        answer = self.rpc("eth_sendTransaction", [{k: tx[k] for k in ("from", "to", "data")}])
+        assert "result" in answer, answer
+        receipt = self.net.w3.eth.wait_for_transaction_receipt(answer["result"])
+        assert receipt["status"] == 1
+        return answer["result"]
+
+    def vote(self, proposal_id: int, account: int, support: str, reason: str = ""
+             ) -> httpx.Response:
+        """Vote as the page does: typed data from the server, signed by Anvil, relayed."""
+        voter = dev_account(account).address
+        typed = self.http.get(f"/api/proposals/{proposal_id}/ballot",
+                              params={"voter": voter, "support": support, "reason": reason})
+        if typed.status_code != 200:
+            return typed
+        signed = self.rpc("eth_signTypedData_v4", [voter, typed.text])
+        return self.post(f"/api/proposals/{proposal_id}/relay",
+                         {"voter": voter, "support": support, "reason": reason,
+                          "signature": signed["result"]})
+
+    def advance(self, seconds: int) -> None:
+        assert self.post("/api/devnet/advance", {"seconds": seconds}).status_code == 200
+
+
+@pytest.fixture
+def dash(devnet):
+    snapshot = devnet.rpc("evm_snapshot")
+    client = devnet.client()
+    runtime = DashboardRuntime(client=client, content=devnet.content,
+                               rpc_url=devnet.deployment.rpc_url, origins=(ORIGIN,),
+                               relayer_key=ANVIL_DEV_KEYS[0], store=devnet.store,
+                               timelock_abi=load_artifact("TimelockController").abi)
+    with TestClient(create_app(runtime), base_url=ORIGIN) as http:
+        page = http.get("/")
+        assert page.status_code == 200, page.text
+        token = re.search(r'<meta name="csrf-token" content="([0-9a-f]{64})">', page.text).group(1)
+        yield Dashboard(http, token, devnet, client, runtime)
+    assert devnet.rpc("evm_revert", [snapshot])
+
+
+def propose(dash: Dashboard, indices=(0, 2), **changes) -> tuple[int, CurationProposal]:
+    plan = dash.client.build_curation(dash.net.store, dash.net.content, "alice/math",
+                                      list(indices), description="Rules worth keeping.")
+    if changes:
+        plan = replace(plan, **changes)
+    proposal_id, _ = dash.client.propose(plan)
+    return proposal_id, plan
+
+
+def error_of(response: httpx.Response) -> dict:
+    return response.json()["error"]
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+def test_package_docstring_example_runs():
+    import governance.dashboard
+
+    result = doctest.testmod(governance.dashboard, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_csrf_tokens_bind_to_their_session_and_origins_to_the_served_ones():
+    tokens = CsrfTokens()
+    mine, theirs = tokens.new_session(), tokens.new_session()
+    assert tokens.check(mine, tokens.token_for(mine))
+    assert not tokens.check(theirs, tokens.token_for(mine))
+    assert not tokens.check(None, tokens.token_for(mine)) and not tokens.check(mine, "")
+    assert not CsrfTokens().check(mine, tokens.token_for(mine))  # another server start
+    assert served_origins("127.0.0.1", 8600, ["https://DAO.example/proposals"]) == (
+        "http://127.0.0.1:8600", "http://localhost:8600", "https://dao.example")
+    assert served_origins("10.0.0.2", 80) == ("http://10.0.0.2:80",)
+    assert request_origin({"origin": "http://127.0.0.1:8600"}) == "http://127.0.0.1:8600"
+    assert request_origin({"referer": "http://localhost:8600/proposals/1"}) == \
+        "http://localhost:8600"
+    assert request_origin({"origin": "null"}) is None and request_origin({}) is None
+
+
+def test_curation_calldata_decodes_back_to_its_leaves():
+    leaves = tuple(SourcedLeaf(3, 5, i, bytes([i]) * 32,
+                               "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
+                               tuple(bytes([i + 1]) * 32 for _ in range(i + 1)))
+                   for i in range(2))
+    ledger = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+    plan = CurationProposal(ledger, 1, leaves, "", "", "alice/math")
+    action = decode_action(ledger, plan.calldata, ledger, {})
+    assert (action.function, action.curated_log_id, action.leaves) == ("appendManyFromLog", 1,
+                                                                        leaves)
+    from eth_abi import encode
+    from eth_utils import keccak
+
+    leaf = leaves[1]
+    single = keccak(text=APPEND_ONE_SIGNATURE)[:4] + encode(
+        ["uint256", "uint256", "uint64", "uint64", "bytes32", "bytes", "bytes32[]"],
+        [1, *leaf.as_abi()[:5], list(leaf.inclusion_proof)])
+    assert decode_action(ledger, single, ledger, {}).leaves == (leaf,)
+    other = decode_action("0x" + "11" * 20, plan.calldata, ledger, {})  # not the ledger
+    assert not other.is_curation and other.function is None
+
+
+@pytest.mark.anvil
+def test_lifecycle_through_the_api_with_tallies_equal_to_the_chain(dash):
+    proposal_id, plan = propose(dash)
+    listed = dash.http.get("/api/proposals").json()["proposals"]
+    assert [p["id"] for p in listed] == [str(proposal_id)] and listed[0]["state"] == "Pending"
+
+    assert dash.vote(proposal_id, 1, "for", reason="general and correct").status_code == 200
+    assert dash.vote(proposal_id, 2, "against").status_code == 200  # castVoteBySig, no reason
+    assert dash.vote(proposal_id, 3, "abstain", reason="unsure").status_code == 200
+    dash.client.vote(proposal_id, "for", key=ANVIL_DEV_KEYS[4])  # outside the dashboard
+
+    dash.runtime.indexer.sync()
+    indexed = dash.runtime.indexer.proposal(proposal_id)
+    on_chain = dash.client.governor.functions.proposalVotes(proposal_id).call()
+    assert (indexed.votes_against, indexed.votes_for, indexed.votes_abstain) == tuple(on_chain)
+    assert tuple(on_chain) == (1000 * 10**18, 2000 * 10**18, 1000 * 10**18)
+    assert [(v.voter, v.support, v.reason) for v in indexed.votes] == [
+        (dev_account(1).address, VoteType.FOR, "general and correct"),
+        (dev_account(2).address, VoteType.AGAINST, ""),
+        (dev_account(3).address, VoteType.ABSTAIN, "unsure"),
+        (dev_account(4).address, VoteType.FOR, "")]
+    shown = dash.http.get(f"/api/proposals/{proposal_id}").json()
+    assert shown["tally"] == {"for": str(2000 * 10**18), "against": str(1000 * 10**18),
+                              "abstain": str(1000 * 10**18)}
+    assert shown["quorum"] == str(dash.client.governor.functions.quorum(indexed.snapshot).call())
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert "general and correct" in page and '<span id="state" class="state state-active">' in page
+
+    queue = {"from": dev_account(4).address}
+    refused = dash.post(f"/api/proposals/{proposal_id}/queue", queue)
+    assert refused.status_code == 409 and error_of(refused)["code"] == \
+        "GovernorUnexpectedProposalState"
+    dash.advance(indexed.deadline - dash.client.now() + 1)
+    assert dash.http.get("/api/proposals").json()["proposals"][0]["state"] == "Succeeded"
+    dash.send(dash.post(f"/api/proposals/{proposal_id}/queue", queue).json())
+    early = dash.post(f"/api/proposals/{proposal_id}/execute", queue)
+    assert early.status_code == 409 and error_of(early)["code"] == \
+        "TimelockUnexpectedOperationState" and "not ready" in error_of(early)["message"]
+    dash.advance(dash.net.deployment.governance.timelock_min_delay + 1)
+    dash.send(dash.post(f"/api/proposals/{proposal_id}/execute", queue).json())
+
+    dash.runtime.indexer.sync()
+    done = dash.runtime.indexer.proposal(proposal_id)
+    assert done.eta and done.executed_at and done.executed_tx
+    assert dash.client.proposal(proposal_id).state == ProposalState.EXECUTED
+    info = dash.client.ledger.log_info(dash.client.curated_log_id)
+    expected = [leaf.leaf_hash for leaf in plan.leaves]
+    assert [leaf.leaf_hash for leaf in dash.runtime.indexer.curated_leaves()] == expected
+    assert (info.size, info.root) == (2, merkle_root(expected))
+    library = dash.http.get("/library").text
+    assert "VERIFIED: the RFC 9162 root of the 2 appended leaves" in library
+    assert library.count("<span class=\"verdict\">VERIFIED</span>") == 2
+    assert "Rule 2: check the units" in library
+
+
+@pytest.mark.anvil
+def test_proposal_page_verifies_every_entry_against_the_anchored_root(dash):
+    proposal_id, plan = propose(dash)
+    page = dash.http.get(f"/proposals/{proposal_id}")
+    assert page.status_code == 200
+    assert "All 2 proposed entries VERIFIED" in page.text
+    assert page.text.count('<span class="verdict">VERIFIED</span>') == 2
+    assert "Rule 0: check the units of every quantity before answering." in page.text
+    root = dash.client.ledger.root_at(plan.leaves[0].source_log_id, 3)
+    assert f"0x{root.hex()}" in page.text and "alice/math (on-chain log" in page.text
+    verdict = dash.http.get(f"/api/proposals/{proposal_id}/verify")
+    assert verdict.status_code == 200 and verdict.json()["verified"] is True
+    leaves = verdict.json()["leaves"]
+    assert [(x["index"], x["source_log"], x["anchored_root"]) for x in leaves] == [
+        (0, "alice/math", "0x" + root.hex()), (2, "alice/math", "0x" + root.hex())]
+
+
+@pytest.mark.anvil
+@pytest.mark.parametrize("forgery, reason", [
+    ("proof", (r"the inclusion proof of leaf 1 does not verify against the root anchored for "
+               r"log \d+ at size 3: inclusion proof leads to a different root \(expected root")),
+    ("unknown-log", "unknown log 99: no log with this id exists on chain"),
+    ("unanchored-size", (r"has no anchored checkpoint of size 2 "
+                         r"\(ExperienceLedgerUnknownCheckpoint\)")),
+    ("other-entry", r"the leaf hash in the calldata \(0x[0-9a-f]{64}\) is not the hash of entry"),
+])
+def test_a_forged_leaf_is_shown_failed_with_its_reason(dash, forgery, reason):
+    plan = dash.client.build_curation(dash.net.store, dash.net.content, "alice/math", [1])
+    leaf, other = plan.leaves[0], dash.net.store.leaf("alice/math", 2)
+    forged = {
+        "proof": replace(leaf, inclusion_proof=(bytes(32),) + leaf.inclusion_proof[1:]),
+        "unknown-log": replace(leaf, source_log_id=99),
+        "unanchored-size": replace(leaf, source_size=2),
+        "other-entry": replace(leaf, entry_cid=other.cid),
+    }[forgery]
+    proposal_id, _ = dash.client.propose(replace(plan, leaves=(forged,)))
+
+    page = dash.http.get(f"/proposals/{proposal_id}")
+    assert page.status_code == 200
+    assert re.search(r"FAILED: 1\s+of 1 proposed entries do not verify", page.text)
+    failed = re.search(r'<p class="reason">(.*?)</p>', page.text, re.DOTALL).group(1)
+    assert re.search(reason, failed), failed
+    verdict = dash.http.get(f"/api/proposals/{proposal_id}/verify")
+    assert verdict.status_code == 422 and verdict.json()["verified"] is False
+    assert re.search(reason, verdict.json()["leaves"][0]["reason"])
+
+    if forgery == "proof":  # passed anyway: execution is refused with the ledger's named error
+        for account in (1, 2, 3):
+            dash.client.vote(proposal_id, "for", key=ANVIL_DEV_KEYS[account])
+        dash.advance(dash.net.deployment.governance.voting_period + 1)
+        dash.client.queue(proposal_id)
+        dash.advance(dash.net.deployment.governance.timelock_min_delay + 1)
+        refused = dash.post(f"/api/proposals/{proposal_id}/execute",
+                            {"from": dev_account(1).address})
+        assert refused.status_code == 409
+        assert error_of(refused)["code"] == "ExperienceLedgerInvalidInclusionProof"
+        assert "bad proof" in error_of(refused)["message"]
+
+
+@pytest.mark.anvil
+def test_votes_that_cannot_count_are_refused_with_named_errors(dash):
+    proposal_id, _ = propose(dash)
+    no_gym = dev_account(NO_GYM)
+    refused = dash.vote(proposal_id, NO_GYM, "for")  # refused before the wallet is asked
+    assert refused.status_code == 403 and error_of(refused)["type"] == "VotingPowerError"
+    dash.advance(2)  # past the snapshot: now the relay itself must refuse too
+    typed = dash.client.ballot_typed_data(proposal_id, "for", no_gym.address)
+    signature = Account.sign_typed_data(no_gym.key, full_message=typed).signature.to_0x_hex()
+    relay = {"voter": no_gym.address, "support": "for", "signature": signature}
+    refused = dash.post(f"/api/proposals/{proposal_id}/relay", relay)
+    assert refused.status_code == 403 and error_of(refused)["type"] == "VotingPowerError"
+    assert f"{no_gym.address} had no votes at the proposal's snapshot" in \
+        error_of(refused)["message"]
+
+    voter = dev_account(2).address
+    ballot = dash.http.get(f"/api/proposals/{proposal_id}/ballot",
+                           params={"voter": voter, "support": "for", "reason": "first"}).text
+    signed = dash.rpc("eth_signTypedData_v4", [voter, ballot])["result"]
+    relay = {"voter": voter, "support": "for", "reason": "first", "signature": signed}
+    first = dash.post(f"/api/proposals/{proposal_id}/relay", relay)
+    assert first.status_code == 200 and first.json()["weight"] == str(1000 * 10**18)
+    replayed = dash.post(f"/api/proposals/{proposal_id}/relay", relay)
+    assert replayed.status_code == 409 and error_of(replayed)["code"] == "GovernorInvalidSignature"
+    assert "already used" in error_of(replayed)["message"]
+    forged = dash.post(f"/api/proposals/{proposal_id}/relay",
+                       {**relay, "voter": dev_account(3).address})  # account 2 signed it
+    assert forged.status_code == 409 and error_of(forged)["code"] == "GovernorInvalidSignature"
+    again = dash.vote(proposal_id, 2, "against")  # a fresh ballot, at the voter's new nonce
+    assert again.status_code == 409 and error_of(again)["code"] == "GovernorAlreadyCastVote"
+    assert dash.client.governor.functions.proposalVotes(proposal_id).call() == [
+        0, 1000 * 10**18, 0]
+
+    bad = dash.post(f"/api/proposals/{proposal_id}/relay",
+                    {**relay, "support": "maybe", "signature": "0x1234"})
+    assert bad.status_code == 422
+    assert "a vote is for, against or abstain, not 'maybe'" in error_of(bad)["message"]
+    assert "a signature is 65 bytes" in error_of(bad)["message"]
+    unknown = dash.http.get("/proposals/12345")
+    assert unknown.status_code == 404 and "no proposal 12345" in unknown.text
+    assert dash.http.get("/api/proposals/twelve").status_code == 422
+
+
+@pytest.mark.anvil
+def test_a_replayed_ballot_is_refused_by_the_governor(dash):
+    """The same signed ballot relayed twice: the governor's nonce refuses the second."""
+    proposal_id, _ = propose(dash)
+    voter = dev_account(1).address
+    typed = dash.http.get(f"/api/proposals/{proposal_id}/ballot",
+                          params={"voter": voter, "support": "for", "reason": "yes"}).text
+    signed = dash.rpc("eth_signTypedData_v4", [voter, typed])["result"]
+    relay = {"voter": voter, "support": "for", "reason": "yes", "signature": signed}
+    assert dash.post(f"/api/proposals/{proposal_id}/relay", relay).status_code == 200
+    # Another proposal: same voter, who has not voted on it; the signature is for the first.
+    second, _ = propose(dash, indices=(1,))
+    replayed = dash.post(f"/api/proposals/{second}/relay", relay)
+    assert replayed.status_code == 409
+    assert error_of(replayed)["code"] == "GovernorInvalidSignature"
+    assert f"does not recover to {voter}" in error_of(replayed)["message"]
+
+
+@pytest.mark.anvil
+def test_state_changing_requests_need_the_origin_and_the_sessions_csrf_token(dash):
+    now = dash.client.now()
+    body = {"seconds": 3600}
+    assert error_of(dash.post("/api/devnet/advance", body, **{"X-CSRF-Token": ""}))["type"] == \
+        "CsrfError"
+    wrong = dash.post("/api/devnet/advance", body, **{"X-CSRF-Token": "0" * 64})
+    assert wrong.status_code == 403 and "reload the page" in error_of(wrong)["message"]
+    with TestClient(create_app(dash.runtime), base_url=ORIGIN) as other:  # another session
+        other.get("/")
+        stolen = other.post("/api/devnet/advance", json=body,
+                            headers={"Origin": ORIGIN, "X-CSRF-Token": dash.token})
+        assert stolen.status_code == 403 and error_of(stolen)["type"] == "CsrfError"
+    cross = dash.post("/api/devnet/advance", body, Origin="http://evil.example")
+    assert cross.status_code == 403 and error_of(cross)["type"] == "CrossOriginError"
+    assert "http://evil.example is not the dashboard's origin" in error_of(cross)["message"]
+    assert dash.post("/api/devnet/advance", body, Origin="").status_code == 403  # no Origin
+    assert dash.post("/rpc", {"method": "eth_accounts"}, Origin="http://evil.example"
+                     ).status_code == 403
+    assert dash.client.now() - now < 3600  # nothing was advanced
+    assert dash.post("/api/devnet/advance", body).status_code == 200
+    assert dash.client.now() - now >= 3600
+
+    preflight = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+    answer = dash.http.options("/api/devnet/advance", headers=preflight)
+    assert answer.status_code == 400 and "access-control-allow-origin" not in answer.headers
+    own = dash.http.options("/api/devnet/advance", headers={**preflight, "Origin": ORIGIN})
+    assert own.headers["access-control-allow-origin"] == ORIGIN
+    assert dash.http.get("/", headers={"Host": "evil.example"}).status_code == 400  # rebinding
+
+    fresh = TestClient(create_app(dash.runtime), base_url=ORIGIN).get("/")
+    cookie = fresh.headers["set-cookie"].lower()
+    assert "samesite=strict" in cookie and "httponly" in cookie and "path=/" in cookie
+    csp = fresh.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    for page in (fresh.text, dash.http.get("/library").text):  # nothing the CSP would block
+        assert not re.search(r"<script(?![^>]*\bsrc=)", page)
+        assert not re.search(r"\son[a-z]+\s*=", page) and "<style" not in page
+
+
+@pytest.mark.anvil
+def test_proposing_from_the_page_refuses_unknown_logs_and_accounts_without_votes(dash):
+    proposer = dev_account(1).address
+    unknown = dash.post("/api/proposals", {"from": proposer, "log": "bob/none", "indices": [0]})
+    assert unknown.status_code == 422 and error_of(unknown)["type"] == "CurationError"
+    assert "unknown log 'bob/none' (logs here: alice/math)" in error_of(unknown)["message"]
+    unanchored = dash.post("/api/proposals", {"from": proposer, "log": "alice/math",
+                                              "indices": [5]})
+    assert unanchored.status_code == 422 and "is not anchored" in error_of(unanchored)["message"]
+    poor = dash.post("/api/proposals", {"from": dev_account(NO_GYM).address, "log": "alice/math",
+                                        "indices": [0]})
+    assert poor.status_code == 403 and "proposing needs 1" in error_of(poor)["message"]
+    assert dash.client.proposal_ids() == []
+
+    tx = dash.post("/api/proposals", {"from": proposer, "log": "alice/math", "indices": [1],
+                                      "description": "<script>alert(1)</script>"})
+    assert tx.status_code == 200
+    dash.send(tx.json())
+    (proposal_id,) = dash.client.proposal_ids()
+    assert dash.client.proposal(proposal_id).proposer == proposer
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "Curate 1 entry from alice/math" in dash.http.get("/").text
+
+
+@pytest.mark.anvil
+def test_the_rpc_proxy_forwards_only_what_the_page_needs(dash):
+    accounts = dash.rpc("eth_accounts", [])["result"]
+    assert [Web3.to_checksum_address(a) for a in accounts[:3]] == [dev_account(i).address
+                                                                  for i in range(3)]
+    refused = dash.rpc("anvil_setBalance", [accounts[0], "0x1"])
+    assert refused["error"]["code"] == 4200 and "not forwarded" in refused["error"]["message"]
+    elsewhere = dash.rpc("eth_sendTransaction", [{"from": accounts[1], "to": accounts[2],
+                                                  "value": "0x1"}])
+    assert "go to the governor or the token only" in elsewhere["error"]["message"]
+    typed = {"domain": {"verifyingContract": dash.client.token.address}, "types": {},
+             "message": {}, "primaryType": "Permit"}
+    signed = dash.rpc("eth_signTypedData_v4", [accounts[1], json.dumps(typed)])
+    assert "only ballots of its governor" in signed["error"]["message"]
+
+    delegate = dash.post("/api/delegate", {"from": dev_account(NO_GYM).address}).json()
+    assert delegate["to"] == dash.client.token.address
+    dash.send(delegate)
+    account = dash.http.get(f"/api/accounts/{dev_account(NO_GYM).address}").json()
+    assert account == {"address": dev_account(NO_GYM).address, "balance": "0", "votes": "0",
+                       "delegate": dev_account(NO_GYM).address}
+
+
+@pytest.mark.anvil
+def test_the_indexer_reads_only_new_blocks_and_starts_over_when_the_chain_changes(dash):
+    indexer = dash.runtime.indexer
+    ranges: list[tuple[int, int]] = []
+    read_logs = indexer._logs
+    indexer._logs = lambda start, end: ranges.append((start, end)) or read_logs(start, end)
+    head = indexer.sync()
+    assert indexer.last_block == head and indexer.proposals() == []
+    snapshot = dash.net.rpc("evm_snapshot")
+    proposal_id, _ = propose(dash)
+    new_head = indexer.sync()
+    assert new_head > head and [p.proposal_id for p in indexer.proposals()] == [proposal_id]
+    assert ranges[-1] == (head + 1, new_head)  # only the blocks it had not seen
+    assert indexer.sync() == new_head and ranges[-1] == (head + 1, new_head)  # nothing new
+    assert indexer.last_block == new_head and len(indexer.proposals()) == 1  # nothing twice
+
+    assert dash.net.rpc("evm_revert", [snapshot])  # the proposal never happened
+    dash.net.rpc("anvil_mine", [hex(new_head - head + 1)])
+    indexer.sync()
+    assert indexer.proposals() == []

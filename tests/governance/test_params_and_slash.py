@@ -1,0 +1,431 @@
+"""Governance-parameter proposals, node slashing proposals and cancellation, on a real Anvil;
+and the decoding of proposal actions, offline."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import re
+from dataclasses import dataclass
+
+import pytest
+from eth_account import Account
+from eth_utils import keccak
+from web3 import Web3
+
+import governance.proposals
+from contracts import load_artifact
+from devnet.deploy import Deployment
+from devnet.settings import ANVIL_DEV_KEYS
+from governance import (
+    GovernanceClient,
+    GovernanceError,
+    GovernorRevertError,
+    ProposalState,
+    ProposalStateError,
+)
+from governance.cli import devnet_account_key
+from governance.errors import NotProposerError, ParameterError, SlashError
+from governance.proposals import (
+    GYM,
+    ActionDecoder,
+    ChallengeStatus,
+    GovernanceParameters,
+    format_duration,
+    format_gym,
+    parse_gym,
+    plan_params_change,
+)
+from ledger.chain import LedgerContract
+
+OPERATOR_KEY = ANVIL_DEV_KEYS[4]  # holds 1,000 GYM; runs the node
+CHALLENGER_KEY = devnet_account_key(5)  # holds ether, no GYM
+NODE_SIGNER = Account.from_key(devnet_account_key(6)).address  # signs the node's receipts
+STAKE = 300 * GYM
+
+
+# -- offline: amounts, durations and action decoding -----------------------------------------
+
+
+def test_module_docstring_example_runs():
+    result = doctest.testmod(governance.proposals, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_gym_amounts_and_durations_read_and_print_exactly():
+    assert parse_gym("50", "--amount") == 50 * GYM
+    assert parse_gym("0.000000000000000001", "--amount") == 1
+    assert format_gym(12_500_000_000_000_000_000) == "12.5 GYM"
+    assert format_gym(300 * GYM) == "300 GYM"
+    for bad, why in (("ten", "not 'ten'"), ("-1", "non-negative"), ("1e-19", "18 decimals"),
+                     ("inf", "non-negative")):
+        with pytest.raises(ParameterError, match=why):
+            parse_gym(bad, "--amount")
+    assert format_duration(59) == "59 s"
+    assert format_duration(90061) == "90061 s (1 d 1 h 1 min 1 s)"
+
+
+GOVERNOR = "0x" + "11" * 20
+TIMELOCK = "0x" + "22" * 20
+REGISTRY = "0x" + "33" * 20
+CURRENT = GovernanceParameters(voting_delay=1, voting_period=300, proposal_threshold=GYM,
+                               quorum_numerator=4, timelock_delay=60)
+
+
+def _plan(**wanted):
+    return plan_params_change(CURRENT, wanted, governor_address=GOVERNOR,
+                              timelock_address=TIMELOCK, total_supply=5000 * GYM)
+
+
+def test_params_plan_targets_the_governor_and_the_timelock_and_decodes_back():
+    plan = _plan(voting_period=600, quorum_numerator=5, timelock_delay=120)
+    targets, values, calldatas = plan.actions
+    assert targets == [Web3.to_checksum_address(a) for a in (GOVERNOR, GOVERNOR, TIMELOCK)]
+    assert values == [0, 0, 0]
+    assert [c[:4] for c in calldatas] == [keccak(text=s)[:4] for s in (
+        "setVotingPeriod(uint32)", "updateQuorumNumerator(uint256)", "updateDelay(uint256)")]
+    assert plan.description.startswith("# Change governance parameters: voting period, quorum, "
+                                       "timelock delay")
+    assert "- voting period: 300 s (5 min) -> 600 s (10 min)" in plan.description
+    assert "- quorum: 4% of the supply -> 5% of the supply" in plan.description
+
+    decoder = ActionDecoder({GOVERNOR: ("GymGovernor", load_artifact("GymGovernor").abi),
+                             TIMELOCK: ("TimelockController",
+                                        load_artifact("TimelockController").abi)})
+    decoded = [decoder.decode(t, c) for t, c in zip(targets, calldatas, strict=True)]
+    assert [d.summary for d in decoded] == [
+        "GymGovernor: set the voting period to 600 s (10 min)",
+        "GymGovernor: set the quorum to 5% of the supply",
+        "TimelockController: set the timelock delay to 120 s (2 min)"]
+    assert decoded[0].function == "setVotingPeriod" and decoded[0].args == {"newVotingPeriod": 600}
+
+    unknown_target = decoder.decode(REGISTRY, calldatas[0])
+    assert unknown_target.contract is None and "unknown contract" in unknown_target.summary
+    unknown_selector = decoder.decode(GOVERNOR, bytes.fromhex("deadbeef"), value=5)
+    assert unknown_selector.summary == ("call 0xdeadbeef on GymGovernor (not a function of its "
+                                        "ABI), sending 5 wei")
+
+
+@pytest.mark.parametrize("wanted, why", [
+    ({}, "name at least one parameter"),
+    ({"voting_period": None}, "name at least one parameter"),
+    ({"voting_period": 0}, "voting period must be at least 1 second"),
+    ({"voting_period": 2**32}, r"voting period can be at most 4294967295 s .*\(uint32\)"),
+    ({"voting_delay": 2**48}, r"voting delay can be at most .*\(uint48\)"),
+    ({"quorum_numerator": 101}, "quorum can be at most 100% of the supply"),
+    ({"quorum_numerator": 0}, "quorum of 0% would let a single vote decide"),
+    ({"proposal_threshold": 5001 * GYM}, "above the whole supply .*no one could ever propose"),
+    ({"timelock_delay": -1}, "timelock delay cannot be negative"),
+    ({"voting_period": 300}, "voting period is already 300 s"),
+    ({"quorum": 5}, "unknown governance parameter 'quorum'"),
+])
+def test_params_plan_refuses_bad_values(wanted, why):
+    with pytest.raises(ParameterError, match=why):
+        _plan(**wanted)
+
+
+# -- on Anvil ---------------------------------------------------------------------------------
+
+
+def send(w3: Web3, call, key: str):
+    account = Account.from_key(key)
+    tx = call.build_transaction({"from": account.address, "chainId": w3.eth.chain_id,
+                                 "nonce": w3.eth.get_transaction_count(account.address)})
+    tx_hash = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
+    receipt = w3.eth.wait_for_transaction_receipt(tx_hash)
+    assert receipt["status"] == 1
+    return receipt
+
+
+@dataclass
+class Node:
+    operator: str
+    registry: object  # web3 contract
+    token: object  # web3 contract
+
+
+def register_node(deployment: Deployment, key: str = OPERATOR_KEY, stake: int = STAKE,
+                  signer: str = NODE_SIGNER) -> Node:
+    """Register ``key``'s node as an operator does: a receipt log of its own, approve, register."""
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, key)
+    log_id, _ = ledger.create_log("node receipts")
+    token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
+                            abi=load_artifact("GymToken").abi)
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    send(w3, token.functions.approve(registry.address, stake), key)
+    send(w3, registry.functions.register(signer, keccak(b"SmolLM2-135M"), "http://127.0.0.1:8000",
+                                         stake, log_id), key)
+    return Node(Account.from_key(key).address, registry, token)
+
+
+def open_challenge(node: Node, key: str = CHALLENGER_KEY, evidence: str = "bafyevidence") -> int:
+    receipt = send(node.registry.w3, node.registry.functions.challenge(
+        node.operator, keccak(b"a forged receipt"), evidence), key)
+    return node.registry.events.ChallengeOpened().process_receipt(receipt)[0]["args"]["challengeId"]
+
+
+def make_client(deployment: Deployment, key: str = ANVIL_DEV_KEYS[0], *,
+                with_registry: bool = True) -> GovernanceClient:
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, key)
+    return GovernanceClient(
+        w3, deployment.contracts["GymGovernor"].address, load_artifact("GymGovernor").abi,
+        deployment.contracts["GymToken"].address, load_artifact("GymToken").abi, ledger,
+        deployment.contracts["TimelockController"].address,
+        load_artifact("TimelockController").abi, curated_log_id=deployment.curated_log_id,
+        private_key=key, from_block=deployment.deployment_block,
+        node_registry_address=(deployment.contracts["NodeRegistry"].address if with_registry
+                               else None))
+
+
+@pytest.fixture
+def deployment(ledger_devnet) -> Deployment:
+    return Deployment.load(ledger_devnet.gym.deployment_file)
+
+
+@pytest.fixture
+def client(deployment) -> GovernanceClient:
+    return make_client(deployment)
+
+
+def pass_and_execute(client: GovernanceClient, proposal_id: int) -> None:
+    """Three holders vote for; the voting period and timelock delay (as they are now) pass."""
+    for key in ANVIL_DEV_KEYS[:3]:
+        client.vote(proposal_id, "for", key=key)
+    params = client.governance_parameters()
+    client.advance_time(params.voting_period + 1)
+    client.queue(proposal_id)
+    client.advance_time(params.timelock_delay + 1)
+    client.execute(proposal_id, key=ANVIL_DEV_KEYS[4])
+    assert client.proposal(proposal_id).state == ProposalState.EXECUTED
+
+
+@pytest.mark.anvil
+def test_a_params_proposal_changes_the_governor_and_the_timelock(client, deployment):
+    governor, timelock = client.governor.functions, client.timelock.functions
+    before = (governor.votingDelay().call(), governor.votingPeriod().call(),
+              governor.proposalThreshold().call(), governor.quorumNumerator().call(),
+              timelock.getMinDelay().call())
+    assert before == (1, 300, GYM, 4, 60)
+
+    plan = client.build_params_change(voting_delay=3600, voting_period=600,
+                                      proposal_threshold=5 * GYM, quorum_numerator=10,
+                                      timelock_delay=120, description="Slower, safer votes.")
+    proposal_id, _ = client.propose(plan)
+    shown = client.proposal(proposal_id)
+    assert shown.title == ("Change governance parameters: voting delay, voting period, proposal "
+                           "threshold, quorum, timelock delay")
+    assert [a.summary for a in client.describe_actions(shown)] == [
+        "GymGovernor: set the voting delay to 3600 s (1 h)",
+        "GymGovernor: set the voting period to 600 s (10 min)",
+        "GymGovernor: set the proposal threshold to 5 GYM",
+        "GymGovernor: set the quorum to 10% of the supply",
+        "TimelockController: set the timelock delay to 120 s (2 min)"]
+
+    pass_and_execute(client, proposal_id)
+    after = (governor.votingDelay().call(), governor.votingPeriod().call(),
+             governor.proposalThreshold().call(), governor.quorumNumerator().call(),
+             timelock.getMinDelay().call())
+    assert after == (3600, 600, 5 * GYM, 10, 120)
+    assert client.governance_parameters() == GovernanceParameters(3600, 600, 5 * GYM, 10, 120)
+
+    # The next proposal runs on the new settings.
+    next_id, _ = client.propose(client.build_params_change(voting_period=900))
+    later = client.proposal(next_id)
+    assert later.deadline - later.snapshot == 600
+    proposed_at = client.w3.eth.get_block(later.created_block)["timestamp"]
+    assert later.snapshot == proposed_at + 3600
+    assert later.quorum == 5000 * GYM * 10 // 100
+
+
+@pytest.mark.anvil
+def test_bad_params_are_refused_before_anything_is_sent(client):
+    with pytest.raises(ParameterError, match="voting period must be at least 1 second"):
+        client.build_params_change(voting_period=0)
+    with pytest.raises(ParameterError, match="above the whole supply"):
+        client.build_params_change(proposal_threshold=5000 * GYM + 1)
+    with pytest.raises(ParameterError, match="timelock delay is already 60 s"):
+        client.build_params_change(timelock_delay=60)
+    assert client.proposal_ids() == []
+
+
+@pytest.mark.anvil
+def test_the_proposer_cancels_a_pending_proposal_and_nobody_else_or_later(client):
+    # A voting delay of an hour (itself set by proposal) leaves time to cancel.
+    pass_and_execute(client, client.propose(client.build_params_change(voting_delay=3600))[0])
+
+    proposer = ANVIL_DEV_KEYS[1]
+    first, _ = client.propose(client.build_params_change(voting_period=900), key=proposer)
+    assert client.proposal(first).state == ProposalState.PENDING
+    stranger = Account.from_key(ANVIL_DEV_KEYS[2]).address
+    with pytest.raises(NotProposerError, match=f"{stranger} did not make proposal {first}: only "
+                                               "its proposer 0x"):
+        client.cancel(first, key=ANVIL_DEV_KEYS[2])
+    with pytest.raises(GovernorRevertError) as refused:  # the governor refuses it too
+        client.cancel(first, key=ANVIL_DEV_KEYS[2], verify=False)
+    assert refused.value.name == "GovernorUnableToCancel"
+    assert f"account={stranger}" in str(refused.value)
+    assert "only its proposer can, and only while it is Pending" in str(refused.value)
+    client.cancel(first, key=proposer)
+    assert client.proposal(first).state == ProposalState.CANCELED
+    with pytest.raises(ProposalStateError, match="is Canceled: a proposal can be canceled only "
+                                                 "while Pending"):
+        client.cancel(first, key=proposer)
+
+    second, _ = client.propose(client.build_params_change(quorum_numerator=6), key=proposer)
+    client.vote(second, "for", key=ANVIL_DEV_KEYS[0])  # the devnet skips the voting delay
+    with pytest.raises(ProposalStateError, match="is Active: a proposal can be canceled only"):
+        client.cancel(second, key=proposer)
+    with pytest.raises(GovernorRevertError, match="GovernorUnableToCancel"):
+        client.cancel(second, key=proposer, verify=False)
+    assert client.proposal(second).state == ProposalState.ACTIVE
+    with pytest.raises(GovernorRevertError, match="GovernorNonexistentProposal"):
+        client.cancel(12345678, key=proposer)
+
+
+@pytest.mark.anvil
+def test_a_devnet_cancel_is_judged_at_the_time_it_will_be_mined(client):
+    """An idle Anvil's head block keeps its time while the next block takes a later one: with
+    the devnet's 1 s voting delay, a proposal that still reads Pending is Active by then."""
+    proposal_id, _ = client.propose(client.build_params_change(voting_period=900))
+    client.w3.provider.make_request("evm_increaseTime", [10])  # the next block: 10 s later
+    assert client.proposal(proposal_id).state == ProposalState.PENDING  # as the head block says
+    with pytest.raises(ProposalStateError, match="is Active: a proposal can be canceled only"):
+        client.cancel(proposal_id)
+    with pytest.raises(GovernorRevertError) as refused:  # sent anyway: mined, reverted, decoded
+        client.cancel(proposal_id, verify=False)
+    assert refused.value.name == "GovernorUnableToCancel"
+    assert client.proposal(proposal_id).state == ProposalState.ACTIVE
+
+
+@pytest.mark.anvil
+def test_a_slash_proposal_moves_stake_from_the_node_to_the_beneficiary(client, deployment):
+    node = register_node(deployment)
+    challenge_id = open_challenge(node)
+    timelock = client.timelock_address
+    registry_balance = node.token.functions.balanceOf(node.registry.address).call()
+    assert registry_balance == STAKE and node.token.functions.balanceOf(timelock).call() == 0
+
+    plan = client.build_slash(node.operator, 120 * GYM, "Served a receipt it never computed.")
+    assert (plan.challenge_id, plan.beneficiary, plan.amount) == (challenge_id, timelock, 120 * GYM)
+    assert plan.description.startswith(f"# Slash node {node.operator}: 120 GYM\n\nServed a receipt")
+    assert "Stake: 300 GYM -> 180 GYM" in plan.description
+    assert f"Challenge #{challenge_id} (Open) by " in plan.description
+    assert "evidence ipfs://bafyevidence" in plan.description
+    assert f"Slashed GYM go to {timelock} (the DAO timelock, its treasury)" in plan.description
+    proposal_id, _ = client.propose(plan)
+    (action,) = client.describe_actions(client.proposal(proposal_id))
+    assert action.summary == (f"NodeRegistry: slash node {node.operator} by 120 GYM for challenge "
+                              f"#{challenge_id}, paying {timelock} (TimelockController)")
+
+    pass_and_execute(client, proposal_id)
+    assert node.registry.functions.nodeOf(node.operator).call()[4] == 180 * GYM
+    assert client.node(node.operator).stake == 180 * GYM
+    assert node.registry.functions.totalStaked().call() == 180 * GYM
+    assert node.token.functions.balanceOf(node.registry.address).call() == 180 * GYM
+    assert node.token.functions.balanceOf(timelock).call() == 120 * GYM
+    assert client.challenge(challenge_id).status == ChallengeStatus.UPHELD
+    slashed = node.registry.events.NodeSlashed().get_logs(from_block=deployment.deployment_block)
+    assert [(e["args"]["operator"], e["args"]["amount"], e["args"]["beneficiary"])
+            for e in slashed] == [(node.operator, 120 * GYM, timelock)]
+
+    # An upheld challenge can back a second slash, paid to whoever opened it this time.
+    challenger = Account.from_key(CHALLENGER_KEY).address
+    with pytest.raises(SlashError, match="no open challenge .*upheld ones: #1, name one with "
+                                         "--challenge ID"):
+        client.build_slash(node.operator, 10 * GYM, "Again.")
+    again = client.build_slash(node.operator, 10 * GYM, "Again.", challenge_id=challenge_id,
+                               beneficiary="challenger")
+    assert again.beneficiary == challenger
+    pass_and_execute(client, client.propose(again)[0])
+    assert node.token.functions.balanceOf(challenger).call() == 10 * GYM
+    assert client.node(node.operator).stake == 170 * GYM
+
+
+@pytest.mark.anvil
+def test_bad_slash_input_is_refused_before_anything_is_sent(client, deployment):
+    node = register_node(deployment)
+    nobody = Account.from_key(devnet_account_key(8)).address
+    with pytest.raises(SlashError, match=f"unknown node {nobody}: the NodeRegistry has no node"):
+        client.build_slash(nobody, GYM, "reason")
+    with pytest.raises(SlashError, match=f"{NODE_SIGNER} is the receipt signer of node "
+                                         f"{node.operator}, not an operator"):
+        client.build_slash(NODE_SIGNER, GYM, "reason")
+    with pytest.raises(SlashError, match="cannot slash 300.5 GYM: node .* stakes only 300 GYM"):
+        client.build_slash(node.operator, 300 * GYM + GYM // 2, "reason")
+    with pytest.raises(SlashError, match="more than 0 GYM"):
+        client.build_slash(node.operator, 0, "reason")
+    with pytest.raises(SlashError, match="no open challenge against node"):
+        client.build_slash(node.operator, GYM, "reason")
+    challenge_id = open_challenge(node)
+    second = open_challenge(node, evidence="bafysecond")
+    with pytest.raises(SlashError, match=f"2 challenges .* are open \\(#{challenge_id}, "
+                                         f"#{second}\\): pick one"):
+        client.build_slash(node.operator, GYM, "reason")
+    with pytest.raises(SlashError, match="no challenge #99 exists"):
+        client.build_slash(node.operator, GYM, "reason", challenge_id=99)
+    with pytest.raises(SlashError, match="--reason"):
+        client.build_slash(node.operator, GYM, "  ", challenge_id=challenge_id)
+    with pytest.raises(SlashError, match="cannot go to 0x0000000000000000000000000000000000000000"):
+        client.build_slash(node.operator, GYM, "reason", challenge_id=challenge_id,
+                           beneficiary="0x" + "00" * 20)
+    with pytest.raises(GovernanceError, match="beneficiary is an address"):
+        client.build_slash(node.operator, GYM, "reason", challenge_id=challenge_id,
+                           beneficiary="alice")
+    with pytest.raises(GovernanceError, match="no NodeRegistry is known"):
+        make_client(deployment, with_registry=False).build_slash(node.operator, GYM, "reason")
+    assert client.proposal_ids() == []
+
+
+@pytest.mark.anvil
+def test_slash_and_cancel_through_the_cli(ledger_devnet, deployment):
+    gym_env = ledger_devnet.gym
+    node = register_node(deployment)
+    challenge_id = open_challenge(node)
+    # The registry of the deployment, named explicitly (GYM_NODE_REGISTRY overrides it).
+    env = {"GYM_NODE_REGISTRY": node.registry.address}
+
+    def gym(*args: str, ok: bool = True):
+        result = gym_env.run(*args, extra_env=env)
+        assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
+        if not ok:
+            assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+        return result
+
+    assert "stakes only 300 GYM" in gym("gov", "propose-slash", node.operator, "--amount", "301",
+                                        "--reason", "x", "--account", "1", ok=False).stderr
+    unknown = Account.from_key(devnet_account_key(8)).address
+    assert f"unknown node {unknown}" in gym("gov", "propose-slash", unknown, "--amount", "1",
+                                            "--reason", "x", "--account", "1", ok=False).stderr
+    assert "--amount is an amount of GYM such as 50 or 12.5, not 'lots'" in gym(
+        "gov", "propose-slash", node.operator, "--amount", "lots", "--reason", "x",
+        "--account", "1", ok=False).stderr
+
+    proposed = gym("gov", "propose-slash", node.operator, "--amount", "50", "--reason",
+                   "Its receipt does not match the model.", "--beneficiary", "challenger",
+                   "--challenge", str(challenge_id), "--account", "1").stdout
+    assert f"# Slash node {node.operator}: 50 GYM" in proposed and "Pending" in proposed
+    shown = json.loads(gym("gov", "show", "1", "--json").stdout)
+    challenger = Account.from_key(CHALLENGER_KEY).address
+    assert shown["actions"] == [{
+        "target": node.registry.address, "contract": "NodeRegistry", "function": "slash",
+        "summary": f"NodeRegistry: slash node {node.operator} by 50 GYM for challenge "
+                   f"#{challenge_id}, paying {challenger}"}]
+    assert re.search(r"Slash node 0x[0-9a-fA-F]+: 50 GYM\s*│ Pending.*│ slash 50 GYM",
+                     gym("gov", "list").stdout)
+
+    assert "only its proposer" in gym("gov", "cancel", "1", "--account", "2", ok=False).stderr
+    for account in ("1", "2", "3"):
+        gym("gov", "vote", "1", "for", "--account", account)
+    assert "is Active: a proposal can be canceled only while Pending" in gym(
+        "gov", "cancel", "1", "--account", "1", ok=False).stderr
+    gym("devnet", "mine", "--seconds", "301")
+    gym("gov", "queue", "1", "--account", "0")
+    gym("devnet", "mine", "--seconds", "61")
+    executed = gym("gov", "execute", "1", "--account", "0").stdout
+    assert f"node {node.operator}: stake now 250 GYM" in executed
+    assert node.token.functions.balanceOf(challenger).call() == 50 * GYM
