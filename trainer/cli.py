@@ -4,6 +4,7 @@
     gym train publish runs/tfgrpo-smollm2 LOG
     gym eval --library runs/tfgrpo-smollm2/library.json \\
              --dataset trainer/data/arith_heldout.jsonl -k 4 --seeds 3 [--model DIR] [--limit N]
+    gym eval --adapter runs/sft-smollm2/adapter --dataset trainer/data/arith_heldout.jsonl
 
 The root CLI mounts `train_app` as `gym train` and `eval_library` as `gym eval`. Expected
 failures (a bad config, a snapshot from another config, a missing file) raise `ConfigError`,
@@ -21,14 +22,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-train_app = typer.Typer(help="Train: Training-Free GRPO (an experience library, no weights).",
-                        no_args_is_help=True)
+train_app = typer.Typer(help="Train: LoRA adapters (sft, dpo, grpo, gspo through TRL + PEFT) "
+                        "or a Training-Free GRPO experience library.", no_args_is_help=True)
 console = Console()
 
 
 @train_app.callback()
 def train_group() -> None:
-    """Train: Training-Free GRPO (an experience library, no weights)."""
+    """Train: LoRA adapters (sft, dpo, grpo, gspo through TRL + PEFT) or a Training-Free GRPO
+    experience library."""
 
 
 def step_progress() -> Progress:
@@ -105,10 +107,15 @@ def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str, domain: str = "
 
 
 def eval_library(
-    library: Annotated[Path, typer.Option(help="library.json written by `gym train tfgrpo`.",
-                                          exists=True, dir_okay=False)],
     dataset: Annotated[Path, typer.Option(help="Held-out problems (JSONL with problem, answer).",
                                           exists=True, dir_okay=False)],
+    library: Annotated[Path | None, typer.Option(
+        help="library.json written by `gym train tfgrpo`: adds the 'library' arm.",
+        exists=True, dir_okay=False)] = None,
+    adapter: Annotated[Path | None, typer.Option(
+        help="PEFT adapter directory (or a merged model from `gym adapter merge`) over --model: "
+             "adds the 'adapter' arm (and 'adapter+library' with --library).",
+        exists=True, file_okay=False)] = None,
     k: Annotated[int, typer.Option("-k", help="Samples per problem.")] = 4,
     seeds: Annotated[int, typer.Option(help="Evaluation seeds 0..N-1.")] = 3,
     model: Annotated[str, typer.Option(help="Local model dir ('' = SmolLM2 default).")] = "",
@@ -119,27 +126,55 @@ def eval_library(
     batch_size: Annotated[int, typer.Option(help="Rows per forward batch.")] = 16,
     output: Annotated[Path | None, typer.Option(help="Also write the results as JSON.")] = None,
 ) -> None:
-    """Mean@k and Pass@k with and without a library: same prompts, same seeds in both arms."""
-    from trainer.backends import TransformersBackend
+    """Mean@k and Pass@k of the base model against a library and/or an adapter.
+
+    Every arm answers the same problems with the same sampling seeds: 'baseline' (base model),
+    'library' (base + experiences in the prompt), 'adapter' (base + PEFT adapter),
+    'adapter+library'. Give --library, --adapter or both.
+    """
+    from trainer.backends import TransformersBackend, adapter_backend, default_model_dir
     from trainer.data import load_problems
-    from trainer.evaluate import evaluate_library, load_library
+    from trainer.errors import TrainerError
+    from trainer.evaluate import evaluate_arms, load_library
     from trainer.verifiers import load_verifier
 
+    if library is None and adapter is None:
+        raise TrainerError("nothing to compare: give --library, --adapter or both")
     problems = load_problems(dataset, limit)
-    experiences = load_library(library)
+    experiences = load_library(library) if library else []
     with console.status("loading model"):
         backend = TransformersBackend(model or None, batch_size=batch_size)
+    arms = {"baseline": (backend, [])}
+    if library:
+        arms["library"] = (backend, experiences)
+    if adapter:
+        if (adapter / "adapter_config.json").is_file():
+            from trainer.adapters.merge import check_base_model
+
+            check = check_base_model(adapter, model or default_model_dir(), force=True)
+            if check.forced:
+                console.print(f"[yellow]warning[/yellow]: the base model's weights digest "
+                              f"{check.digest} is not the one the adapter entry names "
+                              f"({check.expected})", highlight=False)
+        with console.status("loading adapter"):
+            tuned = adapter_backend(adapter, model or None, batch_size=batch_size)
+        arms["adapter"] = (tuned, [])
+        if library:
+            arms["adapter+library"] = (tuned, experiences)
     with step_progress() as bar:
-        task = bar.add_task("eval arms x seeds", total=2 * seeds)
-        results = evaluate_library(backend, problems, experiences, load_verifier(verifier), k=k,
-                                   seeds=tuple(range(seeds)), temperature=temperature,
-                                   max_new_tokens=max_new_tokens,
-                                   on_progress=lambda: bar.advance(task))
-    table = Table(title=f"{len(problems)} problems, k={k}, seeds={seeds}, "
-                        f"library of {len(experiences)}")
+        task = bar.add_task("eval arms x seeds", total=len(arms) * seeds)
+        results = evaluate_arms(arms, problems, load_verifier(verifier), k=k,
+                                seeds=tuple(range(seeds)), temperature=temperature,
+                                max_new_tokens=max_new_tokens,
+                                on_progress=lambda: bar.advance(task))
+    if adapter:
+        results["adapter_dir"] = str(adapter)
+    what = ", ".join(filter(None, [f"library of {len(experiences)}" if library else "",
+                                   f"adapter {adapter}" if adapter else ""]))
+    table = Table(title=f"{len(problems)} problems, k={k}, seeds={seeds}, {what}")
     for column in ("arm", "metric", "mean", "std", "min", "max"):
         table.add_column(column, justify="left" if column in ("arm", "metric") else "right")
-    for arm in ("baseline", "library"):
+    for arm in arms:
         for metric in ("mean_at_k", "pass_at_k"):
             s = results[arm][metric]
             table.add_row(arm, metric.replace("_at_k", f"@{k}"),

@@ -1,8 +1,11 @@
-"""Mean@k and Pass@k of a frozen model with and without an experience library.
+"""Mean@k and Pass@k of a model with and without an experience library, or an adapter.
 
-Both arms see the same problems and the same sampling seeds (`derive_seed(seed, problem,
-sample)`), so the only difference between them is the library in the prompt. The evaluation is
-repeated for several seeds and each metric is reported as mean, std, min and max across seeds.
+An arm is a backend plus a library (possibly empty): "baseline" is the base model alone,
+"library" the base model with the library in its prompt (Training-Free GRPO), "adapter" the
+base model with a PEFT adapter (gradient training), "adapter+library" both. Every arm sees the
+same problems and the same sampling seeds (`derive_seed(seed, problem, sample)`), so the arms
+differ only in what they are meant to compare. The evaluation is repeated for several seeds and
+each metric is reported as mean, std, min and max across seeds.
 
 - Mean@k: the average reward of k samples per problem, averaged over problems (the paper's
   "Mean@32" with k = 32).
@@ -54,16 +57,18 @@ def load_library(path: str | Path) -> list[Experience]:
             for i, e in enumerate(items)]
 
 
-def evaluate_library(backend: Backend, problems: list[dict], library: list[Experience],
-                     verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
-                     temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
-                     on_progress: Callable[[], None] | None = None) -> dict:
-    """Mean@k and Pass@k per arm ("baseline": no library, "library"), spread across seeds."""
-    arms = {"baseline": [], "library": library}
+def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: list[dict],
+                  verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
+                  temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
+                  on_progress: Callable[[], None] | None = None) -> dict:
+    """Mean@k and Pass@k per arm (name -> (backend, library)), spread across seeds.
+
+    ``on_progress`` is called after each (seed, arm) pass.
+    """
     per_seed: dict[str, dict[str, list[float]]] = {
         arm: {"mean_at_k": [], "pass_at_k": []} for arm in arms}
     for seed in seeds:
-        for arm, experiences in arms.items():
+        for arm, (backend, experiences) in arms.items():
             prompts = [rollout_messages(p["problem"], experiences) for p in problems]
             outputs = backend.generate(prompts, k, temperature, top_p, max_new_tokens, seed)
             rewards = [[float(verifier({**p, "response": text})["reward"]) for text in outs]
@@ -73,7 +78,16 @@ def evaluate_library(backend: Backend, problems: list[dict], library: list[Exper
             if on_progress is not None:
                 on_progress()
     return {"k": k, "seeds": list(seeds), "problems": len(problems),
-            "library_size": len(library), "temperature": temperature,
-            "max_new_tokens": max_new_tokens,
+            "library_size": max((len(lib) for _, lib in arms.values()), default=0),
+            "temperature": temperature, "max_new_tokens": max_new_tokens, "arms": list(arms),
             **{arm: {metric: spread(values) for metric, values in metrics.items()}
                for arm, metrics in per_seed.items()}}
+
+
+def evaluate_library(backend: Backend, problems: list[dict], library: list[Experience],
+                     verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
+                     temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
+                     on_progress: Callable[[], None] | None = None) -> dict:
+    """Mean@k and Pass@k per arm ("baseline": no library, "library"), spread across seeds."""
+    return evaluate_arms({"baseline": (backend, []), "library": (backend, library)}, problems,
+                         verifier, k, seeds, temperature, top_p, max_new_tokens, on_progress)

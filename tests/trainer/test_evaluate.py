@@ -1,9 +1,9 @@
-"""Mean@k and Pass@k arithmetic, and the paired with/without-library evaluation."""
+"""Mean@k and Pass@k arithmetic, and the paired evaluation of library and adapter arms."""
 
 import pytest
 
 from trainer.backends import Usage, derive_seed
-from trainer.evaluate import evaluate_library, mean_at_k, pass_at_k, pass_rate
+from trainer.evaluate import evaluate_arms, evaluate_library, mean_at_k, pass_at_k, pass_rate
 from trainer.tfgrpo_trainer import LIBRARY_INTRO, Experience
 from trainer.verifiers import exact_match
 
@@ -58,3 +58,34 @@ def test_both_arms_share_prompts_and_seeds():
     # Each seed's rows are drawn twice, once per arm, with identical seeds.
     per_arm = len(backend.seen) // 2
     assert backend.seen[:80] == backend.seen[80:160] and per_arm == 240
+
+
+class Biased(SeededCoin):
+    """SeededCoin whose odds are raised by `boost` (a stand-in for a model with an adapter)."""
+
+    def __init__(self, boost: float):
+        super().__init__()
+        self.boost = boost
+
+    def generate(self, prompts, n=1, temperature=0.7, top_p=1.0, max_new_tokens=256, seed=0):
+        out = []
+        for i, prompt in enumerate(prompts):
+            p = (0.8 if LIBRARY_INTRO in prompt[0]["content"] else 0.3) + self.boost
+            out.append(["Answer: 1" if derive_seed(seed, i, j) % 1000 / 1000 < p else "Answer: 2"
+                        for j in range(n)])
+            self.seen.extend((seed, derive_seed(seed, i, j)) for j in range(n))
+        return out
+
+
+def test_adapter_arms_share_prompts_and_seeds_with_the_base():
+    base, tuned = Biased(0.0), Biased(0.15)
+    problems = [{"problem": f"q{i}", "answer": "1"} for i in range(30)]
+    library = [Experience("a", "Be careful.")]
+    result = evaluate_arms({"baseline": (base, []), "library": (base, library),
+                            "adapter": (tuned, []), "adapter+library": (tuned, library)},
+                           problems, exact_match, k=4, seeds=(0, 1))
+    assert result["arms"] == ["baseline", "library", "adapter", "adapter+library"]
+    mean = {arm: result[arm]["mean_at_k"]["mean"] for arm in result["arms"]}
+    assert mean["baseline"] < mean["adapter"] < mean["library"] < mean["adapter+library"]
+    assert base.seen == tuned.seen  # the same rows, with the same seeds, in every arm
+    assert result["library_size"] == 1

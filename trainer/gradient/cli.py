@@ -1,0 +1,105 @@
+"""``gym train sft|dpo|grpo|gspo``: thin commands over `trainer.gradient.train`.
+
+    gym train sft  trainer/configs/sft_smollm2.yaml  [--output DIR] [--max-steps N] [--publish LOG]
+    gym train dpo  trainer/configs/dpo_smollm2.yaml
+    gym train grpo trainer/configs/grpo_smollm2.yaml
+    gym train gspo trainer/configs/gspo_smollm2.yaml
+
+`register(train_app)` adds the four commands to `gym train` (devnet/cli.py calls it). Importing
+this module does not import torch; the commands load TRL when they run.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+SUMMARIES = {
+    "sft": "LoRA supervised fine-tuning (TRL SFTTrainer) on alpaca or sharegpt rows.",
+    "dpo": "LoRA direct preference optimisation (TRL DPOTrainer) on prompt/chosen/rejected pairs.",
+    "grpo": "LoRA GRPO (TRL GRPOTrainer) on problem/answer rows, rewarded by the verifiers.",
+    "gspo": "LoRA GSPO: GRPO with sequence-level importance ratios (TRL GRPOTrainer).",
+}
+
+
+def _train_command(method: str):
+    def command(
+        ctx: typer.Context,
+        config_path: Annotated[Path, typer.Argument(
+            metavar="CONFIG.yaml", help=f"Run config (see docs/gradient.md); its `method:` must "
+                                        f"be {method} or absent.", exists=True, dir_okay=False)],
+        output: Annotated[Path | None, typer.Option(
+            help="Run directory (overrides the config's output_dir).")] = None,
+        max_steps: Annotated[int | None, typer.Option(
+            min=1, help="Stop after N optimizer steps (overrides training.max_steps/epochs).")
+        ] = None,
+        publish: Annotated[str | None, typer.Option(
+            help="Then publish the adapter to this ledger log (created if new) and anchor it.")
+        ] = None,
+    ) -> None:
+        from trainer.gradient.config import load_config
+
+        config = load_config(config_path, method=method,
+                             output_dir=str(output) if output else None, max_steps=max_steps)
+        if publish:  # fail on a missing devnet before training, not after
+            from ledger.cli import runtime_of
+
+            runtime_of(ctx).contract.log_count()
+        result = run_training(config)
+        if publish:
+            publish_run_dir(ctx, result.run_dir, publish)
+
+    command.__doc__ = (f"{SUMMARIES[method]}\n\nWrites DIR/adapter (PEFT: adapter_config.json + "
+                       "adapter_model.safetensors) and DIR/run.json (config, code and package "
+                       "versions, hardware, dataset digest, metric curves). With --publish LOG "
+                       "the adapter files go to the content store and a `run` and an `adapter` "
+                       "entry are appended to LOG and anchored.")
+    return command
+
+
+def run_training(config, console: Console = console):
+    """Train with a progress bar and print the run's summary; returns the `TrainResult`."""
+    from trainer.gradient.progress import RichProgressCallback, quiet_library_output
+    from trainer.gradient.train import train
+
+    quiet_library_output()
+    loading = console.status(f"{config.method}: loading the base model and the dataset")
+    loading.start()  # until the first step: the bar takes over
+    try:
+        result = train(config, callbacks=[RichProgressCallback(
+            console, f"{config.method} steps", on_begin=loading.stop)])
+    finally:
+        loading.stop()
+    manifest = result.manifest
+    table = Table(title=f"{config.method}: {manifest['base_model']['name']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in manifest["adapter"]["metrics"].items():
+        table.add_row(name, f"{value:.4g}")
+    console.print(table)
+    console.print(f"adapter: {result.run_dir / manifest['adapter_dir']}", highlight=False)
+    console.print(f"run manifest: {result.run_dir / 'run.json'}", highlight=False)
+    return result
+
+
+def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str) -> None:
+    from ledger.cli import runtime_of
+    from trainer.adapters.publish import publish_adapter_run
+
+    rt = runtime_of(ctx)
+    with console.status(f"publishing {run_dir} to {log}"):
+        published = publish_adapter_run(run_dir, rt.store, rt.content, rt.contract, log)
+    console.print(f"published adapter {published.adapter_cid} ({len(published.files)} files), "
+                  f"run {published.run_cid}; log {log} anchored at size {published.size}",
+                  highlight=False)
+    console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}", highlight=False)
+
+
+def register(train_app: typer.Typer) -> None:
+    """Add the gradient-training commands to ``gym train``."""
+    for method, summary in SUMMARIES.items():
+        train_app.command(method, help=None, short_help=summary)(_train_command(method))
