@@ -5,13 +5,15 @@ that the migrated database and this metadata agree.
 
 - ``logs``: one row per log; ``size`` is the committed size, bumped in the same transaction
   as the rows of an append, so a batch is all there or not at all.
-- ``tiles``: perfect-subtree hashes packed in tiles (transparency-dev's tlog tiles, height
-  ``TILE_HEIGHT``): the tile at ``(level, idx)`` holds, in order, the hashes of the perfect
-  subtrees of height ``level * TILE_HEIGHT`` numbered ``idx * 2^H ..``, up to 2^H of them; a
-  partial tile grows as the log does. Level-0 tiles hold leaf hashes and, in ``digests``, the
-  SHA-256 of each entry (its CID is CIDv1 raw sha2-256, so the digest is the CID). A subtree
-  of any height is at most 2^H - 1 hashes away from a stored one, and a root or proof at any
-  size reads O(log n) tiles.
+- ``tiles``: perfect-subtree hashes packed in rows: the tile at ``(level, idx)`` holds, in
+  order, the hashes of the perfect subtrees of height ``level * TILE_HEIGHT`` numbered
+  ``idx * TILE_WIDTH ..``, up to TILE_WIDTH of them; a partial tile grows as the log does.
+  Level-0 tiles hold leaf hashes and, in ``digests``, the SHA-256 of each entry (its CID is
+  CIDv1 raw sha2-256, so the digest is the CID). A subtree of any height is at most
+  2^TILE_HEIGHT - 1 hashes away from a stored one, and a root or proof at any size reads at
+  most two tiles per tile level. Rows are wide (8 KiB of hashes, 16 KiB with digests) so that
+  an append writes whole database pages: 16-hash rows of 0001 each spilled a mostly empty
+  overflow page, which made the database 4x the size of its hashes and appends slow.
 - ``checkpoints``: every anchored (size, root), with where it was anchored.
 """
 
@@ -41,7 +43,8 @@ logs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
-TILE_HEIGHT = 4  # 16 hashes a tile: ~n/15 rows per log, <= 15 hashes to rebuild a subtree
+TILE_HEIGHT = 4  # tree levels between stored levels: <= 15 hashes rebuild any subtree
+TILE_WIDTH = 256  # hashes a tile (since migration 0002; 16 before): ~n/240 rows per log
 
 tiles = Table(
     "tiles", metadata,

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event
+from sqlalchemy import create_engine, event, insert, select
 
 from ledger import rfc9162
 from ledger.errors import LedgerError, NotFoundError
-from ledger.logstore import LogStore
+from ledger.logstore import LogStore, _migration_config
 from ledger.multiformats import raw_cid
-from ledger.schema import TILE_HEIGHT, metadata
+from ledger.schema import TILE_HEIGHT, TILE_WIDTH, checkpoints, logs, metadata, tiles
 
 
 def _entries(n: int, salt: bytes = b"") -> list[bytes]:
@@ -52,6 +55,33 @@ def test_roots_and_proofs_at_every_size_match_rfc9162(store):
             assert store.consistency_proof("a", old, n) == rfc9162.consistency_proof(hashes[:n], old)
 
 
+def test_tile_row_and_level_boundaries(store):
+    """Rows hold TILE_WIDTH hashes and tile levels are TILE_HEIGHT tree levels apart: cross
+    several rows of the first two tile levels with batches that start and end mid-row."""
+    store.create_log("a")
+    n = 2 * TILE_WIDTH * 2 ** TILE_HEIGHT + 77
+    entries = _entries(n)
+    at = 0
+    for size in (1, TILE_WIDTH - 2, 3, TILE_WIDTH * 2 ** TILE_HEIGHT, 999, n):
+        store.append("a", entries[at:min(at + size, n)])
+        at = min(at + size, n)
+    assert store.get_log("a").size == n
+    hashes = _hashes(entries)
+    rng = random.Random(1)
+    sizes = {1, TILE_WIDTH - 1, TILE_WIDTH, TILE_WIDTH + 1, TILE_WIDTH * 2 ** TILE_HEIGHT,
+             TILE_WIDTH * 2 ** TILE_HEIGHT + 1, n} | {rng.randrange(1, n + 1) for _ in range(12)}
+    for size in sorted(sizes):
+        assert store.root("a", size) == rfc9162.root(hashes[:size])
+        for index in {0, size - 1, rng.randrange(size)}:
+            assert store.inclusion_proof("a", index, size) == rfc9162.inclusion_proof(hashes[:size], index)
+        for old in {1, size, rng.randrange(size + 1)}:
+            assert (store.consistency_proof("a", old, size)
+                    == rfc9162.consistency_proof(hashes[:size], old))
+    leaves = list(store.leaves("a", TILE_WIDTH - 3, TILE_WIDTH + 2))
+    assert [(leaf.index, leaf.leaf_hash, leaf.cid) for leaf in leaves] == [
+        (i, hashes[i], raw_cid(entries[i])) for i in range(TILE_WIDTH - 3, TILE_WIDTH + 2)]
+
+
 def test_leaves_carry_leaf_hash_and_cid(store):
     store.create_log("a")
     entries = [b'{"type":"experience"}', b"x" * 100, b""] + _entries(40)
@@ -68,7 +98,7 @@ def test_leaves_carry_leaf_hash_and_cid(store):
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(st.integers(1, 40), min_size=1, max_size=8), data=st.data())
+@given(batches=st.lists(st.integers(1, 600), min_size=1, max_size=8), data=st.data())
 def test_random_batches_prove_like_the_reference(tmp_path_factory, batches, data):
     store = LogStore(f"sqlite:///{tmp_path_factory.mktemp('h') / 'l.sqlite'}")
     store.create_log("r")
@@ -117,6 +147,20 @@ def test_errors(store):
         store.consistency_proof("a", 3, 2)
 
 
+def test_an_append_onto_a_damaged_tile_fails_and_changes_nothing(store):
+    store.create_log("a")
+    store.append("a", _entries(TILE_WIDTH + 5))
+    with store.engine.begin() as conn:  # the partial tile loses its last hash
+        partial = (tiles.c.level == 0) & (tiles.c.idx == 1)
+        hashes = conn.execute(select(tiles.c.hashes).where(partial)).scalar_one()
+        conn.execute(tiles.update().where(partial).values(hashes=bytes(hashes)[:-32]))
+    before = _tile_rows(store.engine)
+    with pytest.raises(LedgerError, match=r"tile \(0, 1\) holds 4 hashes where the log's size says 5"):
+        store.append("a", _entries(3, b"new"))
+    assert store.get_log("a").size == TILE_WIDTH + 5
+    assert _tile_rows(store.engine) == before
+
+
 def test_checkpoints_are_kept_per_size(store):
     store.create_log("a")
     store.append("a", _entries(4))
@@ -129,30 +173,126 @@ def test_checkpoints_are_kept_per_size(store):
     assert cps[0].tx_hash == "0x" + "ab" * 32 and cps[0].block_number == 7
 
 
-def test_proofs_read_logarithmically_many_tiles(store):
+def test_proofs_read_logarithmically_many_tiles(store, monkeypatch):
     store.create_log("big")
     n = 5000
     store.append("big", _entries(n))
-    tiles_read = []
+    queries, tiles_read = [], []
+    fetch = LogStore._fetch_tiles
+
+    def spy_fetch(conn, log_id, keys, **kwargs):
+        found = fetch(conn, log_id, keys, **kwargs)
+        tiles_read.append(len(found))
+        return found
 
     def spy(conn, cursor, statement, parameters, context, executemany):
         if "FROM tiles" in statement:
-            tiles_read.append(statement.count("?") + statement.count("%("))
+            queries.append(statement)
 
+    monkeypatch.setattr(LogStore, "_fetch_tiles", staticmethod(spy_fetch))
     event.listen(store.engine, "before_cursor_execute", spy)
     store.inclusion_proof("big", 1234, 4999)
     store.consistency_proof("big", 1000, 4999)
+    store.consistency_proof("big", 4096, 4999)  # old size on a row boundary of two tile levels
     store.root("big", 3333)
     event.remove(store.engine, "before_cursor_execute", spy)
-    assert len(tiles_read) == 3  # one query each
-    # log_id plus (level, idx) pairs: at most two tiles per tile level
-    assert max(tiles_read) <= 1 + 2 * 2 * math.ceil(math.log(n, 2 ** TILE_HEIGHT))
+    assert len(queries) == 4  # one query each
+    # at most two tiles per tile level, and a 5000-leaf log has four tile levels
+    assert math.ceil(math.log(n, 2 ** TILE_HEIGHT)) == 4
+    assert 0 < max(tiles_read) <= 2 * 4
 
 
 def test_migrated_schema_matches_the_metadata(store):
     with store.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     LogStore(store.engine.url.render_as_string(hide_password=False))  # re-opening is a no-op
+
+
+def _tiles_of_revision_0001(entries: list[bytes]) -> list[dict]:
+    """The rows revision 0001's LogStore wrote, computed from the reference: tile level T
+    held the roots of the perfect subtrees of 16^T leaves, 16 a row; level 0 also held each
+    entry's SHA-256."""
+    hashes = _hashes(entries)
+    digests = [hashlib.sha256(e).digest() for e in entries]
+    rows, level, layer = [], 0, hashes
+    while layer:
+        rows += [{"level": level, "idx": k // 16, "hashes": b"".join(layer[k:k + 16]),
+                  "digests": b"".join(digests[k:k + 16]) if level == 0 else None}
+                 for k in range(0, len(layer), 16)]
+        level += 1
+        span = 16 ** level
+        layer = [rfc9162.root(hashes[k:k + span]) for k in range(0, len(hashes) - span + 1, span)]
+    return rows
+
+
+def _database_at_0001(url: str, logs_entries: dict[str, list[bytes]]):
+    """A database migrated to revision 0001 only, holding ``logs_entries`` as 0001 stored them."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        command.upgrade(_migration_config(conn), "0001")
+        for name, entries in logs_entries.items():
+            log_id = conn.execute(insert(logs).values(name=name, size=len(entries))
+                                  .returning(logs.c.id)).scalar_one()
+            rows = _tiles_of_revision_0001(entries)
+            if rows:
+                conn.execute(insert(tiles), [{"log_id": log_id, **row} for row in rows])
+    return engine
+
+
+def _tile_rows(engine) -> list[tuple]:
+    with engine.connect() as conn:
+        return [(log_id, level, idx, bytes(h), d if d is None else bytes(d)) for log_id, level, idx, h, d
+                in conn.execute(select(tiles).order_by(tiles.c.log_id, tiles.c.level, tiles.c.idx))]
+
+
+def test_migration_0002_keeps_every_root_proof_and_leaf(database_url):
+    big, small = _entries(5000, b"big"), _entries(7, b"small")
+    engine = _database_at_0001(database_url, {"big": big, "small": small, "empty": []})
+    with engine.begin() as conn:
+        conn.execute(insert(checkpoints).values(log_id=1, size=4000,
+                                                root=rfc9162.root(_hashes(big[:4000]))))
+    store = LogStore(engine)  # upgrades to head
+    hashes = _hashes(big)
+    rng = random.Random(2)
+    for size in {1, 16, 255, 256, 257, 4095, 4096, 4097, 5000} | {rng.randrange(1, 5001) for _ in range(5)}:
+        assert store.root("big", size) == rfc9162.root(hashes[:size])
+        index, old = rng.randrange(size), rng.randrange(size + 1)
+        assert store.inclusion_proof("big", index, size) == rfc9162.inclusion_proof(hashes[:size], index)
+        assert store.consistency_proof("big", old, size) == rfc9162.consistency_proof(hashes[:size], old)
+    assert [leaf.cid for leaf in store.leaves("big")] == [raw_cid(e) for e in big]
+    assert store.root("small") == rfc9162.root(_hashes(small))
+    assert store.root("empty") == rfc9162.EMPTY_ROOT
+    assert store.checkpoints("big")[0].root == store.root("big", 4000)
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert conn.execute(select(tiles.c.idx).where(tiles.c.log_id == 1, tiles.c.level == 0)
+                            ).scalars().all() == list(range(-(-5000 // TILE_WIDTH)))
+    more = _entries(300, b"more")
+    store.append("big", more)  # the log goes on normally...
+    assert store.root("big") == rfc9162.root(hashes + _hashes(more))
+
+    with engine.begin() as conn:  # ...and a downgrade writes exactly what 0001 would have
+        command.downgrade(_migration_config(conn), "0001")
+    assert _tile_rows(engine) == [
+        (log_id, row["level"], row["idx"], row["hashes"], row["digests"])
+        for log_id, entries in ((1, big + more), (2, small))
+        for row in sorted(_tiles_of_revision_0001(entries), key=lambda r: (r["level"], r["idx"]))]
+    store = LogStore(engine)
+    assert store.root("big") == rfc9162.root(hashes + _hashes(more))
+    engine.dispose()
+
+
+def test_migration_0002_refuses_a_corrupted_index_and_changes_nothing(database_url):
+    engine = _database_at_0001(database_url, {"a": _entries(100)})
+    with engine.begin() as conn:  # lose a row in the middle of level 0
+        conn.execute(tiles.delete().where(tiles.c.level == 0, tiles.c.idx == 3))
+    before = _tile_rows(engine)
+    with pytest.raises(RuntimeError, match="log 1: tiles of level 0 are not contiguous"):
+        LogStore(engine)
+    with engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == "0001"
+    assert _tile_rows(engine) == before
+    engine.dispose()
 
 
 KILL_MID_BATCH = textwrap.dedent("""
