@@ -5,9 +5,14 @@ database, and lists every discrepancy it finds rather than stopping at the first
 
 Publisher log, for every ``Anchored`` event in chain order:
 
-1. the ``anchor`` transaction's calldata gives the consistency proof (events do not carry
-   it); it must link the previous anchored (size, root) to this one (RFC 9162 §2.1.4,
-   ``verify_consistency``), an independent recheck of what the contract verified;
+1. the ``anchor`` call that emitted the event gives the consistency proof (events do not
+   carry it); it must link the previous anchored (size, root) to this one (RFC 9162 §2.1.4,
+   ``verify_consistency``), an independent recheck of what the contract verified. The call
+   is the transaction itself when the owner sent it, else an inner call found with the
+   node's call tracer (``LedgerContract.anchor_calls``): a log owned by the DAO timelock or
+   a multisig anchors through ``execute``/``executeBatch``, several checkpoints per
+   transaction at times, and each event is matched to its call by (log id, size). Through
+   a node without the tracer such a checkpoint is flagged ``calldata``, saying why;
 2. the batch manifest (``ledger.batches``) named by ``batchCid`` must be fetchable, valid,
    and describe this checkpoint: same log id, ``from`` = previous size, ``to`` = this size;
 3. every entry it names is fetched by CID (the store re-hashes the bytes against the CID),
@@ -38,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.batches import BatchError, BatchMismatchError, fetch_batch, verify_batch
 from ledger.chain import (
+    AnchorCall,
     AnchoredEvent,
     ChainError,
     LeafAppendedEvent,
@@ -209,9 +215,15 @@ def audit_log(contract: LedgerContract, content: ContentStore, log_id: int, *,
 def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, from_block: int,
                      to_block: int | None) -> None:
     prev_size, prev_root = 0, EMPTY_ROOT
+    calls_by_tx: dict[str, list[AnchorCall] | ChainError] = {}  # one trace per transaction
     for event in contract.anchored(log_id, from_block, to_block):
         flagged = len(replay.report.discrepancies)
-        _check_anchor_call(contract, replay, event, prev_size, prev_root)
+        if event.tx_hash not in calls_by_tx:
+            try:
+                calls_by_tx[event.tx_hash] = contract.anchor_calls(event.tx_hash)
+            except ChainError as exc:
+                calls_by_tx[event.tx_hash] = exc
+        _check_anchor_call(replay, event, calls_by_tx[event.tx_hash], prev_size, prev_root)
         cids = _batch_entries(replay, event, log_id, prev_size)
         if cids is None:  # without the manifest these leaves are unknown
             replay.broken_at = prev_size if replay.broken_at is None else replay.broken_at
@@ -231,18 +243,24 @@ def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, fro
         prev_size, prev_root = event.size, event.root
 
 
-def _check_anchor_call(contract: LedgerContract, replay: _Replay, event: AnchoredEvent,
-                       prev_size: int, prev_root: bytes) -> None:
-    """Recheck the consistency proof that the anchor transaction carried."""
-    try:
-        call = contract.anchor_calldata(event.tx_hash)
-    except ChainError as exc:
-        replay.flag("calldata", str(exc), checkpoint=event.size)
+def _check_anchor_call(replay: _Replay, event: AnchoredEvent,
+                       calls: list[AnchorCall] | ChainError, prev_size: int,
+                       prev_root: bytes) -> None:
+    """Recheck the consistency proof carried by the anchor call that emitted ``event``."""
+    if isinstance(calls, ChainError):
+        replay.flag("calldata", str(calls), checkpoint=event.size)
         return
-    if (call.log_id, call.size, call.root) != (event.log_id, event.size, event.root):
+    call = next((c for c in calls if (c.log_id, c.size) == (event.log_id, event.size)), None)
+    if call is None:
+        made = ", ".join(f"log {c.log_id} size {c.size}" for c in calls) or "none"
+        replay.flag("calldata", f"transaction {event.tx_hash} made no anchor call of log "
+                    f"{event.log_id} size {event.size}, which its event records (anchor calls "
+                    f"found: {made})", checkpoint=event.size)
+        return
+    if call.root != event.root:
         replay.flag("calldata", f"transaction {event.tx_hash} anchors log {call.log_id} size "
-                    f"{call.size}, its event says log {event.log_id} size {event.size}",
-                    checkpoint=event.size)
+                    f"{call.size} with another root than its event records",
+                    checkpoint=event.size, expected=_hex(event.root), computed=_hex(call.root))
         return
     try:
         verify_consistency(prev_size, event.size, prev_root, event.root, call.consistency_proof)

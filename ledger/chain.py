@@ -16,8 +16,14 @@ Events: ``eth_getLogs`` is paged in block ranges (``page_blocks``, halved on a n
 readers work against Anvil and against L2 nodes with strict limits. Each event carries its
 transaction hash, block number and log index.
 
-Audit: ``anchor_calldata`` decodes the ``anchor`` transaction's input and returns its
-consistency proof, which is not in the event: an auditor recovers it from the chain alone.
+Audit: the consistency proof of a checkpoint is not in its ``Anchored`` event; an auditor
+recovers it from the call that anchored it. ``anchor_calls`` finds every ``anchor`` call a
+transaction made on this contract, whatever the outer call was: a direct transaction's input
+is decoded as is; a transaction to another contract (the DAO timelock's ``execute`` or
+``executeBatch``, a multisig) is replayed with the node's call tracer (``debug_traceTransaction``
+with ``callTracer``, served by Anvil and geth-style nodes) and the inner calls to this address
+are decoded, leaving out any that reverted. A node without the tracer raises
+``TracingUnavailableError``; ``anchor_calldata`` decodes a direct ``anchor`` transaction only.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ class LogKind(IntEnum):
 
 class ChainError(LedgerError, RuntimeError):
     """Talking to the chain failed: unreachable node, no signing key, reverted transaction."""
+
+
+class TracingUnavailableError(ChainError):
+    """The node refused ``debug_traceTransaction``: calls made through a contract are hidden."""
 
 
 class ContractRevertError(ChainError):
@@ -127,7 +137,7 @@ class CuratedCheckpointEvent:
 
 @dataclass(frozen=True)
 class AnchorCall:
-    """The decoded arguments of an ``anchor`` transaction."""
+    """The decoded arguments of one ``anchor`` call (a transaction, or a call inside one)."""
 
     log_id: int
     size: int
@@ -168,6 +178,8 @@ class LedgerContract:
                         for item in abi if item["type"] == "error"}
         self._events = {item["name"]: item for item in abi if item["type"] == "event"}
         self._topics = {name: event_abi_to_log_topic(item) for name, item in self._events.items()}
+        self._anchor_selector = function_abi_to_4byte_selector(
+            next(item for item in abi if item["type"] == "function" and item["name"] == "anchor"))
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -331,6 +343,66 @@ class LedgerContract:
             raise ChainError(f"transaction {tx_hash}: undecodable calldata ({exc})") from None
         if function.fn_name != "anchor":
             raise ChainError(f"transaction {tx_hash} calls {function.fn_name}, not anchor")
+        return AnchorCall(args["logId"], args["size"], bytes(args["root"]), bytes(args["batchCid"]),
+                          [bytes(h) for h in args["consistencyProof"]])
+
+    def anchor_calls(self, tx_hash: str) -> list[AnchorCall]:
+        """Every ``anchor`` call on this contract that transaction ``tx_hash`` made and that
+        did not revert, in execution order, whoever made it (the sender or a contract).
+
+        A transaction sent to this contract is decoded from its input (it cannot call
+        ``anchor`` twice: the contract makes no calls). Any other transaction is replayed
+        with the node's call tracer; a call inside a frame that reverted is left out, its
+        effects (its ``Anchored`` event included) were undone. Raises
+        ``TracingUnavailableError`` when the node refuses ``debug_traceTransaction``, and
+        ``ChainError`` when the transaction is unknown or a successful ``anchor`` call on
+        this contract cannot be decoded.
+        """
+        try:
+            with self._rpc_errors():
+                tx = self.w3.eth.get_transaction(tx_hash)
+                receipt = self.w3.eth.get_transaction_receipt(tx_hash)
+        except TransactionNotFound:
+            raise ChainError(f"transaction {tx_hash} is not on the chain") from None
+        if receipt["status"] != 1:
+            return []
+        if tx["to"] is not None and to_checksum_address(tx["to"]) == self.address:
+            call = self._decode_anchor(tx_hash, bytes(tx["input"]))
+            return [] if call is None else [call]
+        with self._rpc_errors():
+            response = self.w3.provider.make_request(
+                "debug_traceTransaction", [tx_hash, {"tracer": "callTracer"}])
+        if "error" in response or not isinstance(response.get("result"), dict):
+            reason = response.get("error", {}).get("message", "no call trace in the reply")
+            target = ("creates a contract" if tx["to"] is None
+                      else f"calls {to_checksum_address(tx['to'])}")
+            raise TracingUnavailableError(
+                f"transaction {tx_hash} {target}, not ExperienceLedger, and the node refuses "
+                f"debug_traceTransaction ({reason}): "
+                "audit through a node that serves the call tracer to see the inner anchor call")
+        calls: list[AnchorCall] = []
+        frames = [response["result"]]
+        while frames:  # depth first, in execution order
+            frame = frames.pop()
+            if frame.get("error"):
+                continue  # reverted: nothing under it took effect
+            if (frame.get("type") == "CALL" and frame.get("to")
+                    and to_checksum_address(frame["to"]) == self.address):
+                call = self._decode_anchor(tx_hash, bytes.fromhex(
+                    frame.get("input", "0x").removeprefix("0x")))
+                if call is not None:
+                    calls.append(call)
+            frames.extend(reversed(frame.get("calls") or []))
+        return calls
+
+    def _decode_anchor(self, tx_hash: str, data: bytes) -> AnchorCall | None:
+        """The ``anchor`` call that calldata ``data`` encodes; None for any other function."""
+        if data[:4] != self._anchor_selector:
+            return None
+        try:
+            _, args = self.contract.decode_function_input(data)
+        except (ValueError, DecodingError, Web3Exception) as exc:
+            raise ChainError(f"transaction {tx_hash}: undecodable anchor call ({exc})") from None
         return AnchorCall(args["logId"], args["size"], bytes(args["root"]), bytes(args["batchCid"]),
                           [bytes(h) for h in args["consistencyProof"]])
 
