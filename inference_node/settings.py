@@ -15,3 +15,6 @@ class NodeSettings(BaseSettings):
     default_max_tokens: int = Field(default=256, ge=1, description="when a request sets none")
     host: str = "127.0.0.1"
     port: int = 8000
+    registry: str | None = Field(
+        default=None, description="NodeRegistry address (GYM_NODE_REGISTRY); default: the "
+        "deployment's")

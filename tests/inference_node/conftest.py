@@ -15,7 +15,10 @@ sys.path.insert(0, str(Path(__file__).parent))  # `node_helpers`
 torch.set_num_threads(1)
 
 from node_helpers import (
+    DOMAIN,
     LIBRARY,
+    NODE_KEY,
+    SNAPSHOT,
     RunningServer,
     build_tiny_model,
     make_engine,
@@ -23,6 +26,7 @@ from node_helpers import (
 )
 
 from inference_node.library import StaticLibrarySource
+from inference_node.receipts import ReceiptSigner, model_digest
 
 
 @pytest.fixture(scope="session")
@@ -42,4 +46,19 @@ def server(tiny_model_dir, library_file) -> Iterator[RunningServer]:
     """One node with the tiny model and the three-experience library, shared by a module."""
     source = StaticLibrarySource.from_file(library_file)
     with run_server(make_engine(tiny_model_dir), source) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def other_model_dir(tmp_path_factory) -> Path:
+    """Same architecture and tokenizer as `tiny_model_dir`, other weights."""
+    return build_tiny_model(tmp_path_factory.mktemp("other") / "model", seed=1)
+
+
+@pytest.fixture(scope="module")
+def signing_node(tiny_model_dir) -> Iterator[RunningServer]:
+    """A node that signs unbound receipts, with the two-experience `SNAPSHOT` library."""
+    engine = make_engine(tiny_model_dir)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as running:
         yield running

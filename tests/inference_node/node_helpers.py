@@ -20,8 +20,10 @@ import httpx
 import uvicorn
 
 from devnet.anvil import free_port
+from devnet.settings import ANVIL_DEV_KEYS
 from inference_node.engine import TransformersEngine
-from inference_node.library import StaticLibrarySource
+from inference_node.library import LibrarySnapshot, StaticLibrarySource
+from inference_node.receipts import ReceiptDomain
 from inference_node.server import create_app
 from inference_node.settings import NodeSettings
 
@@ -38,7 +40,7 @@ WORD_LIST = ("apple banana cherry river mountain seven three twelve box farmer b
 WORDS = WORD_LIST.split()
 
 
-def build_tiny_model(directory: str | Path, seed: int = 0) -> Path:
+def build_tiny_model(directory: str | Path, seed: int = 0, max_positions: int = 4096) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -61,7 +63,7 @@ def build_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, initializer_range=0.3,
+                         max_position_embeddings=max_positions, initializer_range=0.3,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
@@ -73,6 +75,12 @@ def build_tiny_model(directory: str | Path, seed: int = 0) -> Path:
 
 
 MODEL_NAME = "tiny-llama"
+NODE_KEY = ANVIL_DEV_KEYS[1]  # a public devnet key: signs the test nodes' receipts
+DOMAIN = ReceiptDomain()  # unbound receipts (no chain)
+CIDS = ["bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",
+        "bafkreidvbhs33ighmljlvr7zbv2ywwzcmp5adtf4kqvlly67cy56bdtmve"]
+SNAPSHOT = LibrarySnapshot("v", "0x07", 2, "ab" * 32,
+                           ((CIDS[0], "check each step"), (CIDS[1], "answer with a number")))
 LIBRARY = {
     "log_id": "0x01", "size": 3, "root": "ab" * 32,
     "experiences": [{"id": "bafy-a", "text": "check each step and count the units"},
@@ -107,11 +115,13 @@ def wait_for_health(proc, port: int, timeout_s: float) -> dict:
 
 
 @contextlib.contextmanager
-def run_server(engine, source, settings: NodeSettings | None = None) -> Iterator[RunningServer]:
-    """Serve `create_app(engine, source, settings)` with uvicorn on loopback until the block ends."""
+def run_server(engine, source, settings: NodeSettings | None = None, **app_kwargs
+               ) -> Iterator[RunningServer]:
+    """Serve `create_app(engine, source, settings, **app_kwargs)` (receipts=, receipt_log=)
+    with uvicorn on loopback until the block ends."""
     port = free_port()
-    config = uvicorn.Config(create_app(engine, source, settings), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on")
+    config = uvicorn.Config(create_app(engine, source, settings, **app_kwargs), host="127.0.0.1",
+                            port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import httpx
-from node_helpers import LIBRARY, free_port, wait_for_health
+import pytest
+from node_helpers import LIBRARY, NODE_KEY, free_port, wait_for_health
 from typer.testing import CliRunner
 
 import inference_node
@@ -24,9 +25,29 @@ def test_package_docstring_example_runs():
 def test_serve_help_says_what_exists():
     result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for option in ("--model", "--library", "--host", "--port", "--max-queue"):
+    for option in ("--model", "--library", "--host", "--port", "--max-queue", "--engine",
+                   "--register", "--stake", "--endpoint"):
         assert option in result.output
-    assert "Not yet here" in result.output
+    assert "Not yet here" not in result.output
+    for command in ("list", "challenge"):
+        assert CliRunner().invoke(app, [command, "--help"]).exit_code == 0
+
+
+def test_register_needs_a_key_and_the_chain(tiny_model_dir, gym_env):
+    result = gym_env.run("node", "serve", "--model", str(tiny_model_dir), "--register",
+                         "--key-env", "GYM_NODE_KEY", "--offline",
+                         extra_env={"GYM_NODE_KEY": NODE_KEY})
+    assert result.returncode != 0 and "--register needs a key" in result.stderr
+
+
+def test_engine_vllm_without_vllm_is_a_clear_error(tiny_model_dir, gym_env):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    result = gym_env.run("node", "serve", "--model", str(tiny_model_dir), "--engine", "vllm")
+    assert result.returncode == 1
+    assert "error: vLLM is not installed:" in result.stderr, result.stderr
 
 
 def test_node_serve_subprocess(tiny_model_dir, tmp_path):

@@ -4,18 +4,16 @@ with a node that signs over loopback (no chain: the unbound domain)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import json
 import time
 
 import httpx
 import pytest
-from node_helpers import MODEL_NAME, build_tiny_model, make_engine
-from node_helpers import run_server as run_plain_server
+from node_helpers import CIDS, DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, make_engine, run_server
 
 from devnet.settings import ANVIL_DEV_KEYS
-from inference_node.library import LibrarySnapshot, StaticLibrarySource
+from inference_node.library import StaticLibrarySource
 from inference_node.receipts import (
     ReceiptDomain,
     ReceiptError,
@@ -31,47 +29,11 @@ from inference_node.receipts import (
 )
 from ledger.entries import encode_entry
 
-NODE_KEY = ANVIL_DEV_KEYS[1]  # a public devnet key
-OTHER_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"  # Anvil #0
-DOMAIN = ReceiptDomain()
-CIDS = ["bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",
-        "bafkreidvbhs33ighmljlvr7zbv2ywwzcmp5adtf4kqvlly67cy56bdtmve"]
-SNAPSHOT = LibrarySnapshot("v", "0x07", 2, "ab" * 32,
-                           ((CIDS[0], "check each step"), (CIDS[1], "answer with a number")))
-
-
-@contextlib.contextmanager
-def run_server(engine, source, **create_app_kwargs):
-    """`node_helpers.run_server` with `create_app` keyword arguments (receipts, receipt_log)."""
-    import node_helpers
-
-    from inference_node import server
-
-    original = node_helpers.create_app
-    node_helpers.create_app = lambda e, s, settings: server.create_app(e, s, settings,
-                                                                       **create_app_kwargs)
-    try:
-        with run_plain_server(engine, source) as running:
-            yield running
-    finally:
-        node_helpers.create_app = original
+OTHER_KEY = ANVIL_DEV_KEYS[0]  # a public devnet key
 
 
 REQUEST = {"model": MODEL_NAME, "temperature": 0, "max_tokens": 8,
            "messages": [{"role": "user", "content": "the farmer buys twelve apple"}]}
-
-
-@pytest.fixture(scope="module")
-def other_model_dir(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("other") / "model", seed=1)
-
-
-@pytest.fixture(scope="module")
-def signing_node(tiny_model_dir):
-    engine = make_engine(tiny_model_dir)
-    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
-    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as running:
-        yield running
 
 
 def ask(node, request=REQUEST) -> tuple[dict, httpx.Response]:
@@ -275,3 +237,27 @@ def test_completion_route_receipt_verifies(signing_node, tiny_model_dir):
     with pytest.raises(ReceiptError) as failure:
         offline_verify({**bundle, "route": "chat"}, tiny_model_dir)
     assert failure.value.reason in ("malformed", "token_counts", "activation_mismatch")
+
+
+def test_receipt_hash_is_eip712_as_eth_account_computes_it(answered):
+    """The hand-written struct hash equals eth-account's generic EIP-712 encoder, and the
+    signature is the one eth-account's typed-data signing gives (RFC 6979 nonces)."""
+    from eth_account import Account
+    from eth_account.messages import encode_typed_data
+    from eth_utils import keccak
+
+    from inference_node.receipts import typed_data
+
+    served = parse_receipt(answered[0]["receipt"]).model_copy(update={"signature": None})
+    variants = [served, served.model_copy(update={"adapter_cid": CIDS[0], "experience_ids": []}),
+                served.model_copy(update={"time": 2**40, "node": "0x" + "ab" * 20})]
+    for receipt in variants:
+        for domain in (DOMAIN, ReceiptDomain(31337, "0x" + "12" * 20)):
+            signable = encode_typed_data(full_message=typed_data(receipt, domain))
+            assert receipt_hash(receipt, domain) == keccak(
+                b"\x19" + signable.version + signable.header + signable.body)
+    domain = ReceiptDomain(31337, "0x" + "12" * 20)
+    ours = sign_receipt(served, NODE_KEY, domain).signature
+    theirs = Account.from_key(NODE_KEY).sign_message(
+        encode_typed_data(full_message=typed_data(served, domain))).signature
+    assert ours == "0x" + bytes(theirs).hex()

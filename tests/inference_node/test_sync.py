@@ -170,7 +170,7 @@ def test_receipts_logged_anchored_and_verified(chain, tiny_model_dir):
         bundle, model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir), model_dir=tiny_model_dir,
         **kwargs)
-    assert all(c.passed for c in checks), checks
+    assert [c.name for c in checks if not c.passed] == ["registration"], checks  # no registry
     assert {c.name for c in checks} >= {"library", "inclusion", "anchoring", "activations"}
 
     def resigned(**changes):  # the node itself signs a false claim
@@ -225,6 +225,7 @@ def test_gym_node_serve_follows_log_signs_and_anchors_on_shutdown(ledger_devnet,
     finally:
         proc.send_signal(signal.SIGINT)
         output = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0, output  # a graceful stop, not death by signal
     assert NODE_KEY[2:] not in output
     receipts_name = f"node/{body['receipt']['node']}/receipts"
     receipts_id = next(e.log_id for e in contract.logs_created() if e.name == receipts_name)

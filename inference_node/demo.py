@@ -1,0 +1,180 @@
+"""The inference-node step of `gym demo`: serve the curated library, answer, prove, verify.
+
+``demo_node`` runs after the DAO has curated a library on the devnet:
+
+1. starts ``gym node serve`` in a subprocess on a free loopback port, following the library log
+   (verified from chain + content store), signing with a public devnet key that the demo uses
+   for nothing else (Anvil account 4: the publisher is account 0, the voters 1 to 3), and
+   registering that key in the NodeRegistry (stake: the minimum) before it serves;
+2. waits until ``/health`` reports the library verified at its on-chain size;
+3. asks one question through the official ``openai`` SDK and prints the answer and how many
+   experiences were injected (the receipt's ``experience_ids``);
+4. waits for the node to anchor its receipt log (every 2 s here), fetches the receipt's
+   inclusion proof from the node, and writes the receipt bundle to
+   ``<data dir>/receipts/<receipt CID>.json``;
+5. runs what ``gym verify receipt BUNDLE --model DIR`` runs on it (signature, digests,
+   registration, library root and state, inclusion, anchoring, one prefill against the
+   activation commitment) and prints the checks;
+6. stops the node with SIGTERM: it finishes what is in flight, anchors what is pending and
+   exits 0.
+
+Any failure raises ``NodeError`` (the demo prints one line and exits 1); the node process is
+never left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from inference_node.errors import NodeError
+
+QUESTION = ("A farmer has 12 apples and buys 3 boxes with 7 apples in each. How many apples "
+            "does the farmer have now?")
+NODE_KEY_INDEX = 4  # Anvil account 4: not the demo's publisher (0) nor its voters (1..3)
+ANCHOR_INTERVAL_S = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _registry_address(deployment_file: Path) -> str:
+    try:
+        return json.loads(deployment_file.read_text())["contracts"]["NodeRegistry"]["address"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise NodeError(f"{deployment_file} names no NodeRegistry ({exc}): run "
+                        "`gym devnet up --redeploy`") from None
+
+
+def _node_env(settings: Any, key: str, registry: str) -> dict[str, str]:
+    """The demo's own environment, its settings spelled out (they may not come from it)."""
+    env = {**os.environ, "GYM_DATA_DIR": str(settings.data_dir),
+           "GYM_DEPLOYMENT_FILE": str(settings.deployment_file), "GYM_NODE_KEY": key,
+           "GYM_NODE_REGISTRY": registry}
+    for name, value in (("GYM_RPC_URL", settings.rpc_url), ("GYM_DB_URL", settings.db_url),
+                        ("GYM_IPFS_API", settings.ipfs_api)):
+        if value:
+            env[name] = value
+    return env
+
+
+def _wait_health(proc: subprocess.Popen, url: str, log_file: Path, until, timeout_s: float,
+                 what: str) -> dict:
+    deadline = time.monotonic() + timeout_s
+    health: dict = {}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise NodeError(f"the node exited ({proc.returncode}) while {what}:\n"
+                            + log_file.read_text(errors="replace")[-2000:])
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            health = httpx.get(f"{url}/health", timeout=5).json()
+            if until(health):
+                return health
+        time.sleep(0.5)
+    raise NodeError(f"timed out after {timeout_s:.0f} s {what}; last /health: {health}")
+
+
+def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: int,
+              curated: bool, model_dir: str | Path) -> None:
+    """Serve log ``library_log_id`` with the model in ``model_dir``, ask, verify, stop (see the
+    module docstring). ``settings``: a ``devnet.settings.GymSettings``; ``ledger_rt``: the
+    ``ledger.cli.LedgerRuntime`` built from it."""
+    from eth_account import Account
+    from openai import OpenAI
+
+    from devnet.settings import ANVIL_DEV_KEYS  # the demo runs on the devnet only
+    from inference_node.cli import check_receipt_bundle, checks_table
+    from inference_node.receipts import ReceiptDomain, ReceiptError, bundle_json, parse_receipt
+
+    console.rule("6. inference node")
+    key = ANVIL_DEV_KEYS[NODE_KEY_INDEX]
+    address = Account.from_key(key).address
+    registry = _registry_address(Path(settings.deployment_file))
+    expected_size = ledger_rt.contract.log_info(library_log_id).size
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_file = Path(settings.data_dir) / "node-demo.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "devnet.cli", "node", "serve", "--model", str(model_dir),
+               "--follow-log", str(library_log_id), "--key-env", "GYM_NODE_KEY", "--register",
+               "--port", str(port), "--anchor-interval", str(ANCHOR_INTERVAL_S)]
+    if curated:
+        command.append("--curated")
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(command, env=_node_env(settings, key, registry), stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        with console.status(f"starting `gym node serve` on {url} (node key {address})"):
+            health = _wait_health(
+                proc, url, log_file, lambda h: (h["library"]["error"] is None
+                                                and h["library"]["size"] == expected_size),
+                timeout_s=600, what="waiting for the library to verify")
+        console.print(f"node {address} registered and serving {health['model']}: library log "
+                      f"{library_log_id} verified at size {health['library']['size']}, "
+                      f"{health['library']['experiences']} active experiences (log {log_file})",
+                      highlight=False)
+
+        client = OpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0, timeout=600)
+        request = {"model": health["model"], "temperature": 0, "seed": 0, "max_tokens": 64,
+                   "messages": [{"role": "user", "content": QUESTION}]}
+        with console.status("asking through the openai SDK"):
+            reply = client.chat.completions.create(**request)
+        extra = reply.model_extra or {}
+        if "receipt" not in extra:
+            raise NodeError("the answer came without a receipt")
+        receipt, evidence = parse_receipt(extra["receipt"]), extra["receipt_evidence"]
+        console.print(f"[bold]Q:[/] {QUESTION}\n[bold]A:[/] {reply.choices[0].message.content}")
+        console.print(f"injected {len(receipt.experience_ids)} experiences; receipt "
+                      f"{evidence['receipt_cid']} signed by {receipt.node}", highlight=False)
+
+        with console.status("waiting for the node to anchor its receipt log"):
+            _wait_health(proc, url, log_file, lambda h: h["receipts"]["log"]["pending"] == 0,
+                         timeout_s=120, what="waiting for the receipt log to be anchored")
+        proof = httpx.get(f"{url}/v1/receipts/{evidence['receipt_cid']}/proof", timeout=30)
+        if proof.status_code != 200:
+            raise NodeError(f"the node has no proof for its receipt: {proof.text}")
+        bundle = bundle_json(receipt, ReceiptDomain.from_json(evidence["domain"]), route="chat",
+                             request=request, text=reply.choices[0].message.content,
+                             completion_token_ids=evidence["completion_token_ids"],
+                             inclusion=proof.json())
+        bundle_file = Path(settings.data_dir) / "receipts" / f"{evidence['receipt_cid']}.json"
+        bundle_file.parent.mkdir(parents=True, exist_ok=True)
+        bundle_file.write_text(json.dumps(bundle, indent=1))
+        console.print(f"wrote the receipt bundle to {bundle_file}", highlight=False)
+
+        with console.status("verifying the receipt (gym verify receipt --model)"):
+            try:
+                checks = check_receipt_bundle(bundle, ledger_rt, registry=registry,
+                                              model_dir=Path(model_dir))
+            except ReceiptError as exc:
+                raise NodeError(f"the demo receipt FAILS verification ({exc.reason}): "
+                                f"{exc}") from None
+        console.print(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
+                                           f"{Path(model_dir).name}"))
+        console.print("[green]receipt verified[/green]")
+
+        with console.status("stopping the node (SIGTERM)"):
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=120)
+        if code != 0:
+            raise NodeError(f"the node exited with {code} on SIGTERM:\n"
+                            + log_file.read_text(errors="replace")[-2000:])
+        console.print("node stopped gracefully: in-flight requests answered, receipt log "
+                      "anchored")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

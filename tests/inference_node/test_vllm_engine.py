@@ -1,0 +1,318 @@
+"""`VLLMEngine` against `TransformersEngine` on the same weights, and the node served by vLLM.
+
+Needs vLLM (`scripts/setup_vllm.sh` on a CPU machine); the tests marked `vllm` are skipped
+without it. vLLM's CPU attention takes head sizes from 32 up, so these tests use the tiny test
+model's tokenizer and shape with 32-dimensional heads (`vllm_model_dir`). One engine serves the
+whole module (starting vLLM takes about 20 seconds here); the server tests come last because
+the server's shutdown stops the engine. One slow test compares the engines on the real SmolLM2
+checkpoint, compiled as a node runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, WORDS, make_engine, run_server
+
+from inference_node.engine import EngineError, SamplingParams, TransformersEngine
+from inference_node.injection import LibraryInjector
+from inference_node.library import LibrarySnapshot, StaticLibrarySource
+from inference_node.receipts import (
+    ReceiptDomain,
+    ReceiptSigner,
+    bundle_json,
+    model_digest,
+    parse_receipt,
+)
+
+VLLM_MISSING = importlib.util.find_spec("vllm") is None
+
+
+def needs_vllm(test):
+    """Mark `test` `vllm` and skip it, saying how to install vLLM, where vLLM is missing."""
+    skip = pytest.mark.skipif(VLLM_MISSING, reason="vLLM is not installed: run "
+                              "scripts/setup_vllm.sh (CPU) or pip install -e '.[vllm]' (GPU)")
+    return pytest.mark.vllm(skip(test))
+
+
+BLOCK = 32  # vLLM's KV block size in these tests: prefix caching reuses whole blocks
+GREEDY = SamplingParams(max_tokens=16, temperature=0.0)
+QUESTIONS = ["the farmer buys twelve apple , how many box ?",
+             "count the red and blue box to the north",
+             "verify the receipt of the node and answer with a number"]
+# A library long enough to fill several KV blocks with its prefix.
+BIG_LIBRARY = LibrarySnapshot("big", "0x09", 6, "cd" * 32, tuple(
+    (f"bafy-{i}", " ".join(WORDS[(7 * i + j) % len(WORDS)] for j in range(12))) for i in range(6)))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def collect(engine, prompt, params):
+    return [delta async for delta in engine.stream(prompt, params)]
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir(tmp_path_factory, tiny_model_dir) -> Path:
+    """`tiny_model_dir`'s tokenizer and config with 32-dimensional heads, new random weights."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    directory = tmp_path_factory.mktemp("vllm-tiny") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = LlamaConfig.from_pretrained(tiny_model_dir)
+    config.head_dim = 32
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # as the tiny model: replies run to max_tokens or a stop string
+        model.lm_head.weight[tokenizer.eos_token_id] = 0.0
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def engine(vllm_model_dir):
+    from inference_node.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine.from_pretrained(vllm_model_dir, model_name=MODEL_NAME, enforce_eager=True,
+                                        block_size=BLOCK, max_batch=4, kv_cache_gib=0.25)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(vllm_model_dir):
+    """`TransformersEngine` on the same weights."""
+    engine = make_engine(vllm_model_dir)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def injector(engine):
+    return LibraryInjector(engine.tokenizer)
+
+
+def prompts(injector):
+    """Chat prompts under a short and a long library, and a completion prompt."""
+    return [injector.chat([{"role": "user", "content": QUESTIONS[0]}], SNAPSHOT).prompt,
+            injector.chat([{"role": "user", "content": QUESTIONS[1]}], BIG_LIBRARY).prompt,
+            injector.completion(QUESTIONS[2], SNAPSHOT).prompt]
+
+
+def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch, tmp_path):
+    from inference_node.vllm_engine import VLLMEngine
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(EngineError, match="setup_vllm.sh"):
+        VLLMEngine.from_pretrained(tmp_path)
+
+
+@needs_vllm
+def test_greedy_output_equals_transformers(engine, reference, injector):
+    for prompt in prompts(injector):
+        ours = run(engine.generate(prompt, GREEDY))
+        theirs = run(reference.generate(prompt, GREEDY))
+        assert ours.token_ids == theirs.token_ids
+        # Same tokens; the word-level test tokenizer has no decoder, and vLLM's incremental
+        # detokenizer puts a space before the first word where `decode` does not.
+        assert ours.text.lstrip() == theirs.text
+        assert (ours.finish_reason, ours.prompt_tokens, ours.completion_tokens) == (
+            "length", len(prompt), 16)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_smollm2_greedy_output_equals_transformers():
+    """The real checkpoint, as a node runs it (compiled, float32): same tokens, same text."""
+    from inference_node.vllm_engine import VLLMEngine
+    from trainer.backends import default_model_dir
+
+    model_dir = default_model_dir()
+    library = LibrarySnapshot("smol", "0x01", 2, "ab" * 32, (
+        ("bafy-a", "Check units before adding."), ("bafy-b", "Re-read the question.")))
+    engine = VLLMEngine.from_pretrained(model_dir)
+    reference = TransformersEngine.from_pretrained(model_dir, device="cpu")
+    try:
+        injector = LibraryInjector(engine.tokenizer)
+        params = SamplingParams(max_tokens=32, temperature=0.0)
+        for question in ("What is 12 + 7?", "Name three primary colors.",
+                         "A farmer has 3 boxes of 12 apples. How many apples?"):
+            prompt = injector.chat([{"role": "user", "content": question}], library).prompt
+            ours = run(engine.generate(prompt, params))
+            theirs = run(reference.generate(prompt, params))
+            assert (ours.token_ids, ours.text) == (theirs.token_ids, theirs.text)
+    finally:
+        engine.shutdown()
+        reference.shutdown()
+
+
+@needs_vllm
+def test_stream_deltas_concatenate_to_the_answer(engine, injector):
+    prompt = prompts(injector)[0]
+    deltas = run(collect(engine, prompt, GREEDY))
+    whole = run(engine.generate(prompt, GREEDY))
+    assert "".join(d.text for d in deltas) == whole.text
+    assert [t for d in deltas for t in d.token_ids] == whole.token_ids
+    assert all(d.finish_reason is None for d in deltas[:-1])
+    last = deltas[-1]
+    assert (last.finish_reason, last.completion_tokens, last.prompt_tokens) == (
+        "length", 16, len(prompt))
+    assert len(deltas) > 1  # streamed, not handed over at the end
+
+
+@needs_vllm
+def test_stop_string_ends_the_answer_and_is_never_shown(engine, reference, injector):
+    prompt = prompts(injector)[1]
+    free = run(reference.generate(prompt, GREEDY)).text.split()
+    stop = " ".join(free[4:6])  # two words from the middle of the greedy answer
+    params = SamplingParams(max_tokens=16, temperature=0.0, stop=(stop,))
+    deltas = run(collect(engine, prompt, params))
+    text = "".join(d.text for d in deltas)
+    expected = run(reference.generate(prompt, params))
+    assert expected.finish_reason == deltas[-1].finish_reason == "stop"
+    assert stop not in text and text.lstrip() == expected.text
+    assert text.split() == free[:4]
+
+
+@needs_vllm
+def test_seeded_sampling_is_reproducible(engine, injector):
+    prompt = prompts(injector)[2]
+
+    def sample(seed):
+        params = SamplingParams(max_tokens=12, temperature=1.5, top_p=0.95, seed=seed)
+        return run(engine.generate(prompt, params)).token_ids
+
+    first = sample(7)
+    assert sample(7) == first
+    assert any(sample(seed) != first for seed in (8, 9, 10))
+
+
+@needs_vllm
+def test_logprobs_agree_with_transformers(engine, reference, injector):
+    prompt = prompts(injector)[0]
+    params = SamplingParams(max_tokens=6, temperature=0.0, logprobs=True, top_logprobs=3)
+    ours = run(engine.generate(prompt, params))
+    theirs = run(reference.generate(prompt, params))
+    assert len(ours.logprobs) == len(ours.token_ids) == 6
+    for mine, ref, token in zip(ours.logprobs, theirs.logprobs, ours.token_ids, strict=True):
+        assert mine.token_id == token == ref.token_id and mine.token == ref.token
+        assert mine.logprob == pytest.approx(ref.logprob, abs=1e-3)
+        assert [t for t, _ in mine.top] == [t for t, _ in ref.top]
+        assert [v for _, v in mine.top] == pytest.approx([v for _, v in ref.top], abs=1e-3)
+        assert mine.top[0] == (mine.token, pytest.approx(mine.logprob))  # greedy: the best
+
+
+@needs_vllm
+def test_library_prefix_is_served_from_the_prefix_cache(engine, injector):
+    first, second = (injector.chat([{"role": "user", "content": q}], BIG_LIBRARY).prompt
+                     for q in QUESTIONS[1:])
+    assert first.prefix is second.prefix and len(first.prefix.token_ids) >= 3 * BLOCK
+    reusable = len(first.prefix.token_ids) // BLOCK * BLOCK
+
+    def cached_tokens(prompt):
+        before = engine.prompt_tokens_cached
+        result = run(engine.generate(prompt, GREEDY))
+        return engine.prompt_tokens_cached - before, result
+
+    cached_tokens(first)  # the library's blocks are in the cache from here on
+    hits, answer = cached_tokens(second)
+    assert reusable <= hits < len(second)
+    again, repeated = cached_tokens(second)
+    assert again >= hits
+    assert repeated.token_ids == answer.token_ids  # same greedy answer from cached blocks
+
+
+@needs_vllm
+def test_concurrent_requests_queue_and_keep_their_own_answers(engine, injector):
+    batch = [injector.chat([{"role": "user", "content": f"{q} {WORDS[i]}"}], SNAPSHOT).prompt
+             for i, q in enumerate(QUESTIONS * 4)]  # 12 requests, max_batch 4
+    alone = [run(engine.generate(p, GREEDY)).token_ids for p in batch]
+
+    async def together():
+        tasks = [asyncio.create_task(engine.generate(p, GREEDY)) for p in batch]
+        depths = []
+        while not all(t.done() for t in tasks):
+            depths.append(engine.queue_depth())
+            await asyncio.sleep(0.01)
+        return [t.result() for t in tasks], depths
+
+    results, depths = run(together())
+    assert [r.token_ids for r in results] == alone
+    assert max(depths) >= len(batch) - 4  # beyond max_batch they waited for a free slot
+    assert engine.queue_depth() == 0
+
+
+@needs_vllm
+def test_closing_a_stream_aborts_the_request(engine, injector):
+    prompt = prompts(injector)[0]
+
+    async def first_delta_then_close():
+        stream = engine.stream(prompt, SamplingParams(max_tokens=200, temperature=0.0))
+        delta = await anext(stream)
+        await stream.aclose()
+        return delta
+
+    assert run(first_delta_then_close()).finish_reason is None
+    assert engine.queue_depth() == 0
+    assert run(engine.generate(prompt, GREEDY)).completion_tokens == 16  # still serving
+
+
+@needs_vllm
+def test_openai_sdk_against_a_node_served_by_vllm(engine, injector, library_file):
+    source = StaticLibrarySource.from_file(library_file)
+    messages = [{"role": "user", "content": QUESTIONS[0]}]
+    direct = run(engine.generate(injector.chat(messages, source.current()).prompt, GREEDY))
+    with run_server(engine, source) as node, openai.OpenAI(
+            base_url=node.base_url, api_key="x", max_retries=0) as client:
+        assert [m.id for m in client.models.list().data] == [MODEL_NAME]
+        reply = client.chat.completions.create(model=MODEL_NAME, messages=messages,
+                                               max_tokens=16, temperature=0)
+        assert reply.choices[0].message.content == direct.text
+        assert reply.usage.completion_tokens == 16
+        stream = client.chat.completions.create(model=MODEL_NAME, messages=messages,
+                                                max_tokens=16, temperature=0, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream
+                       if c.choices) == direct.text
+        health = httpx.get(f"{node.root_url}/health").json()
+        assert health["status"] == "ok" and health["queue_depth"] == 0
+
+
+@needs_vllm
+def test_receipt_of_a_vllm_answer_verifies_with_gym_verify_receipt(engine, vllm_model_dir,
+                                                                   gym_env, tmp_path):
+    """The node signs what vLLM generated, its commitment computed by a transformers prefill;
+    `gym verify receipt --model` repeats that prefill and accepts it. (No library: its texts
+    would need the chain, which test_receipts and test_sync cover for every engine.)"""
+
+    engine.start()  # the previous test's server stopped it; loading takes longer than the
+    # server helper waits for its startup
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_model_dir))
+    request = {"model": MODEL_NAME, "temperature": 0, "max_tokens": 8,
+               "messages": [{"role": "user", "content": QUESTIONS[0]}]}
+    with run_server(engine, StaticLibrarySource(), receipts=signer) as node:
+        body = httpx.post(f"{node.base_url}/chat/completions", json=request, timeout=120).json()
+    evidence = body["receipt_evidence"]
+    bundle = bundle_json(parse_receipt(body["receipt"]), ReceiptDomain.from_json(
+        evidence["domain"]), route="chat", request=request,
+        text=body["choices"][0]["message"]["content"],
+        completion_token_ids=evidence["completion_token_ids"])
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(bundle))
+    bundle["response"]["text"] += " seven"
+    bad.write_text(json.dumps(bundle))
+    verified = gym_env.run("verify", "receipt", str(good), "--offline", "--model",
+                           str(vllm_model_dir), timeout=300)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "activations" in verified.stdout and "FAILS" not in verified.stdout
+    tampered = gym_env.run("verify", "receipt", str(bad), "--offline", timeout=300)
+    assert tampered.returncode == 1 and "response_digest" in tampered.stdout + tampered.stderr
