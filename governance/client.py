@@ -581,16 +581,26 @@ class GovernanceClient:
 
     # -- voting -------------------------------------------------------------------------------
 
-    def _check_can_vote(self, proposal_id: int, voter: str) -> int:
-        """Refuse a vote that would fail or weigh nothing; returns the voter's weight."""
+    def voting_weight(self, proposal_id: int, voter: str, *, reach_snapshot: bool = True,
+                      ahead: bool = False) -> int:
+        """The voter's weight on the proposal; ``ProposalStateError`` when the proposal takes no
+        votes now, ``VotingPowerError`` when the vote would weigh nothing.
+
+        With ``reach_snapshot`` on the devnet a Pending proposal's snapshot is passed first (the
+        voting delay skipped). With ``ahead`` a proposal that is still Pending answers the voter's
+        current votes: a ballot signed ahead of the snapshot, whose weight is checked again when
+        it is relayed.
+        """
         functions = self.governor.functions
         with self._calls():
             state = ProposalState(functions.state(proposal_id).call())
             snapshot = functions.proposalSnapshot(proposal_id).call()
-        if state == ProposalState.PENDING and is_devnet(self.w3):
+        if state == ProposalState.PENDING and reach_snapshot and is_devnet(self.w3):
             ensure_time_after(self.w3, snapshot)  # devnet: skip the voting delay
             with self._calls():
                 state = ProposalState(functions.state(proposal_id).call())
+        if state == ProposalState.PENDING and ahead:
+            return self.votes(voter)
         if state != ProposalState.ACTIVE:
             raise ProposalStateError(
                 f"proposal {proposal_id} is {state.label}: votes are taken only while it is "
@@ -601,8 +611,13 @@ class GovernanceClient:
                 f"{voter} had no votes at the proposal's snapshot (timepoint {snapshot}): its "
                 "vote would count 0, so it is not sent; votes come from GYM held and delegated "
                 "before a proposal is made")
+        return weight
+
+    def _check_can_vote(self, proposal_id: int, voter: str) -> int:
+        """Refuse a vote that would fail or weigh nothing; returns the voter's weight."""
+        weight = self.voting_weight(proposal_id, voter)
         with self._calls():
-            if functions.hasVoted(proposal_id, voter).call():
+            if self.governor.functions.hasVoted(proposal_id, voter).call():
                 raise ProposalStateError(f"{voter} has already voted on proposal {proposal_id}")
         return weight
 

@@ -26,9 +26,7 @@ import copy
 from eth_account import Account
 from eth_utils import to_checksum_address
 
-from governance.client import GovernanceClient, ProposalState, VoteType
-from governance.devnet_time import ensure_time_after, is_devnet
-from governance.errors import ProposalStateError, VotingPowerError
+from governance.client import GovernanceClient, VoteType
 from ledger.chain import TxResult
 
 EXTENDED_BALLOT_FIELDS = [{"name": "reason", "type": "string"}, {"name": "params", "type": "bytes"}]
@@ -57,30 +55,12 @@ def check_voting_power(client: GovernanceClient, proposal_id: int, voter: str, *
 
     A Pending proposal is accepted for signing ahead (its weight is checked once the snapshot
     has passed); with ``reach_snapshot`` on the devnet a block is mined past the snapshot first,
-    as ``GovernanceClient.vote`` does, so that the relayed vote can count.
+    as ``GovernanceClient.vote`` does, so that the relayed vote can count. Unlike
+    ``GovernanceClient.vote`` it does not pre-check an earlier vote: the governor's own refusal
+    of a replayed ballot is the answer the page shows.
     """
-    voter = to_checksum_address(voter)
-    functions = client.governor.functions
-    with client._calls():
-        state = ProposalState(functions.state(proposal_id).call())
-        snapshot = functions.proposalSnapshot(proposal_id).call()
-    if state == ProposalState.PENDING and reach_snapshot and is_devnet(client.w3):
-        ensure_time_after(client.w3, snapshot)
-        with client._calls():
-            state = ProposalState(functions.state(proposal_id).call())
-    if state == ProposalState.PENDING and not reach_snapshot:
-        return client.votes(voter)  # the snapshot is ahead: today's votes are the best guess
-    if state != ProposalState.ACTIVE:
-        raise ProposalStateError(
-            f"proposal {proposal_id} is {state.label}: votes are taken only while it is Active "
-            f"(after its snapshot at {snapshot}, until its deadline)")
-    weight = client.votes(voter, snapshot)
-    if weight == 0:
-        raise VotingPowerError(
-            f"{voter} had no votes at the proposal's snapshot (timepoint {snapshot}): its vote "
-            "would count 0, so it is not relayed; votes come from GYM held and delegated before "
-            "a proposal is made")
-    return weight
+    return client.voting_weight(proposal_id, to_checksum_address(voter),
+                                reach_snapshot=reach_snapshot, ahead=not reach_snapshot)
 
 
 def relay_ballot(client: GovernanceClient, relayer_key: str, proposal_id: int,
