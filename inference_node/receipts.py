@@ -96,6 +96,7 @@ from ledger.entries import (
     decode_entry,
     encode_entry,
     entry_cid,
+    weights_digest,
 )
 from ledger.errors import EntryError, VerificationError
 from ledger.errors import LedgerError as LedgerErrorBase
@@ -114,7 +115,6 @@ MAX_EXP_MISMATCH_SHARE = 0.25
 MAX_MANT_ERR_MEAN = 10.0
 MAX_MANT_ERR_MEDIAN = 8.0
 
-WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "config.json")  # as trainer.publish
 
 REASONS = (
     "malformed",  # not a receipt / bundle, or a field is unusable
@@ -188,17 +188,12 @@ def response_digest(text: str, token_ids: Sequence[int]) -> str:
 
 
 def model_digest(model_dir: str | Path) -> str:
-    """``sha256:`` over the names and SHA-256 of the model's weight and config files."""
-    path = Path(model_dir)
-    files = sorted({f for pattern in WEIGHT_FILES for f in path.glob(pattern)})
-    if not files:
+    """``sha256:`` over the names and SHA-256 of the model's weight and config files
+    (``ledger.entries.weights_digest``, as an adapter entry's ``base_model.weights_digest``)."""
+    digest = weights_digest(model_dir)
+    if digest is None:
         raise ValueError(f"{model_dir} holds no weight or config files to digest")
-    outer = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as handle:
-            inner = hashlib.file_digest(handle, "sha256").hexdigest()
-        outer.update(f"{file.name}\0{inner}\n".encode())
-    return "sha256:" + outer.hexdigest()
+    return digest
 
 
 # --------------------------------------------------------------------------- build and sign

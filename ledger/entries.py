@@ -38,9 +38,11 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import rfc8785
@@ -376,6 +378,28 @@ def decode_entry(data: bytes) -> Entry:
             "(one entry must have one CID)"
         )
     return entry
+
+
+# Files that make up a model's weights for ``BaseModelRef.weights_digest`` and a receipt's
+# ``model_digest``: the same digest in both, so an adapter's base can be matched to a node.
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "config.json")
+
+
+def files_digest(files: Iterable[str | Path]) -> str:
+    """``sha256:`` over each file's name and SHA-256, in the order given."""
+    outer = hashlib.sha256()
+    for file in map(Path, files):
+        with open(file, "rb") as handle:
+            inner = hashlib.file_digest(handle, "sha256").hexdigest()
+        outer.update(f"{file.name}\0{inner}\n".encode())
+    return "sha256:" + outer.hexdigest()
+
+
+def weights_digest(model_dir: str | Path) -> str | None:
+    """``files_digest`` of a model directory's weight and config files (``WEIGHT_FILES``, sorted),
+    or None when it holds none."""
+    files = sorted({f for pattern in WEIGHT_FILES for f in Path(model_dir).glob(pattern)})
+    return files_digest(files) if files else None
 
 
 def entry_cid(entry_bytes: bytes) -> str:

@@ -35,12 +35,12 @@ from ledger.entries import (
     encode_entry,
     entry_cid,
     fold_library,
+    weights_digest,
 )
 from ledger.errors import NotFoundError
 from trainer.errors import TrainerError
 
 PACKAGES = ("zoo-gym", "torch", "transformers", "math-verify", "trl", "peft")
-WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "config.json")
 
 
 class PublishRunError(TrainerError, ValueError):
@@ -65,22 +65,11 @@ class PublishedRun:
 
 
 def model_digest(model_dir: str | Path) -> str | None:
-    """``sha256:`` over the names and SHA-256 of a local model's weight and config files,
-    or None when ``model_dir`` is not a local directory (a remote API model)."""
+    """``sha256:`` over the names and SHA-256 of a local model's weight and config files
+    (``ledger.entries.weights_digest``), or None when ``model_dir`` is not a local directory (a
+    remote API model)."""
     path = Path(model_dir)
-    if not path.is_dir():
-        return None
-    files = sorted({f for pattern in WEIGHT_FILES for f in path.glob(pattern)})
-    if not files:
-        return None
-    outer = hashlib.sha256()
-    for file in files:
-        inner = hashlib.sha256()
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                inner.update(block)
-        outer.update(f"{file.name}\0{inner.hexdigest()}\n".encode())
-    return "sha256:" + outer.hexdigest()
+    return weights_digest(path) if path.is_dir() else None
 
 
 def file_digest(path: str | Path) -> str:

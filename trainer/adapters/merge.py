@@ -14,13 +14,13 @@ the entry's ``base_model.weights_digest``; ``force`` merges anyway and records t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger.entries import files_digest
 from trainer.adapters.errors import AdapterError, BaseModelMismatchError
 from trainer.adapters.fetch import read_adapter_entry
 from trainer.publish import model_digest
@@ -56,12 +56,7 @@ def adapter_digest(adapter_dir: str | Path) -> str:
     if not files:
         raise AdapterError(f"{adapter_dir} is not a PEFT adapter directory (no "
                            "adapter_config.json)")
-    outer = hashlib.sha256()
-    for file in files:
-        with open(file, "rb") as handle:
-            inner = hashlib.file_digest(handle, "sha256").hexdigest()
-        outer.update(f"{file.name}\0{inner}\n".encode())
-    return "sha256:" + outer.hexdigest()
+    return files_digest(files)
 
 
 def check_base_model(adapter_dir: str | Path, base_dir: str | Path, *, force: bool = False
