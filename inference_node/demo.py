@@ -5,7 +5,9 @@
 1. starts ``gym node serve`` in a subprocess on a free loopback port, following the library log
    (verified from chain + content store), signing with a public devnet key that the demo uses
    for nothing else (Anvil account 4: the publisher is account 0, the voters 1 to 3), and
-   registering that key in the NodeRegistry (stake: the minimum) before it serves;
+   registering that key in the NodeRegistry (stake: the minimum) before it serves; it runs the
+   transformers engine, since one question does not repay vLLM's start-up (20 to 70 s on a
+   2-core CPU), where ``gym node serve`` by default picks vLLM when it can serve the model;
 2. waits until ``/health`` reports the library verified at its on-chain size;
 3. asks one question through the official ``openai`` SDK and prints the answer and how many
    experiences were injected (the receipt's ``experience_ids``);
@@ -110,7 +112,8 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
     log_file.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "devnet.cli", "node", "serve", "--model", str(model_dir),
                "--follow-log", str(library_log_id), "--key-env", "GYM_NODE_KEY", "--register",
-               "--port", str(port), "--anchor-interval", str(ANCHOR_INTERVAL_S)]
+               "--port", str(port), "--anchor-interval", str(ANCHOR_INTERVAL_S),
+               "--engine", "transformers"]
     if curated:
         command.append("--curated")
     with open(log_file, "wb") as log:
@@ -122,8 +125,8 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
                 proc, url, log_file, lambda h: (h["library"]["error"] is None
                                                 and h["library"]["size"] == expected_size),
                 timeout_s=600, what="waiting for the library to verify")
-        console.print(f"node {address} registered and serving {health['model']}: library log "
-                      f"{library_log_id} verified at size {health['library']['size']}, "
+        console.print(f"node {address} registered and serving {health['model']} "
+                      f"({health['engine']} engine): library log {library_log_id} verified at size {health['library']['size']}, "
                       f"{health['library']['experiences']} active experiences (log {log_file})",
                       highlight=False)
 

@@ -100,6 +100,7 @@ class Generation:
 class Engine(abc.ABC):
     """A frozen model behind a request queue."""
 
+    kind: str  # "transformers", "vllm": shown in /health
     model_name: str
     tokenizer: Any  # a Hugging Face tokenizer with a chat template
     max_model_len: int
@@ -161,6 +162,8 @@ class _Request:
 
 class TransformersEngine(Engine):
     """A Hugging Face causal LM with batched decoding on one worker thread; see the module doc."""
+
+    kind = "transformers"
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, max_batch: int = 8,
                  prefix_reuse: bool = True) -> None:

@@ -156,6 +156,7 @@ class OpenAIServing:
         return {
             "status": "degraded" if status.error else "ok",
             "model": self.model_name,
+            "engine": getattr(self.engine, "kind", type(self.engine).__name__),
             "queue_depth": self.engine.queue_depth(),
             "library": {"version": snapshot.version, "log_id": snapshot.log_id,
                         "size": snapshot.size, "root": snapshot.root,

@@ -79,6 +79,8 @@ STARTUP_TIMEOUT_S = 900.0  # compiling the model on a 2-core CPU takes about a m
 class VLLMEngine(Engine):
     """A model served by vLLM's AsyncLLM on its own event loop thread; see the module doc."""
 
+    kind = "vllm"
+
     def __init__(self, engine_args: dict[str, Any], tokenizer: Any, model_name: str,
                  model_dir: str | Path) -> None:
         self.engine_args = dict(engine_args)  # AsyncEngineArgs fields, kept for a restart

@@ -35,6 +35,24 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def vllm_model_dir(tmp_path_factory, tiny_model_dir) -> Path:
+    """`tiny_model_dir`'s tokenizer and config with 32-dimensional heads, new random weights."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    directory = tmp_path_factory.mktemp("vllm-tiny") / "model"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = LlamaConfig.from_pretrained(tiny_model_dir)
+    config.head_dim = 32
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # as the tiny model: replies run to max_tokens or a stop string
+        model.lm_head.weight[tokenizer.eos_token_id] = 0.0
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
 def library_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("library") / "library.json"
     path.write_text(json.dumps(LIBRARY))

@@ -10,6 +10,7 @@ free port and is stopped when its `with` block ends.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 
 from devnet.anvil import free_port
@@ -26,6 +28,16 @@ from inference_node.library import LibrarySnapshot, StaticLibrarySource
 from inference_node.receipts import ReceiptDomain
 from inference_node.server import create_app
 from inference_node.settings import NodeSettings
+
+VLLM_MISSING = importlib.util.find_spec("vllm") is None
+
+
+def needs_vllm(test):
+    """Mark `test` `vllm` and skip it, saying how to install vLLM, where vLLM is missing."""
+    skip = pytest.mark.skipif(VLLM_MISSING, reason="vLLM is not installed: run "
+                              "scripts/setup_vllm.sh (CPU) or pip install -e '.[vllm]' (GPU)")
+    return pytest.mark.vllm(skip(test))
+
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"

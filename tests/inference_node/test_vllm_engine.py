@@ -11,15 +11,22 @@ checkpoint, compiled as a node runs it.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, WORDS, make_engine, run_server
+from node_helpers import (
+    DOMAIN,
+    MODEL_NAME,
+    NODE_KEY,
+    SNAPSHOT,
+    WORDS,
+    make_engine,
+    needs_vllm,
+    run_server,
+)
 
 from inference_node.engine import EngineError, SamplingParams, TransformersEngine
 from inference_node.injection import LibraryInjector
@@ -31,16 +38,6 @@ from inference_node.receipts import (
     model_digest,
     parse_receipt,
 )
-
-VLLM_MISSING = importlib.util.find_spec("vllm") is None
-
-
-def needs_vllm(test):
-    """Mark `test` `vllm` and skip it, saying how to install vLLM, where vLLM is missing."""
-    skip = pytest.mark.skipif(VLLM_MISSING, reason="vLLM is not installed: run "
-                              "scripts/setup_vllm.sh (CPU) or pip install -e '.[vllm]' (GPU)")
-    return pytest.mark.vllm(skip(test))
-
 
 BLOCK = 32  # vLLM's KV block size in these tests: prefix caching reuses whole blocks
 GREEDY = SamplingParams(max_tokens=16, temperature=0.0)
@@ -58,25 +55,6 @@ def run(coro):
 
 async def collect(engine, prompt, params):
     return [delta async for delta in engine.stream(prompt, params)]
-
-
-@pytest.fixture(scope="session")
-def vllm_model_dir(tmp_path_factory, tiny_model_dir) -> Path:
-    """`tiny_model_dir`'s tokenizer and config with 32-dimensional heads, new random weights."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    directory = tmp_path_factory.mktemp("vllm-tiny") / "model"
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    config = LlamaConfig.from_pretrained(tiny_model_dir)
-    config.head_dim = 32
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # as the tiny model: replies run to max_tokens or a stop string
-        model.lm_head.weight[tokenizer.eos_token_id] = 0.0
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")
