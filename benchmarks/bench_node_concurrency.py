@@ -54,9 +54,11 @@ QUESTIONS = ["A farmer has 12 apples and buys 3 boxes of 7. How many apples?",
 
 @contextlib.contextmanager
 def node_server(model_dir: Path, workdir: Path, *, max_batch: int = 8, device: str = "cpu",
-                sign: bool = False, threads: int | None = None) -> Iterator[str]:
+                sign: bool = False, threads: int | None = None,
+                cpus: set[int] | None = None) -> Iterator[str]:
     """`gym node serve` over `model_dir` until the block ends; yields its base URL (…/v1).
-    With `sign`, it signs unbound receipts (`--offline`) into a local receipt log."""
+    With `sign`, it signs unbound receipts (`--offline`) into a local receipt log; `cpus` pins
+    the node process to those CPUs."""
     port = free_port()
     env = {**os.environ, "GYM_DATA_DIR": str(workdir), NODE_KEY_ENV: NODE_KEY}
     if threads:
@@ -68,7 +70,9 @@ def node_server(model_dir: Path, workdir: Path, *, max_batch: int = 8, device: s
         command += ["--key-env", NODE_KEY_ENV, "--offline"]
     workdir.mkdir(parents=True, exist_ok=True)
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 (closed below, after the process)
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=pin)  # noqa: PLW1509 (affinity only, no locks)
     root = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300

@@ -1,12 +1,17 @@
 """What receipts cost: a signing node vs a plain one, and verifying a receipt with the model.
 
 Serving (baseline: the same node without a key, measured in the same run). `gym node serve`
-runs twice over the same model at once, plain and with a signing key (`--key-env … --offline`:
-unbound receipts appended to a local receipt log), each with one torch thread, and both answer
-the same `--requests` non-streamed greedy chat requests, one at a time, in rounds alternating
-which node goes first (so that load from other processes falls on both alike). Receipt overhead
-= the median over requests of signed latency / plain latency (each pair run back to back),
-minus 1; target <= `TARGET_OVERHEAD`.
+runs three times over the same model at once: plain, plain again (the control), and with a
+signing key (`--key-env … --offline`: unbound receipts appended to a local receipt log), each
+with one torch thread. All three answer the same `--requests` non-streamed greedy chat requests,
+one at a time, in rounds rotating the order (so that load from other processes falls on all
+alike, and none answers twice in a row with its weights still cached). Receipt overhead = the median over requests of signed latency / plain latency (each
+pair run back to back), minus 1; target <= `TARGET_OVERHEAD`. The control's ratio to the plain
+node measures what the timing itself can tell apart: on a shared machine two identical nodes
+differ by more than the target when they share the CPUs with the client (13.7% once on this
+2-core machine), so on two or more CPUs the nodes are pinned to the last one and this process
+(the client, then the in-process steps) to the others, which brought the control to about 2%.
+A control beyond the target makes the run NOISY, not a result.
 
 The breakdown repeats, in this process and on the same model, each step the node takes per
 receipt: capturing the decode positions' hidden states while generating (generation with
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -75,15 +81,17 @@ NO_LIBRARY = LibrarySnapshot("none", "", 0, "", ())
 
 def serve_alternating(urls: dict[str, str], requests: list[dict]
                       ) -> dict[str, tuple[list[dict], list[float]]]:
-    """Each request once per node, one at a time, nodes alternating first place per round,
-    after one warm-up each; per node the bodies and latencies."""
+    """Each request once per node, one at a time, after one warm-up each; per node the bodies
+    and latencies. Round i rotates the order by i, so that every node follows every other
+    equally often and (with three nodes) none answers two requests back to back: a node that
+    does finds the tiny model's weights still in the CPU cache, and is faster for it."""
     out: dict[str, tuple[list[dict], list[float]]] = {name: ([], []) for name in urls}
     names = list(urls)
     with httpx.Client(timeout=600) as client:
         for name in names:
             client.post(f"{urls[name]}/chat/completions", json=requests[0]).raise_for_status()
         for i, request in enumerate(requests):
-            for name in names if i % 2 == 0 else reversed(names):
+            for name in names[i % len(names):] + names[:i % len(names)]:
                 started = time.perf_counter()
                 reply = client.post(f"{urls[name]}/chat/completions", json=request)
                 elapsed = time.perf_counter() - started
@@ -116,10 +124,19 @@ def main() -> int:
             from bench_prefix_reuse import random_model
 
             model_dir = random_model(Path(tmp))
-        with node_server(model_dir, Path(tmp) / "plain", threads=1) as plain_url, \
-                node_server(model_dir, Path(tmp) / "signed", sign=True, threads=1) as signed_url:
-            served = serve_alternating({"plain": plain_url, "signed": signed_url}, requests)
+        cpus = sorted(os.sched_getaffinity(0))
+        node_cpus = {cpus[-1]} if len(cpus) > 1 else None
+        if node_cpus:
+            os.sched_setaffinity(0, set(cpus[:-1]))
+        with node_server(model_dir, Path(tmp) / "plain", threads=1, cpus=node_cpus) as plain_url, \
+                node_server(model_dir, Path(tmp) / "control", threads=1,
+                            cpus=node_cpus) as control_url, \
+                node_server(model_dir, Path(tmp) / "signed", sign=True, threads=1,
+                            cpus=node_cpus) as signed_url:
+            served = serve_alternating({"plain": plain_url, "control": control_url,
+                                        "signed": signed_url}, requests)
         (plain, plain_t), (signed, signed_t) = served["plain"], served["signed"]
+        control_t = served["control"][1]
 
         engine = TransformersEngine.from_pretrained(model_dir, device="cpu", dtype="float32")
         injector = LibraryInjector(engine.tokenizer)
@@ -208,6 +225,7 @@ def main() -> int:
     # Each signed request ran right beside its plain twin: the median of the pairs' ratios is
     # what load from other processes disturbs least.
     overhead = median(s / p for s, p in zip(signed_t, plain_t, strict=True)) - 1
+    control = median(c / p for c, p in zip(control_t, plain_t, strict=True)) - 1
     verify_share = median(v / g for v, g in zip(verify_t, generate_t, strict=True))
     prompt_tokens = median(len(injector.chat(r["messages"], NO_LIBRARY).prompt.all_token_ids)
                            for r in requests)
@@ -215,10 +233,14 @@ def main() -> int:
           f"{args.requests} requests, prompt {prompt_tokens:g} tokens (median), greedy "
           f"{args.tokens} tokens, no library; ECDSA backend {type(get_backend()).__name__}")
     print(f"request latency median, plain node (baseline): {median(plain_t) * 1e3:8.2f} ms")
+    print(f"request latency median, control node (plain): {median(control_t) * 1e3:8.2f} ms")
     print(f"request latency median, signing node:          {median(signed_t) * 1e3:8.2f} ms")
-    if overhead < -TARGET_OVERHEAD:  # signing cannot make requests much faster: noise
-        verdict = "NOISY: well below zero, rerun on a quiet machine"
-        failures.append("negative receipt overhead: the timing is noise, not a result")
+    print(f"nodes pinned to CPU {sorted(node_cpus)}, client to {sorted(os.sched_getaffinity(0))}"
+          if node_cpus else "one CPU: nodes and client share it")
+    print(f"control, plain vs plain (median of the paired ratios): {control:+.1%}")
+    if abs(control) > TARGET_OVERHEAD or overhead < -TARGET_OVERHEAD:
+        verdict = "NOISY: two identical nodes differ by more than the target; rerun"
+        failures.append("the control node's spread exceeds the target: the timing is noise")
     else:
         verdict = "met" if overhead <= TARGET_OVERHEAD else "NOT met"
     print(f"receipt overhead (median of the paired ratios): {overhead:+.1%} of request "
