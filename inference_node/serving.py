@@ -222,7 +222,7 @@ class OpenAIServing:
             return
         snapshot, params = prepared.snapshot, prepared.params
 
-        def issue() -> ReceiptEntry:
+        def issue() -> tuple[ReceiptEntry, bytes, str]:
             receipt = self.receipts.issue(
                 library=library_ref(snapshot.log_id, snapshot.size, snapshot.root),
                 experience_ids=snapshot.experience_ids, request_json=request_json,
@@ -230,18 +230,19 @@ class OpenAIServing:
                 completion_ids=result.token_ids, temperature=params.temperature,
                 top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
                 activations=result.activations)
-            if self.receipt_log is not None:
-                self.receipt_log.submit(receipt)  # appended in the background, in batches
-            return receipt
+            data = encode_entry(receipt)
+            cid = entry_cid(data)
+            if self.receipt_log is not None:  # appended in the background, in batches
+                self.receipt_log.submit_encoded(cid, data)
+            return receipt, data, cid
 
         try:
-            receipt = await asyncio.to_thread(issue)
+            receipt, data, cid = await asyncio.to_thread(issue)
         except (LedgerError, ValueError, RuntimeError) as exc:
             raise APIError(500, f"cannot sign the receipt: {exc}", type="server_error",
                            code="receipt_error") from exc
-        data = encode_entry(receipt)
         prepared.receipt, prepared.receipt_json = receipt, json.loads(data)
-        prepared.evidence = {"receipt_cid": entry_cid(data),
+        prepared.evidence = {"receipt_cid": cid,
                              "completion_token_ids": result.token_ids,
                              "domain": self.receipts.domain.to_json()}
 
