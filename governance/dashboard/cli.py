@@ -47,8 +47,7 @@ def dashboard(
     runtime = DashboardRuntime(
         client=client, content=rt.ledger.content, rpc_url=chain.rpc_url,
         origins=served_origins(host, port, origin or []),
-        relayer_key=None if no_relay else chain.private_key, store=rt.ledger.store,
-        timelock_abi=rt.config().timelock_abi)
+        relayer_key=None if no_relay else chain.private_key, store=rt.ledger.store)
     with console.status("indexing the governor's events"):
         head = runtime.indexer.sync()
     count = len(runtime.indexer.proposals())

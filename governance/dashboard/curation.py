@@ -2,9 +2,9 @@
 
 ``decode_action`` turns one (target, calldata) of a proposal back into a function call: a
 curation is ``ExperienceLedger.appendManyFromLog(curatedLogId, SourcedLeaf[])`` (as
-``CurationProposal.calldata`` encodes it) or ``appendFromLog`` (one leaf); other actions
-(governance parameters, node slashing, ...) are decoded against the ABIs of the contracts the
-dashboard knows, and shown as they are.
+``CurationProposal.calldata`` encodes it) or ``appendFromLog`` (one leaf); every action
+(governance parameters, node slashing, ...) is also described in one line by the CLI's
+``governance.proposals.ActionDecoder``, against the ABIs of the contracts the client knows.
 
 ``check_leaf`` verifies one proposed leaf without trusting anything the proposer wrote (not
 the description, not the proposal document): it fetches the entry by the CID in the calldata
@@ -31,6 +31,7 @@ from web3.exceptions import Web3Exception
 
 from governance.client import SourcedLeaf
 from governance.dashboard.indexer import CuratedLeaf
+from governance.proposals import ActionDecoder
 from ledger.chain import ContractRevertError, LedgerContract, LogKind
 from ledger.content import ContentStore
 from ledger.entries import decode_entry
@@ -55,6 +56,7 @@ class ProposedAction:
     function: str | None  # None: calldata that no known ABI decodes
     args: dict[str, Any]
     calldata: bytes
+    summary: str  # one readable line (`ActionDecoder`)
     curated_log_id: int | None = None  # curation actions: the library they append to
     leaves: tuple[SourcedLeaf, ...] = ()  # curation actions: the proposed leaves
 
@@ -78,9 +80,12 @@ def _leaf(source_log_id: int, source_size: int, index: int, leaf_hash: bytes, ci
 
 
 def decode_action(target: str, calldata: bytes, ledger_address: str,
-                  contracts: dict[str, tuple[str, Any]]) -> ProposedAction:
-    """Decode one action; ``contracts`` maps checksummed addresses to (name, web3 contract)."""
+                  decoder: ActionDecoder) -> ProposedAction:
+    """Decode one action: a curation into its leaves here, every action's function, arguments
+    and one-line summary by ``decoder`` (the CLI's `ActionDecoder`, ``GovernanceClient.decoder``,
+    so `gym gov show` and the dashboard describe a proposal in the same words)."""
     target = to_checksum_address(target)
+    decoded = decoder.decode(target, calldata)
     selector, body = calldata[:4], calldata[4:]
     if target == to_checksum_address(ledger_address) and selector in (APPEND_MANY_SELECTOR,
                                                                       APPEND_ONE_SELECTOR):
@@ -99,17 +104,10 @@ def decode_action(target: str, calldata: bytes, ledger_address: str,
         else:
             return ProposedAction(target, "ExperienceLedger", name,
                                  {"curatedLogId": curated, "leaves": len(leaves)}, calldata,
-                                 curated, leaves)
-    name, contract = contracts.get(target, (None, None))
-    if contract is not None:
-        try:
-            function, args = contract.decode_function_input(calldata)
-        except (ValueError, DecodingError, Web3Exception):
-            pass
-        else:
-            shown = {k: ("0x" + v.hex() if isinstance(v, bytes) else v) for k, v in args.items()}
-            return ProposedAction(target, name, function.fn_name, shown, calldata)
-    return ProposedAction(target, name, None, {}, calldata)
+                                 decoded.summary, curated, leaves)
+    shown = {k: ("0x" + v.hex() if isinstance(v, bytes) else v) for k, v in decoded.args.items()}
+    return ProposedAction(target, decoded.contract, decoded.function, shown, calldata,
+                          decoded.summary)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 from governance.client import GovernanceClient
 from governance.dashboard.indexer import GovernorIndexer
@@ -22,7 +21,6 @@ class DashboardRuntime:
     origins: tuple[str, ...]  # the origins this server is served under
     relayer_key: str | None = None  # pays the gas of relayed ballots; None: no relaying
     store: LogStore | None = None  # local publisher logs, for proposing from the page
-    timelock_abi: list[dict] = field(default_factory=list)  # to decode actions aimed at it
     csrf: CsrfTokens = field(default_factory=CsrfTokens)
     indexer: GovernorIndexer = field(init=False)
 
@@ -45,13 +43,3 @@ class DashboardRuntime:
         from eth_account import Account
 
         return Account.from_key(self.relayer_key).address if self.relayer_key else None
-
-    @cached_property
-    def known_contracts(self) -> dict[str, tuple[str, Any]]:
-        """Checksummed address -> (name, web3 contract), for decoding proposal actions."""
-        client = self.client
-        timelock = client.w3.eth.contract(address=client.timelock_address, abi=self.timelock_abi)
-        return {client.ledger.address: ("ExperienceLedger", client.ledger.contract),
-                client.governor.address: ("GymGovernor", client.governor),
-                client.token.address: ("GymToken", client.token),
-                client.timelock_address: ("TimelockController", timelock)}

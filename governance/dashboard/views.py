@@ -94,7 +94,7 @@ def proposal_view(dash: DashboardRuntime, proposal: IndexedProposal, now: int, *
     if verify:
         ledger = dash.client.ledger
         for target, calldata in zip(proposal.targets, proposal.calldatas):
-            action = decode_action(target, calldata, ledger.address, dash.known_contracts)
+            action = decode_action(target, calldata, ledger.address, dash.client.decoder)
             view.actions.append(action)
             view.checks += [check_leaf(ledger, dash.content, dash.client.curated_log_id, leaf)
                             for leaf in action.leaves]
@@ -118,7 +118,8 @@ def proposal_json(view: ProposalView) -> dict:
     }
     if view.actions:
         data["actions"] = [{"target": a.target, "contract": a.contract, "function": a.function,
-                            "curated_log_id": a.curated_log_id} for a in view.actions]
+                            "summary": a.summary, "curated_log_id": a.curated_log_id}
+                           for a in view.actions]
         data["verified"] = view.verified
         data["leaves"] = [leaf_json(c) for c in view.checks]
     return data

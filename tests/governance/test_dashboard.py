@@ -8,6 +8,7 @@ deployed and publisher log ``alice/math`` (3 entries) anchored.
 from __future__ import annotations
 
 import doctest
+import html
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from governance.dashboard import DashboardRuntime, decode_action
 from governance.dashboard.app import create_app
 from governance.dashboard.curation import APPEND_ONE_SIGNATURE
 from governance.dashboard.security import CsrfTokens, request_origin, served_origins
+from governance.proposals import ActionDecoder
 from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
 from ledger.chain import LedgerContract
 from ledger.rfc9162 import root as merkle_root
@@ -158,8 +160,7 @@ def dash(devnet):
     client = devnet.client()
     runtime = DashboardRuntime(client=client, content=devnet.content,
                                rpc_url=devnet.deployment.rpc_url, origins=(ORIGIN,),
-                               relayer_key=ANVIL_DEV_KEYS[0], store=devnet.store,
-                               timelock_abi=load_artifact("TimelockController").abi)
+                               relayer_key=ANVIL_DEV_KEYS[0], store=devnet.store)
     with TestClient(create_app(runtime), base_url=ORIGIN) as http:
         page = http.get("/")
         assert page.status_code == 200, page.text
@@ -214,9 +215,12 @@ def test_curation_calldata_decodes_back_to_its_leaves():
                    for i in range(2))
     ledger = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
     plan = CurationProposal(ledger, 1, leaves, "", "", "alice/math")
-    action = decode_action(ledger, plan.calldata, ledger, {})
+    decoder = ActionDecoder({ledger: ("ExperienceLedger", load_artifact("ExperienceLedger").abi)})
+    action = decode_action(ledger, plan.calldata, ledger, decoder)
     assert (action.function, action.curated_log_id, action.leaves) == ("appendManyFromLog", 1,
                                                                         leaves)
+    assert action.summary == ("ExperienceLedger: curate 2 leaves into log 1 (leaf 0 of log 3, "
+                              "leaf 1 of log 3), each proof verified on execution")
     from eth_abi import encode
     from eth_utils import keccak
 
@@ -224,9 +228,25 @@ def test_curation_calldata_decodes_back_to_its_leaves():
     single = keccak(text=APPEND_ONE_SIGNATURE)[:4] + encode(
         ["uint256", "uint256", "uint64", "uint64", "bytes32", "bytes", "bytes32[]"],
         [1, *leaf.as_abi()[:5], list(leaf.inclusion_proof)])
-    assert decode_action(ledger, single, ledger, {}).leaves == (leaf,)
-    other = decode_action("0x" + "11" * 20, plan.calldata, ledger, {})  # not the ledger
+    assert decode_action(ledger, single, ledger, decoder).leaves == (leaf,)
+    other = decode_action("0x" + "11" * 20, plan.calldata, ledger, decoder)  # not the ledger
     assert not other.is_curation and other.function is None
+    assert "unknown contract" in other.summary
+
+
+@pytest.mark.anvil
+def test_non_curation_actions_read_as_gym_gov_show_reads_them(dash):
+    """A parameter change on the proposal page and in the API: the CLI's decoder's words."""
+    period = dash.client.governor.functions.votingPeriod().call()
+    plan = dash.client.build_params_change(voting_period=period + 60, description="Longer votes")
+    proposal_id, _ = dash.client.propose(plan)
+    expected = [a.summary for a in dash.client.describe_actions(dash.client.proposal(proposal_id))]
+    assert expected and "voting period" in expected[0]
+    shown = dash.http.get(f"/api/proposals/{proposal_id}").json()
+    assert [a["summary"] for a in shown["actions"]] == expected
+    assert shown["actions"][0]["function"] == "setVotingPeriod"
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert f'<p class="summary">{html.escape(expected[0])}</p>' in page
 
 
 @pytest.mark.anvil
