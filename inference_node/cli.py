@@ -4,6 +4,7 @@
                    [--key-env GYM_NODE_KEY | --keystore FILE --password-env VAR] [--offline]
                    [--register [--stake GYM] [--endpoint URL]]
                    [--engine auto|transformers|vllm [--eager]] [--host H] [--port P] [--max-queue N]
+                   [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
     gym verify receipt BUNDLE.json [--model DIR] [--offline]
@@ -29,6 +30,8 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
+import tempfile
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -214,23 +217,36 @@ def serve(
              "minimum. A registered node below it is topped up.")] = None,
     endpoint: Annotated[str | None, typer.Option(
         help="Public URL registered with --register; default: http://HOST:PORT/v1.")] = None,
+    adapter: Annotated[str | None, typer.Option(
+        help="Serve this adapter entry (CID, from `gym adapter publish`) merged into --model, "
+             "its base: every file checked against its CID, the base against the entry's "
+             "weights digest; receipts name it.")] = None,
+    adapter_log: Annotated[str | None, typer.Option(
+        help="Also prove the adapter entry is leaf --adapter-index of this local log, "
+             "anchored on chain.")] = None,
+    adapter_index: Annotated[int | None, typer.Option(
+        help="Leaf index of the adapter entry in --adapter-log.")] = None,
+    adapter_proof: Annotated[Path | None, typer.Option(
+        help="Also check this inclusion proof of the adapter entry (`gym ledger proof --json`) "
+             "against the root anchored on chain.", exists=True, dir_okay=False)] = None,
 ) -> None:
     """Serve /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics.
 
-    The library comes from --library (a static file) or --follow-log (verified sync). With a
+    The library comes from --library (a static file) or --follow-log (verified sync). With
+    --adapter, an adapter entry from the ledger, verified by CID and against --model (its
+    base), is merged into the served weights. With a
     key, every answer carries a signed receipt (streamed answers on their last chunk),
     appended to the node's receipt log and anchored every --anchor-interval seconds.
     SIGTERM or Ctrl-C stops it gracefully: no new connections, every request in flight
     answered, pending receipts anchored, exit 0.
     """
     from inference_node.library import StaticLibrarySource
-    from inference_node.receipt_log import ReceiptLog
-    from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
-    from inference_node.server import create_app
     from inference_node.settings import NodeSettings
     from inference_node.sync import ChainLibrarySource
-    from ledger.chain import LedgerContract, LogKind
+    from ledger.chain import LogKind
 
+    if adapter is not None and served_model_name is None:
+        served_model_name = f"{model.name}+{adapter[-12:]}"
     settings = NodeSettings(served_model_name=served_model_name, max_queue=max_queue,
                             host=host, port=port)
     if library and follow_log is not None:
@@ -250,8 +266,70 @@ def serve(
             console.print(f"[red]library degraded:[/] {source.status().error}")
     else:
         source = StaticLibrarySource.from_file(library) if library else StaticLibrarySource()
-    with console.status(f"loading {model} ({engine_kind.value} engine)"):
-        engine, choice = load_engine(engine_kind.value, model, device=device,
+    workdir = None
+    try:
+        served_dir = model
+        if adapter is not None:
+            workdir = Path(tempfile.mkdtemp(prefix="gym-node-adapter-"))
+            served_dir = _prepare_adapter(ctx, adapter, model, workdir, adapter_log,
+                                          adapter_index, adapter_proof, offline)
+        _serve(ctx, model, served_dir, adapter, source, settings, key, offline, register, stake,
+               endpoint, engine_kind, eager, device, max_batch, no_prefix_reuse, receipt_log,
+               anchor_interval, host, port)
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _prepare_adapter(ctx: typer.Context, cid: str, base: Path, workdir: Path,
+                     log_name: str | None, index: int | None, proof_file: Path | None,
+                     offline: bool) -> Path:
+    """``serve --adapter``: fetch, verify and merge it; the merged model's directory."""
+    from inference_node.adapters import prepare_adapter
+    from inference_node.errors import NodeError
+    from ledger.proofs import proof_document
+
+    rt = _runtime(ctx, "--adapter")
+    if (log_name is None) != (index is None):
+        raise typer.BadParameter("--adapter-log and --adapter-index go together")
+    if log_name is not None and proof_file is not None:
+        raise typer.BadParameter("give --adapter-log/--adapter-index or --adapter-proof, "
+                                 "not both")
+    doc = None
+    if log_name is not None:
+        doc = proof_document(rt.store, rt.content, log_name, index)
+    elif proof_file is not None:
+        try:
+            doc = json.loads(proof_file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise NodeError(f"{proof_file} is not valid JSON ({exc})") from None
+    contract = rt.contract if doc is not None and not offline else None
+    with console.status(f"fetching, verifying and merging adapter {cid} into {base.name}"):
+        prepared = prepare_adapter(rt.content, cid, base, workdir, proof=doc, contract=contract)
+    where = ""
+    if prepared.inclusion is not None:
+        p = prepared.inclusion
+        where = (f"; leaf {p.index} of log {p.log!r}"
+                 + (", root anchored on chain" if contract is not None else " (proof only)"))
+    console.print(f"adapter {cid}: {prepared.entry.method} of {prepared.entry.base_model.name}, "
+                  f"{len(prepared.entry.files)} files verified, base digest matches{where}",
+                  highlight=False)
+    return prepared.model_dir
+
+
+def _serve(ctx, model: Path, served_dir: Path, adapter: str | None, source, settings, key,
+           offline: bool, register: bool, stake: str | None, endpoint: str | None,
+           engine_kind: EngineKind, eager: bool, device: str | None, max_batch: int,
+           no_prefix_reuse: bool, receipt_log: str | None, anchor_interval: float, host: str,
+           port: int) -> None:
+    """`serve` once its library and adapter are ready: engine, signer, registration, app."""
+    from inference_node.receipt_log import ReceiptLog
+    from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
+    from inference_node.server import create_app
+    from ledger.chain import LedgerContract
+
+    with console.status(f"loading {served_dir} ({engine_kind.value} engine)"):
+        engine, choice = load_engine(engine_kind.value, served_dir, device=device,
                                      max_batch=max_batch, prefix_reuse=not no_prefix_reuse,
                                      eager=eager)
     console.print(f"engine: [bold]{choice.kind}[/] ({choice.reason})")
@@ -263,7 +341,8 @@ def serve(
                                                        rt.contract.abi, key)
         domain = (ReceiptDomain() if contract is None
                   else ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()))
-        signer = ReceiptSigner(key, domain, getattr(engine, "model", None), model_digest(model))
+        signer = ReceiptSigner(key, domain, getattr(engine, "model", None), model_digest(model),
+                               adapter_cid=adapter)
         receipts_log = ReceiptLog(rt.store, rt.content, contract,
                                   receipt_log or f"node/{signer.address}/receipts",
                                   interval_s=anchor_interval)
@@ -276,7 +355,8 @@ def serve(
     console.print(f"serving [bold]{settings.served_model_name or engine.model_name}[/] on "
                   f"http://{host}:{port}/v1 with {len(snapshot.experiences)} experiences "
                   f"(library {snapshot.version})")
-    app_ = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log)
+    app_ = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log,
+                      adapter_cid=adapter)
     serve_until_stopped(app_, host, port)
     if receipts_log is not None:
         console.print(f"stopped; receipt log {receipts_log.name!r}: "
@@ -417,24 +497,40 @@ def _read_bundle(path: Path) -> object:
         raise NodeError(f"cannot read {path}: {exc}") from None
 
 
-def load_verifier_model(model_dir: Path):
-    """The model and tokenizer a verifier prefills with (float32 on CPU, as CPU nodes run)."""
+def load_verifier_model(model_dir: Path, *, adapter: str | None = None, content=None):
+    """The model and tokenizer a verifier prefills with (float32 on CPU, as CPU nodes run);
+    with ``adapter`` (an adapter entry's CID), that adapter fetched from ``content``, checked
+    and merged into the base in ``model_dir``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from inference_node.adapters import load_verifier_adapter
+
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    if adapter is not None:
+        model = load_verifier_adapter(content, adapter, model_dir, dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     if torch.cuda.is_available():
         model = model.to("cuda")
     return model.eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
 def check_receipt_bundle(bundle: object, rt=None, *, registry: str | None = None,
-                         model_dir: Path | None = None, offline: bool = False):
+                         model_dir: Path | None = None, offline: bool = False,
+                         content=None):
     """What `gym verify receipt` runs: ``verify_receipt_bundle`` with the deployment's chain,
     content store and NodeRegistry (at ``registry``) unless ``offline``, and with the model in
-    ``model_dir`` when given. The checks, or the first ``ReceiptError``."""
-    from inference_node.receipts import ReceiptDomain, verify_receipt_bundle
+    ``model_dir`` when given: for a receipt that names an adapter, that base with the adapter
+    fetched from ``content`` (default: ``rt``'s content store) and merged. The checks, or the
+    first ``ReceiptError``."""
+    from inference_node.receipts import (
+        ReceiptCheck,
+        ReceiptDomain,
+        ReceiptError,
+        parse_receipt,
+        verify_receipt_bundle,
+    )
     from inference_node.registry import NodeRegistry
 
     kwargs: dict = {}
@@ -446,10 +542,26 @@ def check_receipt_bundle(bundle: object, rt=None, *, registry: str | None = None
         if registry is not None:
             kwargs["registry"] = NodeRegistry(contract.w3, registry,
                                               from_block=rt.chain.deployment_block)
+    adapter_check = None
     if model_dir is not None:
-        model, tokenizer = load_verifier_model(model_dir)
+        adapter = parse_receipt(bundle.get("receipt") if isinstance(bundle, dict) else None
+                                ).adapter_cid
+        if adapter is None:
+            model, tokenizer = load_verifier_model(model_dir)
+        else:
+            content = content if content is not None else getattr(rt, "content", None)
+            if content is None:
+                raise ReceiptError("adapter", f"the receipt names adapter {adapter}: checking "
+                                   "its activations needs the content store it is in")
+            model, tokenizer = load_verifier_model(model_dir, adapter=adapter, content=content)
+            adapter_check = ReceiptCheck("adapter", True, f"{adapter} fetched, every file "
+                                         "re-added to its CID, trained on this base; merged")
         kwargs.update(model=model, tokenizer=tokenizer, model_dir=model_dir)
-    return verify_receipt_bundle(bundle, **kwargs)
+    checks = verify_receipt_bundle(bundle, **kwargs)
+    if adapter_check is not None:
+        at = next((i for i, c in enumerate(checks) if c.name == "activations"), len(checks))
+        checks.insert(at, adapter_check)
+    return checks
 
 
 def checks_table(checks, title: str) -> Table:
@@ -487,7 +599,8 @@ def verify_receipt(
     try:
         with console.status("checking the receipt"):
             checks = check_receipt_bundle(bundle, rt, model_dir=model, offline=offline,
-                                          registry=None if offline else registry_address(ctx))
+                                          registry=None if offline else registry_address(ctx),
+                                          content=None if ctx.obj is None else ctx.obj.content)
     except ReceiptError as exc:
         console.print(f"[red]receipt FAILS[/] ({exc.reason}): {exc}", highlight=False)
         if exc.expected is not None:

@@ -64,7 +64,8 @@ receipt's model (and that the inclusion proof is in its registered receipt log);
 and content store the library (``rootAt`` equals the receipt's root; the verified fold of the
 log at that size is exactly ``experience_ids``, in order), the inclusion proof and its
 anchoring; with the model, its digest and the activation commitment (rebuilding the prompt with
-the node's own injector).
+the node's own injector; for a receipt that names an adapter, the caller passes the base with
+that adapter merged, ``inference_node.adapters.load_verifier_adapter``).
 
 Verification raises ``ReceiptError`` (a ``ledger`` ``VerificationError``) whose ``reason`` is
 one of ``REASONS``.
@@ -133,6 +134,7 @@ REASONS = (
     "not_included",  # the receipt-log inclusion proof fails or is for another entry
     "not_anchored",  # the receipt log's root at that size is not the one on chain
     "model_digest",  # the model given to the verifier is not the receipt's model
+    "adapter",  # the receipt's adapter cannot be fetched, fails its CIDs, or has another base
     "activation_mismatch",  # the prefill's top-k activations disagree with the commitment
     "not_registered",  # no node in the NodeRegistry signs with the receipt's key
     "node_deregistered",  # the signer's node has left the registry (unbonding)

@@ -146,11 +146,13 @@ async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
 
 def create_app(engine: Engine, library_source: LibrarySource,
                settings: NodeSettings | None = None, *, receipts: ReceiptSigner | None = None,
-               receipt_log: ReceiptLog | None = None) -> FastAPI:
+               receipt_log: ReceiptLog | None = None, adapter_cid: str | None = None) -> FastAPI:
     """The node's app; starts the engine's worker (and library polling, receipt anchoring) on
-    startup and stops them on shutdown, anchoring pending receipts last."""
+    startup and stops them on shutdown, anchoring pending receipts last. ``adapter_cid``: the
+    adapter entry merged into the engine's weights (``inference_node.adapters``), in /health."""
     settings = settings or NodeSettings()
-    serving = OpenAIServing(engine, library_source, settings, receipts, receipt_log)
+    serving = OpenAIServing(engine, library_source, settings, receipts, receipt_log,
+                            adapter_cid=adapter_cid)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -133,9 +133,11 @@ def sse(payload: str) -> str:
 class OpenAIServing:
     def __init__(self, engine: Engine, library_source: LibrarySource,
                  settings: NodeSettings, receipts: ReceiptSigner | None = None,
-                 receipt_log: ReceiptLog | None = None) -> None:
+                 receipt_log: ReceiptLog | None = None, *, adapter_cid: str | None = None
+                 ) -> None:
         self.engine = engine
         self.receipts, self.receipt_log = receipts, receipt_log
+        self.adapter_cid = adapter_cid
         self.library_source = library_source
         self.settings = settings
         self.model_name = settings.served_model_name or engine.model_name
@@ -157,6 +159,7 @@ class OpenAIServing:
             "status": "degraded" if status.error else "ok",
             "model": self.model_name,
             "engine": getattr(self.engine, "kind", type(self.engine).__name__),
+            "adapter": self.adapter_cid,
             "queue_depth": self.engine.queue_depth(),
             "library": {"version": snapshot.version, "log_id": snapshot.log_id,
                         "size": snapshot.size, "root": snapshot.root,

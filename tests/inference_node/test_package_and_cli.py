@@ -25,7 +25,8 @@ def test_serve_help_says_what_exists():
     result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     for option in ("--model", "--library", "--host", "--port", "--max-queue", "--engine",
-                   "--register", "--stake", "--endpoint"):
+                   "--register", "--stake", "--endpoint", "--adapter", "--adapter-proof",
+                   "--eager"):
         assert option in result.output
     assert "Not yet here" not in result.output
     for command in ("list", "challenge"):
