@@ -10,6 +10,7 @@ stored with `trainer.adapters.build_adapter_entries` as `gym adapter publish` st
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from node_helpers import (
     NODE_KEY,
     free_port,
     make_engine,
+    needs_vllm,
     run_server,
     wait_for_health,
 )
@@ -55,23 +57,22 @@ REQUEST = {"model": MODEL_NAME, "temperature": 0, "max_tokens": 8, "seed": 1,
            "messages": [{"role": "user", "content": "the farmer buys twelve apple"}]}
 
 
-@pytest.fixture(scope="module")
-def published(tmp_path_factory, tiny_model_dir):
-    """(data dir, its content store, the adapter entry's CID, the run's two entries)."""
+def publish_random_adapter(base_dir: Path, root: Path):
+    """A random LoRA over ``base_dir`` stored in ``root/data/ipfs`` as `gym adapter publish`
+    stores it: (data dir, content store, adapter entry CID, the run's two entries)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    root = tmp_path_factory.mktemp("node-adapter")
     run = root / "run"
     torch.manual_seed(3)
     lora = LoraConfig(r=8, lora_alpha=32, target_modules="all-linear", lora_dropout=0.0,
                       init_lora_weights=False, task_type="CAUSAL_LM")
-    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora
+    get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir), lora
                    ).save_pretrained(run / "adapter")
     dataset = "sha256:" + "ab" * 32
     (run / "run.json").write_text(json.dumps({
         "method": "sft",
-        "base_model": {"name": "tiny-node-llama", "weights_digest": model_digest(tiny_model_dir)},
+        "base_model": {"name": "tiny-node-llama", "weights_digest": model_digest(base_dir)},
         "adapter_dir": "adapter",
         "run": {"config": {"rank": 8}, "code_version": "test", "packages": {"peft": "test"},
                 "hardware": {"machine": "cpu"}, "dataset_digests": [dataset], "metrics": {}},
@@ -82,6 +83,11 @@ def published(tmp_path_factory, tiny_model_dir):
     cid = content.add_file(entries.adapter, pin=True)
     content.add_file(entries.run, pin=True)
     return data, content, cid, entries
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, tiny_model_dir):
+    return publish_random_adapter(tiny_model_dir, tmp_path_factory.mktemp("node-adapter"))
 
 
 def answer(engine, signer) -> dict:
@@ -205,3 +211,32 @@ def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_m
                               capture_output=True, text=True, timeout=300, check=False)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "adapter" in verified.stdout and "FAILS" not in verified.stdout
+
+
+@needs_vllm
+def test_the_merged_adapter_serves_the_same_tokens_on_vllm(vllm_model_dir, tmp_path):
+    """The merged directory is a plain model to vLLM too: greedy tokens as transformers'."""
+    from inference_node.engine import SamplingParams
+    from inference_node.injection import LibraryInjector
+    from inference_node.vllm_engine import VLLMEngine
+
+    _, content, cid, _ = publish_random_adapter(vllm_model_dir, tmp_path / "published")
+    prepared = prepare_adapter(content, cid, vllm_model_dir, tmp_path / "work")
+    reference = make_engine(prepared.model_dir)
+    engine = VLLMEngine.from_pretrained(prepared.model_dir, model_name=MODEL_NAME,
+                                        enforce_eager=True, max_batch=2, kv_cache_gib=0.25)
+    try:
+        prompt = LibraryInjector(engine.tokenizer).chat(REQUEST["messages"],
+                                                         StaticLibrarySource().current()).prompt
+        params = SamplingParams(max_tokens=12, temperature=0.0)
+        ours = asyncio.run(engine.generate(prompt, params))
+        theirs = asyncio.run(reference.generate(prompt, params))
+    finally:
+        engine.shutdown()
+        reference.shutdown()
+    assert ours.token_ids == theirs.token_ids
+    base = make_engine(vllm_model_dir)
+    try:
+        assert asyncio.run(base.generate(prompt, params)).token_ids != theirs.token_ids
+    finally:
+        base.shutdown()
