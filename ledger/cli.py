@@ -12,7 +12,10 @@ one-line message names what to run; the root turns them into ``error: ...`` and 
     gym ledger list
     gym ledger show alice/math [INDEX] [--json]
     gym ledger proof alice/math INDEX [--size N] [--json]
+    gym ledger note-key NAME --output note.key   # Ed25519 key for checkpoint notes
+    gym ledger checkpoint alice/math --key note.key [--size N]   # C2SP tlog-checkpoint note
     gym verify proof proof.json [--chain]   # offline unless --chain
+    gym verify checkpoint note.txt --vkey VKEY [--offline]
     gym verify entry entry.json
     gym audit alice/math | --log-id N       # chain events + content store only
 """
@@ -20,6 +23,7 @@ one-line message names what to run; the root turns them into ``error: ...`` and 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -252,6 +256,62 @@ def proof(ctx: typer.Context, log: str, index: int,
         console.print(f"  anchored   tx {doc['anchor']['tx_hash']}", highlight=False)
 
 
+@app.command(name="note-key")
+def note_key(
+    name: Annotated[str, typer.Argument(help="Key name, e.g. the log's origin host "
+                                             "(no spaces, no '+').")],
+    output: Annotated[Path, typer.Option(help="File to write the signer key to (mode 0600; "
+                                              "never overwritten).")],
+) -> None:
+    """Make an Ed25519 key for signing checkpoint notes: write the signer key, print the
+    verifier key (give it to witnesses and auditors)."""
+    from ledger.signed_note import generate_key
+
+    if output.exists():
+        raise LedgerError(f"{output} already exists: choose a new file (nothing is overwritten)")
+    skey, vkey = generate_key(name)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(skey + "\n")
+    console.print(f"signer key written to {output}", highlight=False)
+    typer.echo(vkey)
+
+
+@app.command()
+def checkpoint(
+    ctx: typer.Context,
+    log: str,
+    key: Annotated[Path, typer.Option(help="Signer key file from `gym ledger note-key`.",
+                                      exists=True, dir_okay=False)],
+    size: Annotated[int | None, typer.Option(help="An anchored checkpoint's size (default: "
+                                                  "the newest).")] = None,
+    origin: Annotated[str | None, typer.Option(
+        help="The note's origin line (default: gym-ledger/<chain id>/<contract>/<log id>, "
+             "or gym-ledger/local/<log> for a log not on chain).")] = None,
+) -> None:
+    """Print an anchored checkpoint as a signed C2SP tlog-checkpoint note (for witnesses)."""
+    from ledger.checkpoint_note import CheckpointNote, default_origin, encode_checkpoint
+    from ledger.signed_note import NoteSigner, sign_note
+
+    rt = runtime_of(ctx)
+    info = rt.store.get_log(log)
+    anchored = rt.store.checkpoints(log)
+    if not anchored:
+        raise LedgerError(f"log {log!r} has no anchored checkpoint: `gym ledger publish {log}`")
+    chosen = anchored[-1] if size is None else next((c for c in anchored if c.size == size), None)
+    if chosen is None:
+        raise LedgerError(f"log {log!r} has no checkpoint anchored at size {size} (anchored: "
+                          f"{', '.join(str(c.size) for c in anchored)})")
+    signer = NoteSigner(key.read_text(encoding="utf-8").strip())
+    if origin is None:
+        chain = rt.chain if info.chain_log_id is not None else None
+        origin = default_origin(log, chain and chain.chain_id, chain and chain.address,
+                                info.chain_log_id)
+    text = encode_checkpoint(CheckpointNote(origin, chosen.size, chosen.root))
+    typer.echo(sign_note(text, signer), nl=False)
+
+
 # --- gym verify -----------------------------------------------------------------------------
 
 verify_app = typer.Typer(help="Check one proof or entry, offline where possible.",
@@ -283,6 +343,50 @@ def verify_proof(ctx: typer.Context, file: Path,
     elif result.anchor:
         console.print(f"  claims anchoring tx {result.anchor.get('tx_hash')} (check with --chain)",
                       highlight=False)
+
+
+@verify_app.command(name="checkpoint")
+def verify_checkpoint(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="A signed checkpoint note.", exists=True,
+                                         dir_okay=False)],
+    vkey: Annotated[list[str], typer.Option(help="A verifier key (repeat for several); at "
+                                                 "least one must have signed.")],
+    offline: Annotated[bool, typer.Option(help="Skip comparing the root with the one anchored "
+                                               "on chain.")] = False,
+) -> None:
+    """Verify a C2SP checkpoint note: its signatures and, for a gym-ledger origin, that its root
+    is the root the ExperienceLedger anchored for that log at that size."""
+    from ledger.checkpoint_note import ORIGIN_PREFIX, verify_checkpoint_note
+    from ledger.signed_note import NoteVerifier
+
+    checkpoint_, opened = verify_checkpoint_note(file.read_bytes(),
+                                                 *(NoteVerifier(k) for k in vkey))
+    console.print(f"[green]signed[/green] by {', '.join(s.name for s in opened.verified)}"
+                  + (f" ({len(opened.unverified)} other signatures not checked)"
+                     if opened.unverified else ""), highlight=False)
+    console.print(f"  origin {checkpoint_.origin}\n  size   {checkpoint_.size}\n  root   "
+                  f"{_hex(checkpoint_.root)}", highlight=False)
+    parts = checkpoint_.origin.split("/")
+    if offline or len(parts) != 4 or parts[0] != ORIGIN_PREFIX or parts[1] == "local":
+        console.print("  root not compared with the chain"
+                      + (" (--offline)" if offline else " (not an on-chain gym-ledger origin)"))
+        return
+    rt = runtime_of(ctx)
+    contract = rt.contract
+    chain_id, address, log_id = parts[1], parts[2], parts[3]
+    if not (chain_id.isdigit() and log_id.isdigit()) or int(chain_id) != contract.w3.eth.chain_id \
+            or address != contract.address.lower():
+        raise LedgerError(f"the note's origin {checkpoint_.origin} is not a log of this "
+                          f"deployment (chain {contract.w3.eth.chain_id}, ledger "
+                          f"{contract.address.lower()})")
+    anchored = contract.root_at(int(log_id), checkpoint_.size)
+    if anchored != checkpoint_.root:
+        raise VerificationError(f"log {log_id} at size {checkpoint_.size}: the note's root is "
+                                "not the root anchored on chain", expected=_hex(anchored),
+                                computed=_hex(checkpoint_.root))
+    console.print(f"  [green]anchored on chain[/green]: rootAt({log_id}, {checkpoint_.size}) "
+                  "matches", highlight=False)
 
 
 @verify_app.command(name="entry")

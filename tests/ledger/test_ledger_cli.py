@@ -225,3 +225,46 @@ def test_unknown_log_and_missing_deployment_are_one_line(gym, tmp_path):
     missing = {"GYM_DEPLOYMENT_FILE": str(tmp_path / "nope.json")}
     assert "gym devnet up" in one_error_line(gym.run("ledger", "create", "bob/x", extra_env=missing))
     assert "bob/x" not in ok(gym.run("ledger", "list"))
+
+
+def test_checkpoint_notes_for_witnesses(gym, tmp_path):
+    """`gym ledger note-key` + `checkpoint` give a signed C2SP checkpoint note of an anchored
+    checkpoint; `gym verify checkpoint` checks its signature and its root against rootAt."""
+    from ledger.checkpoint_note import decode_checkpoint, encode_checkpoint
+    from ledger.signed_note import NoteSigner, sign_note
+
+    ok(gym.run("ledger", "append", LOG, str(SAMPLES)))
+    line = one_error_line(gym.run("ledger", "checkpoint", LOG, "--key", str(SAMPLES)))
+    assert "has no anchored checkpoint" in line
+    ok(gym.run("ledger", "publish", LOG))
+    key = tmp_path / "keys" / "note.key"
+    vkey = ok(gym.run("ledger", "note-key", "alice.example", "--output", str(key))
+              ).strip().splitlines()[-1]
+    assert vkey.startswith("alice.example+") and oct(key.stat().st_mode)[-3:] == "600"
+    assert "already exists" in one_error_line(
+        gym.run("ledger", "note-key", "alice.example", "--output", str(key)))
+
+    note = ok(gym.run("ledger", "checkpoint", LOG, "--key", str(key)))
+    checkpoint = decode_checkpoint(note.split("\n\n")[0] + "\n")
+    root = bytes.fromhex(state(gym)["checkpoints"][0]["root"][2:])
+    assert checkpoint.origin.startswith("gym-ledger/31337/0x") and checkpoint.origin.endswith(
+        f"/{LOG_ID}")
+    assert (checkpoint.size, checkpoint.root) == (5, root)
+    good = tmp_path / "note.txt"
+    good.write_text(note)
+    out = ok(gym.run("verify", "checkpoint", str(good), "--vkey", vkey))
+    assert "signed by alice.example" in out and "anchored on chain" in out
+
+    # Signed by the right key but with another root: the chain says no.
+    forged = checkpoint.__class__(checkpoint.origin, checkpoint.size, b"\x01" * 32)
+    signer = NoteSigner(key.read_text().strip())
+    bad = tmp_path / "forged.txt"
+    bad.write_text(sign_note(encode_checkpoint(forged), signer))
+    line = one_error_line(gym.run("verify", "checkpoint", str(bad), "--vkey", vkey))
+    assert "not the root anchored on chain" in line
+    other = ok(gym.run("ledger", "note-key", "mallory", "--output", str(tmp_path / "m.key"))
+               ).strip().splitlines()[-1]
+    assert "no verifiable signatures" in one_error_line(
+        gym.run("verify", "checkpoint", str(good), "--vkey", other))
+    offline = ok(gym.run("verify", "checkpoint", str(bad), "--vkey", vkey, "--offline"))
+    assert "root not compared with the chain (--offline)" in offline
