@@ -286,23 +286,12 @@ def _prepare_adapter(ctx: typer.Context, cid: str, base: Path, workdir: Path,
                      offline: bool) -> Path:
     """``serve --adapter``: fetch, verify and merge it; the merged model's directory."""
     from inference_node.adapters import prepare_adapter
-    from inference_node.errors import NodeError
-    from ledger.proofs import proof_document
+    from ledger.proofs import proof_from_options
 
     rt = _runtime(ctx, "--adapter")
-    if (log_name is None) != (index is None):
-        raise typer.BadParameter("--adapter-log and --adapter-index go together")
-    if log_name is not None and proof_file is not None:
-        raise typer.BadParameter("give --adapter-log/--adapter-index or --adapter-proof, "
-                                 "not both")
-    doc = None
-    if log_name is not None:
-        doc = proof_document(rt.store, rt.content, log_name, index)
-    elif proof_file is not None:
-        try:
-            doc = json.loads(proof_file.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise NodeError(f"{proof_file} is not valid JSON ({exc})") from None
+    doc = proof_from_options(rt.store, rt.content, log=log_name, index=index,
+                             proof_file=proof_file,
+                             names=("--adapter-log", "--adapter-index", "--adapter-proof"))
     contract = rt.contract if doc is not None and not offline else None
     with console.status(f"fetching, verifying and merging adapter {cid} into {base.name}"):
         prepared = prepare_adapter(rt.content, cid, base, workdir, proof=doc, contract=contract)

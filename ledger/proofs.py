@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import rfc8785
@@ -90,6 +91,28 @@ def proof_document(store: LogStore, content: ContentStore | None, name: str, ind
     if content is not None and content.has(leaf.cid):
         doc["entry"] = json.loads(content.cat(leaf.cid))
     return doc
+
+
+def proof_from_options(store: LogStore, content: ContentStore | None, *, log: str | None,
+                       index: int | None, proof_file: Path | None,
+                       names: tuple[str, str, str] = ("--log", "--index", "--proof")
+                       ) -> dict | None:
+    """The proof document a command's options ask for: leaf ``index`` of the local ``log``, or
+    the document in ``proof_file`` (unchecked here), or None. ``names``: the three options as
+    the command spells them, for the ``LedgerError`` on a wrong combination or a bad file."""
+    log_opt, index_opt, proof_opt = names
+    if (log is None) != (index is None):
+        raise LedgerError(f"{log_opt} and {index_opt} go together")
+    if log is not None and proof_file is not None:
+        raise LedgerError(f"give either {log_opt}/{index_opt} or {proof_opt}, not both")
+    if log is not None:
+        return proof_document(store, content, log, index)
+    if proof_file is None:
+        return None
+    try:
+        return json.loads(proof_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise LedgerError(f"{proof_file} is not a readable JSON proof document ({exc})") from None
 
 
 def _field(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -112,6 +114,25 @@ class RunningServer:
     root_url: str
     source: StaticLibrarySource
     engine: object
+
+
+@contextlib.contextmanager
+def node_process(command: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """`gym node serve` (``command``) as a subprocess, output captured; killed if still
+    running when the block ends (a test stops it itself with `stop_node`)."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stop_node(proc: subprocess.Popen, timeout_s: float = 120) -> str:
+    """SIGTERM, as an operator stops a node; its whole output once it has exited."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=timeout_s)[0].decode()
 
 
 def wait_for_health(proc, port: int, timeout_s: float) -> dict:

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +28,9 @@ from node_helpers import (
     free_port,
     make_engine,
     needs_vllm,
+    node_process,
     run_server,
+    stop_node,
     wait_for_health,
 )
 
@@ -180,11 +181,9 @@ def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_m
         missing.stderr
 
     port = free_port()
-    proc = subprocess.Popen([str(GYM), "node", "serve", "--model", str(tiny_model_dir),
-                             "--device", "cpu", "--port", str(port), "--adapter", cid,
-                             "--key-env", "GYM_NODE_KEY", "--offline"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
+    with node_process([str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--device",
+                       "cpu", "--port", str(port), "--adapter", cid, "--key-env",
+                       "GYM_NODE_KEY", "--offline"], env) as proc:
         health = wait_for_health(proc, port, timeout_s=120)
         name = f"{tiny_model_dir.name}+{cid[-12:]}"
         assert (health["adapter"], health["model"]) == (cid, name)
@@ -192,12 +191,7 @@ def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_m
         body = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=request,
                           timeout=60).json()
         assert parse_receipt(body["receipt"]).adapter_cid == cid
-        proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=60)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        output = stop_node(proc)
     assert proc.returncode == 0, output
     assert f"adapter {cid}: sft of tiny-node-llama" in output
     evidence = body["receipt_evidence"]

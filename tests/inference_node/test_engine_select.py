@@ -10,13 +10,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
 import httpx
 import pytest
-from node_helpers import LIBRARY, MODEL_NAME, free_port, needs_vllm, wait_for_health
+from node_helpers import (
+    LIBRARY,
+    MODEL_NAME,
+    free_port,
+    needs_vllm,
+    node_process,
+    stop_node,
+    wait_for_health,
+)
 
 from inference_node.engine_select import choose_engine
 
@@ -90,18 +97,12 @@ def test_gym_node_serve_defaults_to_vllm(vllm_model_dir, tmp_path):
                "--served-model-name", MODEL_NAME]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(tmp_path / "data"), COLUMNS="200")
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
+    with node_process(command, env) as proc:
         health = wait_for_health(proc, port, timeout_s=600)
         assert health["engine"] == "vllm" and health["library"]["size"] == 3
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={
             "model": MODEL_NAME, "prompt": "one two", "max_tokens": 3, "temperature": 0}).json()
         assert reply["usage"]["completion_tokens"] == 3
-        proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=120)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        output = stop_node(proc)
     assert proc.returncode == 0, output
     assert "engine: vllm (vLLM supports LlamaForCausalLM with head size 32" in output, output

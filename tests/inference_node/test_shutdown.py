@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
-from node_helpers import MODEL_NAME, NODE_KEY, free_port, wait_for_health
+from node_helpers import MODEL_NAME, NODE_KEY, free_port, node_process, wait_for_health
 
 from inference_node.receipts import parse_receipt
 from ledger.entries import encode_entry, entry_cid
@@ -50,11 +49,9 @@ def test_sigterm_finishes_in_flight_requests_and_logs_their_receipts(tiny_model_
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(tmp_path / "data"), GYM_NODE_KEY=NODE_KEY, OMP_NUM_THREADS="1",
                COLUMNS="200")
-    proc = subprocess.Popen([str(GYM), "node", "serve", "--model", str(tiny_model_dir),
-                             "--device", "cpu", "--served-model-name", MODEL_NAME, "--port",
-                             str(port), "--key-env", "GYM_NODE_KEY", "--offline"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
+    with node_process([str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--device",
+                       "cpu", "--served-model-name", MODEL_NAME, "--port", str(port),
+                       "--key-env", "GYM_NODE_KEY", "--offline"], env) as proc:
         wait_for_health(proc, port, timeout_s=90)
         streams = [({}, threading.Event()) for _ in range(2)]
         plain: dict = {}
@@ -76,10 +73,6 @@ def test_sigterm_finishes_in_flight_requests_and_logs_their_receipts(tiny_model_
         for thread in threads:
             thread.join(timeout=300)
         output = proc.communicate(timeout=120)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, output
     assert NODE_KEY[2:] not in output
 

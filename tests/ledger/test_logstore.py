@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import subprocess
@@ -322,3 +323,27 @@ def test_a_batch_killed_half_way_leaves_the_log_as_it_was(store):
     reopened.append("a", _entries(12)[10:])  # and it goes on normally
     assert reopened.root("a") == rfc9162.root(_hashes(_entries(12)))
     reopened.engine.dispose()
+
+
+def test_proof_from_options_reads_the_log_or_the_file_and_names_the_options(tmp_path):
+    from ledger.errors import LedgerError
+    from ledger.proofs import proof_from_options
+
+    store = LogStore(f"sqlite:///{tmp_path / 'p.sqlite'}")
+    store.create_log("alice/math")
+    store.append("alice/math", [b"a", b"b", b"c"])
+    doc = proof_from_options(store, None, log="alice/math", index=1, proof_file=None)
+    assert (doc["log"], doc["index"], doc["size"]) == ("alice/math", 1, 3)
+    saved = tmp_path / "proof.json"
+    saved.write_text(json.dumps(doc))
+    assert proof_from_options(store, None, log=None, index=None, proof_file=saved) == doc
+    assert proof_from_options(store, None, log=None, index=None, proof_file=None) is None
+    names = ("--adapter-log", "--adapter-index", "--adapter-proof")
+    with pytest.raises(LedgerError, match="--adapter-log and --adapter-index go together"):
+        proof_from_options(store, None, log="alice/math", index=None, proof_file=None,
+                           names=names)
+    with pytest.raises(LedgerError, match="or --adapter-proof, not both"):
+        proof_from_options(store, None, log="alice/math", index=1, proof_file=saved, names=names)
+    saved.write_text("{not json")
+    with pytest.raises(LedgerError, match="not a readable JSON proof document"):
+        proof_from_options(store, None, log=None, index=None, proof_file=saved)

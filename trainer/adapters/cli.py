@@ -108,22 +108,11 @@ def fetch(
     verified; on any mismatch nothing is written and the command fails.
     """
     from ledger.cli import runtime_of
-    from ledger.proofs import proof_document
+    from ledger.proofs import proof_from_options
     from trainer.adapters.fetch import fetch_adapter, fetch_adapter_entry
 
     rt = runtime_of(ctx)
-    if (log is None) != (index is None):
-        raise AdapterError("--log and --index go together")
-    if log is not None and proof is not None:
-        raise AdapterError("give either --log/--index or --proof, not both")
-    doc = None
-    if log is not None:
-        doc = proof_document(rt.store, rt.content, log, index)
-    elif proof is not None:
-        try:
-            doc = json.loads(proof.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise AdapterError(f"{proof} is not valid JSON ({exc})") from None
+    doc = proof_from_options(rt.store, rt.content, log=log, index=index, proof_file=proof)
     contract = rt.contract if doc is not None else None
     _, entry = fetch_adapter_entry(rt.content, cid)
     columns = (TextColumn("fetching {task.description}"), BarColumn(), DownloadColumn(),
