@@ -234,11 +234,10 @@ def serve(
 
     The library comes from --library (a static file) or --follow-log (verified sync). With
     --adapter, an adapter entry from the ledger, verified by CID and against --model (its
-    base), is merged into the served weights. With a
-    key, every answer carries a signed receipt (streamed answers on their last chunk),
-    appended to the node's receipt log and anchored every --anchor-interval seconds.
-    SIGTERM or Ctrl-C stops it gracefully: no new connections, every request in flight
-    answered, pending receipts anchored, exit 0.
+    base), is merged into the served weights. With a key, every answer carries a signed
+    receipt (streamed answers on their last chunk), appended to the node's receipt log and
+    anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
+    connections, every request in flight answered, pending receipts anchored, exit 0.
     """
     from inference_node.library import StaticLibrarySource
     from inference_node.settings import NodeSettings
