@@ -519,8 +519,8 @@ class GovernanceClient:
                           if c.status == ChallengeStatus.UPHELD]
                 raise SlashError(
                     f"no open challenge against node {node.operator}: slashing answers a "
-                    "challenge (anyone opens one with NodeRegistry.challenge(operator, "
-                    "receiptHash, evidenceCid))" + (f"; upheld ones: {', '.join(upheld)}, name "
+                    "challenge (anyone opens one against a receipt the node signed: `gym node "
+                    "challenge BUNDLE --reason ...`)" + (f"; upheld ones: {', '.join(upheld)}, name "
                                                     "one with --challenge ID" if upheld else ""))
             if len(open_) > 1:
                 raise SlashError(f"{len(open_)} challenges against node {node.operator} are open "

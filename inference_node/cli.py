@@ -470,7 +470,8 @@ def challenge(
                               "receipt_hash": "0x" + digest.hex(), "bundle": bundle})
     evidence_cid = rt.content.add_file(evidence, pin=True)
     with console.status("opening the challenge"):
-        challenge_id = registry.challenge(operator, digest, evidence_cid)
+        challenge_id = registry.challenge(operator, digest, bytes.fromhex(receipt.signature[2:]),
+                                          evidence_cid)
     console.print(f"challenge {challenge_id} opened against operator {operator} (receipt "
                   f"0x{digest.hex()}, evidence {evidence_cid})", highlight=False)
     print(challenge_id)

@@ -248,10 +248,13 @@ class NodeRegistry:
                 action = "updated"
         return action, self.node_of(operator)
 
-    def challenge(self, operator: str, receipt_hash: bytes, evidence_cid: str) -> int:
-        """Open a challenge against ``operator``'s receipt; its id (``ChallengeOpened``)."""
+    def challenge(self, operator: str, receipt_hash: bytes, signature: bytes,
+                  evidence_cid: str) -> int:
+        """Open a challenge against ``operator``'s receipt ``receipt_hash`` (its EIP-712 digest),
+        ``signature`` being the node's signature over it (65 bytes r || s || v: the contract
+        refuses a receipt no signer of the node signed); its id (``ChallengeOpened``)."""
         receipt = self._send(self.contract.functions.challenge(
-            to_checksum_address(operator), receipt_hash, evidence_cid))
+            to_checksum_address(operator), receipt_hash, signature, evidence_cid))
         events = self.contract.events.ChallengeOpened().process_receipt(receipt)
         if not events:
             raise ChainError("the challenge transaction emitted no ChallengeOpened event")

@@ -10,8 +10,10 @@ pragma solidity ^0.8.24;
 /// Leaving takes two steps: `deregister` starts an unbonding delay during which the stake can
 /// still be slashed, `withdraw` returns what is left once the delay is over.
 ///
-/// Anyone may open a challenge against a node's receipt; a challenge has no on-chain effect by
-/// itself (and so needs no bond: spam costs its sender gas and nobody else anything). Only
+/// Anyone may open a challenge against a receipt the node signed (the challenge carries the
+/// receipt's EIP-712 digest and the node's signature over it, so nobody can challenge a receipt
+/// a node never issued); a challenge has no on-chain effect by itself (and so needs no bond:
+/// spam costs its sender gas and nobody else anything). Only
 /// governance (the DAO timelock) judges: it dismisses or upholds a challenge and slashes stake
 /// against one that is not dismissed, paying the slashed tokens to a beneficiary it names.
 interface INodeRegistry {
@@ -131,6 +133,10 @@ interface INodeRegistry {
     /// @notice The challenge against `operator` came without evidence.
     error NodeRegistryEmptyEvidence(address operator);
 
+    /// @notice `receiptHash` is not signed by a signer of `operator`: the signature recovers to
+    /// `recovered` (zero when it is not a valid signature).
+    error NodeRegistryNotSignedByNode(address operator, bytes32 receiptHash, address recovered);
+
     /// @notice No challenge has id `challengeId`.
     error NodeRegistryUnknownChallenge(uint256 challengeId);
 
@@ -208,17 +214,23 @@ interface INodeRegistry {
 
     // ---------------------------------------------------------------- challenges
 
-    /// @notice Opens a challenge against `operator`'s receipt `receiptHash`; `evidenceCid`
-    /// names the evidence on IPFS. Anyone may call it; no bond is taken.
+    /// @notice Opens a challenge against `operator`'s receipt `receiptHash` (its EIP-712
+    /// digest), signed by the node as `signature` (65 bytes r || s || v); `evidenceCid` names
+    /// the evidence on IPFS. Anyone may call it; no bond is taken.
     ///
     /// Requirements:
     /// - `operator` has a node (bonded or unbonding);
+    /// - `signature` recovers, over `receiptHash`, to a key `operator` has named as its signer
+    ///   (the current one or an earlier one: rotating keys does not retire old receipts);
     /// - `evidenceCid` is not empty.
     ///
     /// Emits: `ChallengeOpened`.
-    function challenge(address operator, bytes32 receiptHash, string calldata evidenceCid)
-        external
-        returns (uint256 challengeId);
+    function challenge(
+        address operator,
+        bytes32 receiptHash,
+        bytes calldata signature,
+        string calldata evidenceCid
+    ) external returns (uint256 challengeId);
 
     // ---------------------------------------------------------------- governance
 
@@ -260,6 +272,14 @@ interface INodeRegistry {
     ///
     /// Emits: nothing.
     function operatorOfSigner(address signer) external view returns (address);
+
+    /// @notice Whether `operator` has ever named `signer` as its receipt signer (while it has a
+    /// node): receipts by such a key can be challenged.
+    ///
+    /// Requirements: none.
+    ///
+    /// Emits: nothing.
+    function isSignerOf(address operator, address signer) external view returns (bool);
 
     /// @notice Whether `operator` has a bonded node staking at least `minStake()`.
     ///

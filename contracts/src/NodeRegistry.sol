@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 
 import {IExperienceLedger} from "./IExperienceLedger.sol";
 import {INodeRegistry} from "./INodeRegistry.sol";
@@ -35,6 +36,7 @@ contract NodeRegistry is INodeRegistry {
 
     mapping(address operator => Node) private _nodes;
     mapping(address signer => address operator) private _operatorOfSigner;
+    mapping(address operator => mapping(address signer => bool)) private _signedFor;
     mapping(uint256 challengeId => Challenge) private _challenges;
 
     modifier onlyGovernance() {
@@ -132,11 +134,17 @@ contract NodeRegistry is INodeRegistry {
     // ---------------------------------------------------------------- challenges
 
     /// @inheritdoc INodeRegistry
-    function challenge(address operator, bytes32 receiptHash, string calldata evidenceCid)
-        external
-        returns (uint256 challengeId)
-    {
+    function challenge(
+        address operator,
+        bytes32 receiptHash,
+        bytes calldata signature,
+        string calldata evidenceCid
+    ) external returns (uint256 challengeId) {
         if (_nodes[operator].registeredAt == 0) revert NodeRegistryNotRegistered(operator);
+        (address recovered, ECDSA.RecoverError recoverError,) = ECDSA.tryRecover(receiptHash, signature);
+        if (recoverError != ECDSA.RecoverError.NoError || !_signedFor[operator][recovered]) {
+            revert NodeRegistryNotSignedByNode(operator, receiptHash, recovered);
+        }
         if (bytes(evidenceCid).length == 0) revert NodeRegistryEmptyEvidence(operator);
         challengeId = ++challengeCount;
         _challenges[challengeId] = Challenge({
@@ -203,6 +211,11 @@ contract NodeRegistry is INodeRegistry {
     }
 
     /// @inheritdoc INodeRegistry
+    function isSignerOf(address operator, address signer) external view returns (bool) {
+        return _signedFor[operator][signer];
+    }
+
+    /// @inheritdoc INodeRegistry
     function isActive(address operator) external view returns (bool) {
         Node storage node = _nodes[operator];
         return node.registeredAt != 0 && node.unbondingEnds == 0 && node.stake >= minStake;
@@ -229,5 +242,6 @@ contract NodeRegistry is INodeRegistry {
         if (holder != address(0)) revert NodeRegistrySignerTaken(signer, holder);
         if (bytes(endpoint).length == 0) revert NodeRegistryEmptyEndpoint(msg.sender);
         _operatorOfSigner[signer] = msg.sender;
+        _signedFor[msg.sender][signer] = true;
     }
 }

@@ -25,8 +25,12 @@ abstract contract NodeRegistryFixture is GymTest {
     address internal bob = address(0xB0B);
     address internal dao = address(0xDA0);
     address internal mallory = address(0xBAD);
-    address internal aliceSigner = address(0x5161);
-    address internal bobSigner = address(0x5162);
+    uint256 internal constant ALICE_SIGNER_KEY = 0x5161;
+    uint256 internal constant BOB_SIGNER_KEY = 0x5162;
+    uint256 internal constant MALLORY_KEY = 0xBAD;
+    bytes32 internal constant RECEIPT = keccak256("receipt");
+    address internal aliceSigner = vm.addr(ALICE_SIGNER_KEY);
+    address internal bobSigner = vm.addr(BOB_SIGNER_KEY);
     uint256 internal aliceLog;
     uint256 internal bobLog;
     uint256 internal curatedLog;
@@ -60,7 +64,13 @@ abstract contract NodeRegistryFixture is GymTest {
 
     function _challengeAlice() internal returns (uint256 id) {
         vm.prank(mallory);
-        id = registry.challenge(alice, keccak256("receipt"), "bafyevidence");
+        id = registry.challenge(alice, RECEIPT, _sign(ALICE_SIGNER_KEY, RECEIPT), "bafyevidence");
+    }
+
+    /// @dev 65 bytes r || s || v, as nodes sign receipts.
+    function _sign(uint256 key, bytes32 digest) internal pure returns (bytes memory) {
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(key, digest);
+        return abi.encodePacked(r, s, v);
     }
 
     function _stake(address operator) internal view returns (uint256) {
@@ -387,14 +397,56 @@ contract NodeRegistryTest is NodeRegistryFixture {
     function test_challenge_revertsWhenNotRegistered() public {
         vm.prank(mallory);
         vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryNotRegistered.selector, alice));
-        registry.challenge(alice, keccak256("receipt"), "bafyevidence");
+        registry.challenge(alice, RECEIPT, _sign(ALICE_SIGNER_KEY, RECEIPT), "bafyevidence");
     }
 
     function test_challenge_revertsWithoutEvidence() public {
         _registerAlice(MIN_STAKE);
         vm.prank(mallory);
         vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryEmptyEvidence.selector, alice));
-        registry.challenge(alice, keccak256("receipt"), "");
+        registry.challenge(alice, RECEIPT, _sign(ALICE_SIGNER_KEY, RECEIPT), "");
+    }
+
+    function test_challenge_revertsForAReceiptTheNodeDidNotSign() public {
+        _registerAlice(MIN_STAKE);
+        vm.startPrank(mallory);
+        // signed by someone else
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                INodeRegistry.NodeRegistryNotSignedByNode.selector, alice, RECEIPT, vm.addr(MALLORY_KEY)
+            )
+        );
+        registry.challenge(alice, RECEIPT, _sign(MALLORY_KEY, RECEIPT), "bafyevidence");
+        // alice's signer, but over another digest than the one challenged
+        bytes memory other = _sign(ALICE_SIGNER_KEY, keccak256("another receipt"));
+        vm.expectRevert();
+        registry.challenge(alice, RECEIPT, other, "bafyevidence");
+        // not a signature at all
+        vm.expectRevert(
+            abi.encodeWithSelector(INodeRegistry.NodeRegistryNotSignedByNode.selector, alice, RECEIPT, address(0))
+        );
+        registry.challenge(alice, RECEIPT, hex"1234", "bafyevidence");
+        vm.stopPrank();
+        assertEq(registry.challengeCount(), 0, "no challenge opened");
+    }
+
+    function test_challenge_acceptsReceiptsOfAnEarlierSigner() public {
+        _registerAlice(MIN_STAKE);
+        bytes memory old = _sign(ALICE_SIGNER_KEY, RECEIPT);
+        vm.prank(alice);
+        registry.update(vm.addr(0x5163), MODEL, ENDPOINT);
+        assertTrue(registry.isSignerOf(alice, aliceSigner), "earlier signer kept");
+        assertTrue(registry.isSignerOf(alice, vm.addr(0x5163)), "new signer");
+        assertFalse(registry.isSignerOf(bob, aliceSigner), "not bob's");
+        vm.prank(mallory);
+        assertEq(registry.challenge(alice, RECEIPT, old, "bafyevidence"), 1, "rotation keeps old receipts");
+        vm.prank(bob);
+        registry.register(bobSigner, MODEL, ENDPOINT, MIN_STAKE, bobLog);
+        vm.prank(mallory);
+        vm.expectRevert(
+            abi.encodeWithSelector(INodeRegistry.NodeRegistryNotSignedByNode.selector, bob, RECEIPT, aliceSigner)
+        );
+        registry.challenge(bob, RECEIPT, old, "bafyevidence");
     }
 
     // ------------------------------------------------------------------ slash
@@ -675,8 +727,7 @@ contract NodeRegistryHandler is GymTest {
         stake = bound(stake, MIN_STAKE, token.balanceOf(op) < MIN_STAKE ? MIN_STAKE : token.balanceOf(op));
         if (stake > token.balanceOf(op)) return;
         vm.prank(op);
-        // forge-lint: disable-next-line(unsafe-typecast)
-        registry.register(address(uint160(0x5000 + i)), keccak256("model"), "http://node", stake, _logs[i]);
+        registry.register(vm.addr(0x5000 + i), keccak256("model"), "http://node", stake, _logs[i]);
     }
 
     function addStake(uint256 who, uint256 amount) external {
@@ -709,7 +760,9 @@ contract NodeRegistryHandler is GymTest {
         address op = operators[who % 3];
         INodeRegistry.Node memory node = registry.nodeOf(op);
         if (node.registeredAt == 0) return;
-        uint256 id = registry.challenge(op, keccak256(abi.encode(amount)), "bafyevidence");
+        bytes32 receipt = keccak256(abi.encode(amount));
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(0x5000 + who % 3, receipt);
+        uint256 id = registry.challenge(op, receipt, abi.encodePacked(r, s, v), "bafyevidence");
         amount = bound(amount, 1, node.stake + 1e18);
         try registry.slash(op, amount, id, BENEFICIARY) {
             if (amount > node.stake) slashAboveStakeAccepted = true;

@@ -162,8 +162,11 @@ def register_node(deployment: Deployment, key: str = OPERATOR_KEY, stake: int = 
 
 
 def open_challenge(node: Node, key: str = CHALLENGER_KEY, evidence: str = "bafyevidence") -> int:
+    """A challenge of a receipt digest the node's signer signed (the contract wants that)."""
+    digest = keccak(b"a disputed receipt")
+    signature = Account.from_key(devnet_account_key(6)).unsafe_sign_hash(digest).signature
     receipt = send(node.registry.w3, node.registry.functions.challenge(
-        node.operator, keccak(b"a forged receipt"), evidence), key)
+        node.operator, digest, bytes(signature), evidence), key)
     return node.registry.events.ChallengeOpened().process_receipt(receipt)[0]["args"]["challengeId"]
 
 
