@@ -431,8 +431,9 @@ def challenge(
 
     Checks the receipt's signature and finds the signer's operator, stores the evidence (the
     reason and the whole bundle, as canonical JSON) in the content store, and calls
-    `challenge(operator, receiptHash, evidenceCid)`, where receiptHash is the receipt's EIP-712
-    digest. Prints the challenge id; governance judges it (`gym gov propose-slash`).
+    `challenge(operator, receiptHash, signature, evidenceCid)`: the receipt's EIP-712 digest and
+    the node's signature over it, which the contract checks. Prints the challenge id;
+    governance judges it (`gym gov propose-slash`).
     """
     import rfc8785
 
