@@ -234,13 +234,8 @@ class TransformersEngine(Engine):
             self._waiting.append(request)
             self._wakeup.notify()
         try:
-            while True:
-                item = await request.events.get()
-                if isinstance(item, Exception):
-                    raise item
+            async for item in deltas_until_finished(request.events):
                 yield item
-                if item.finish_reason is not None:
-                    return
         finally:
             request.cancelled = True  # no-op when finished; stops the worker otherwise
 
@@ -443,6 +438,18 @@ class TransformersEngine(Engine):
             sorted_probs[outside] = 0.0
             probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
         return int(torch.multinomial(probs, 1, generator=generator))
+
+
+async def deltas_until_finished(events: asyncio.Queue) -> AsyncIterator[GenerationDelta]:
+    """The deltas an engine's worker puts on ``events``, through the one with a finish reason;
+    an exception put there is raised instead (how every engine hands a request its output)."""
+    while True:
+        item = await events.get()
+        if isinstance(item, Exception):
+            raise item
+        yield item
+        if item.finish_reason is not None:
+            return
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent_chars: int) -> int | None:

@@ -65,6 +65,7 @@ from inference_node.engine import (
     GenerationDelta,
     SamplingParams,
     TokenLogprob,
+    deltas_until_finished,
 )
 from inference_node.injection import Prompt
 
@@ -233,13 +234,8 @@ class VLLMEngine(Engine):
             self._waiting.discard(request_id)
             raise EngineError("engine shut down") from None
         try:
-            while True:
-                item = await events.get()
-                if isinstance(item, Exception):
-                    raise item
+            async for item in deltas_until_finished(events):
                 yield item
-                if item.finish_reason is not None:
-                    return
         finally:
             closed = True
             future.cancel()  # aborts the request in vLLM unless it has finished

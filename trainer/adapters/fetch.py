@@ -77,13 +77,18 @@ def fetch_adapter_entry(content, cid: str) -> tuple[bytes, AdapterEntry]:
     if computed != cid:
         raise AdapterIntegrityError(f"the bytes served for entry {cid} have CID {computed}",
                                     expected=cid, computed=computed)
+    return data, _adapter_entry(data, cid)
+
+
+def _adapter_entry(data: bytes, where: object) -> AdapterEntry:
+    """``data`` decoded as an ``adapter`` entry; ``AdapterEntryError`` naming ``where``."""
     try:
         entry = decode_entry(data)
     except EntryError as exc:
-        raise AdapterEntryError(f"{cid} is not a valid entry: {exc}") from None
+        raise AdapterEntryError(f"{where} is not a valid entry: {exc}") from None
     if not isinstance(entry, AdapterEntry):
-        raise AdapterEntryError(f"{cid} is a {entry.type!r} entry, not an adapter entry")
-    return data, entry
+        raise AdapterEntryError(f"{where} is a {entry.type!r} entry, not an adapter entry")
+    return entry
 
 
 def verify_entry_inclusion(proof_doc: object, cid: str,
@@ -189,10 +194,4 @@ def read_adapter_entry(adapter_dir: str | Path) -> tuple[str, AdapterEntry] | No
     if not path.is_file():
         return None
     data = path.read_bytes()
-    try:
-        entry = decode_entry(data)
-    except EntryError as exc:
-        raise AdapterEntryError(f"{path} is not a valid entry: {exc}") from None
-    if not isinstance(entry, AdapterEntry):
-        raise AdapterEntryError(f"{path} holds a {entry.type!r} entry, not an adapter entry")
-    return entry_cid(data), entry
+    return entry_cid(data), _adapter_entry(data, path)
