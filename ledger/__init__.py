@@ -19,6 +19,18 @@ the ExperienceLedger client), ``ledger.publish`` (append and anchor), ``ledger.a
 True
 """
 
+import sys as _sys
+
+# py_ecc (imported by web3 and eth-account) sets the interpreter's recursion limit to 100,000
+# on import, which lets C code such as the JSON decoder recurse past the C stack: deeply
+# nested input then kills the process with SIGSEGV instead of raising RecursionError. Import
+# it once here, before anything else can, and put the limit back (ledger.json_input).
+_limit = _sys.getrecursionlimit() if "py_ecc" not in _sys.modules else 1000
+import py_ecc  # noqa: F401
+
+_sys.setrecursionlimit(min(_limit, 10_000))
+del _limit
+
 from ledger.blockstore import LocalBlockStore
 from ledger.car import CarError, read_car, write_car
 from ledger.content import ContentStore, open_content_store
