@@ -10,7 +10,8 @@ them, so no limit set by any other library can turn input into a crash.
 
 What it refuses, each as one ``JSONInputError`` whose ``reason`` names the rule:
 
-- ``too_large``: more than ``max_bytes`` bytes (UTF-8);
+- ``too_large``: more than ``max_bytes`` bytes (UTF-8), or an integer of more digits than
+  CPython converts (``sys.get_int_max_str_digits()``, 4300 by default);
 - ``too_deep``: arrays/objects nested deeper than ``max_depth`` (strings are skipped, so
   brackets inside them do not count);
 - ``invalid``: not UTF-8, or not JSON (brackets that do not balance are found before the
@@ -103,3 +104,5 @@ def parse_json(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
         raise JSONInputError(f"{what}: {exc}", reason=exc.reason) from None
     except (json.JSONDecodeError, RecursionError) as exc:
         raise JSONInputError(f"{what} is not JSON: {exc}", reason="invalid") from None
+    except ValueError as exc:  # an integer of more digits than int() converts (sys.int_info)
+        raise JSONInputError(f"{what}: {exc}", reason="too_large") from None

@@ -70,6 +70,12 @@ def test_refusals_name_their_rule(data, reason):
     assert "body" in str(caught.value)
 
 
+def test_an_integer_too_long_to_convert_is_refused_not_leaked_as_a_bare_value_error():
+    with pytest.raises(JSONInputError) as caught:  # json.loads raises ValueError (int digits)
+        parse_json(b'{"value": ' + b"7" * 5000 + b"}", what="body")
+    assert caught.value.reason == "too_large" and "digits" in str(caught.value)
+
+
 def test_a_process_with_web3_loaded_survives_deep_json():
     """The root cause: py_ecc raises the recursion limit to 100,000 on import, and CPython's
     JSON decoder then overflows the C stack (SIGSEGV) on deep input. Importing ledger puts the
