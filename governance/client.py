@@ -76,7 +76,9 @@ from governance.proposals import (
     plan_slash,
 )
 from ledger.chain import LedgerContract, LogKind, TxResult
+from ledger.entries import MAX_ENTRY_BYTES
 from ledger.errors import LedgerError, NotFoundError, VerificationError
+from ledger.json_input import JSONInputError, parse_json
 from ledger.multiformats import CID
 from ledger.rfc9162 import verify_inclusion
 
@@ -364,7 +366,13 @@ class GovernanceClient:
                                                             leaf.leaf_hash).call():
                     raise CurationError(f"leaf {index} of {log_name!r} ({leaf.cid}) is already in "
                                         "the curated library")
-            body = json.loads(data)
+            try:
+                body = parse_json(data, max_bytes=MAX_ENTRY_BYTES, what=f"entry {leaf.cid}")
+            except JSONInputError as exc:
+                raise CurationError(f"leaf {index} of {log_name!r}: {exc}") from None
+            if not isinstance(body, dict):
+                raise CurationError(f"leaf {index} of {log_name!r}: entry {leaf.cid} is not a "
+                                    "JSON object")
             leaves.append(SourcedLeaf(log.chain_log_id, checkpoint.size, index, leaf.leaf_hash,
                                       leaf.cid, tuple(proof)))
             bodies.append({"index": index, "cid": leaf.cid, "leaf_hash": "0x" + leaf.leaf_hash.hex(),

@@ -5,14 +5,16 @@ proposed leaf fails), ``/api/proposals/{id}/ballot`` (typed data to sign),
 ``/api/accounts/{address}``. Writes, each behind the Origin and CSRF checks:
 ``/api/proposals/{id}/relay`` (a signed ballot, relayed), ``/api/delegate``,
 ``/api/proposals`` (propose), ``/api/proposals/{id}/queue|execute`` (unsigned transactions
-for the wallet), ``/api/devnet/advance`` and ``/rpc`` (devnet only).
+for the wallet), ``/api/devnet/advance`` and ``/rpc`` (devnet only). POST bodies are read
+within ``protocol``'s limits (``JSONBodyRoute``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from governance.client import VoteType
@@ -24,9 +26,11 @@ from governance.dashboard.protocol import (
     MAX_REASON,
     AdvanceRequest,
     DelegateRequest,
+    JSONBodyRoute,
     ProposeRequest,
     RelayRequest,
     SenderRequest,
+    json_body,
     parse_address,
     parse_support,
 )
@@ -40,7 +44,7 @@ from governance.dashboard.transactions import (
 from governance.dashboard.views import proposal_json, proposal_view
 from governance.devnet_time import NotDevnetError, advance_time
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)
 
 
 def _devnet_only(rt: DashboardRuntime, what: str) -> None:
@@ -161,6 +165,7 @@ def advance(rt: Runtime, body: AdvanceRequest) -> dict:
 
 
 @router.post("/rpc")
-def rpc(rt: Runtime, request: dict = Body(...)) -> dict:  # noqa: B008 - FastAPI's idiom
+def rpc(rt: Runtime, request: Annotated[Any, Depends(json_body)]) -> JSONResponse:
+    """Any JSON: what is not a request the proxy forwards gets a JSON-RPC error answer."""
     _devnet_only(rt, "the JSON-RPC proxy to Anvil's dev accounts")
-    return rpc_proxy.forward(request, rt.rpc_url, rt.client)
+    return JSONResponse(rpc_proxy.forward(request, rt.rpc_url, rt.client))

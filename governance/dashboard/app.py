@@ -3,7 +3,9 @@
 ``create_app(runtime)`` wires the routers (``pages``, ``api``), the static files (one script,
 one stylesheet: no build step) and the guards of ``security``: the Host check, CORS for the
 served origins only, and on every POST the Origin check and the CSRF token bound to the
-session cookie. Errors become a non-2xx status with one readable line (``errors``).
+session cookie. Errors become a non-2xx status with one readable line (``errors``); a POST
+body over the limits or not JSON (``protocol.BoundedJSONRequest``) is 413 or 400, on ``/rpc``
+as a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from governance.dashboard import api, pages
+from governance.dashboard import api, pages, rpc_proxy
 from governance.dashboard.errors import error_body, http_status
 from governance.dashboard.pages import templates
 from governance.dashboard.runtime import DashboardRuntime
@@ -32,6 +34,7 @@ from governance.dashboard.security import (
 )
 from governance.errors import GovernanceError
 from ledger.errors import LedgerError
+from ledger.json_input import JSONInputError
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,6 +93,12 @@ def create_app(runtime: DashboardRuntime) -> FastAPI:
             return JSONResponse(error_body(exc), status)
         return templates.TemplateResponse(request, "error.html",
                                           {"status": status, "message": str(exc)}, status)
+
+    @app.exception_handler(JSONInputError)
+    async def unreadable(request: Request, exc: JSONInputError) -> Response:
+        if request.url.path == "/rpc":
+            return JSONResponse(rpc_proxy.unreadable_answer(exc), http_status(exc))
+        return JSONResponse(error_body(exc), http_status(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:

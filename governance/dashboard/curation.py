@@ -16,6 +16,11 @@ inclusion proof against that root with ``ledger.rfc9162.verify_inclusion``. The 
 ``check_curated_leaves`` does the same for the curated library as it stands: each appended
 entry re-hashed from the content store, and its inclusion proof, computed from the appended
 leaves, verified against the root the contract computed on chain.
+
+Entry bytes come from whoever wrote them to the content store: at most ``MAX_ENTRY_BYTES`` of
+them are read, and they are parsed by ``ledger.json_input.parse_json`` (size and depth limits
+checked before the decoder runs) before ``decode_entry`` sees them, so that an entry of 200 KB
+of ``[[[[`` is a leaf that FAILED, not a dashboard that died.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from governance.dashboard.indexer import CuratedLeaf
 from governance.proposals import ActionDecoder
 from ledger.chain import ContractRevertError, LedgerContract, LogKind
 from ledger.content import ContentStore
-from ledger.entries import decode_entry
+from ledger.entries import MAX_ENTRY_BYTES, decode_entry
 from ledger.errors import EntryError, LedgerError, VerificationError
+from ledger.json_input import JSONInputError, parse_json
 from ledger.multiformats import CID, MultiformatError, raw_cid
 from ledger.rfc9162 import inclusion_proof, verify_inclusion
 from ledger.rfc9162 import leaf_hash as rfc9162_leaf_hash
@@ -160,14 +166,16 @@ def check_leaf(ledger: LedgerContract, content: ContentStore, curated_log_id: in
     except MultiformatError:
         return failed(f"the entry CID in the calldata is not a CID ({leaf.entry_cid[:80]})")
     try:
-        data = content.cat(cid)
+        data = read_entry(content, cid)
     except LedgerError as exc:
         return failed(f"entry {cid} cannot be read from the content store ({exc})")
     found["entry_bytes"] = data
     try:
-        found["entry"] = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        pass
+        parsed, unreadable = parse_json(data, max_bytes=MAX_ENTRY_BYTES, what=f"entry {cid}"), None
+    except JSONInputError as exc:
+        parsed, unreadable = None, exc
+    if isinstance(parsed, dict):
+        found["entry"] = parsed
     if raw_cid(data) != str(cid.to_v1()):  # entries are raw CIDv1 (DESIGN.md "Entries")
         return failed(f"the bytes fetched for {cid} are not the entry it names (their CID is "
                       f"{raw_cid(data)})")
@@ -185,11 +193,25 @@ def check_leaf(ledger: LedgerContract, content: ContentStore, curated_log_id: in
         return failed(f"the inclusion proof of leaf {leaf.leaf_index} does not verify against the "
                       f"root anchored for log {leaf.source_log_id} at size {leaf.source_size}: "
                       f"{exc}{detail}")
+    if unreadable is not None:
+        return failed(f"entry {cid} is in the log but is not a valid entry ({unreadable})")
     try:
         decode_entry(data)
     except EntryError as exc:
         return failed(f"entry {cid} is in the log but is not a valid entry ({exc})")
     return LeafCheck(leaf, True, "", **found)
+
+
+def read_entry(content: ContentStore, cid: CID | str) -> bytes:
+    """The bytes stored under ``cid``, or ``EntryError`` past ``MAX_ENTRY_BYTES`` (a CID can
+    name a file of any size: no more than one entry's worth is read)."""
+    data = bytearray()
+    for chunk in content.cat_iter(str(cid)):
+        data += chunk
+        if len(data) > MAX_ENTRY_BYTES:
+            raise EntryError(f"{cid} holds more than {MAX_ENTRY_BYTES} bytes, the limit of an "
+                             "entry")
+    return bytes(data)
 
 
 @dataclass(frozen=True)
@@ -218,13 +240,16 @@ def _check_curated_leaf(content: ContentStore, leaf: CuratedLeaf, hashes: list[b
     if leaf.entry_cid is None:
         return CuratedLeafCheck(leaf, False, "the event's entry CID is not a CID")
     try:
-        data = content.cat(leaf.entry_cid)
+        data = read_entry(content, leaf.entry_cid)
+    except EntryError as exc:
+        return CuratedLeafCheck(leaf, False, str(exc))
     except LedgerError as exc:
         return CuratedLeafCheck(leaf, False, f"entry {leaf.entry_cid} is not in the content "
                                 f"store ({exc})")
     try:
+        parse_json(data, max_bytes=MAX_ENTRY_BYTES, what="the entry")
         entry = decode_entry(data).model_dump(mode="json", exclude_none=True)
-    except EntryError as exc:
+    except (JSONInputError, EntryError) as exc:
         return CuratedLeafCheck(leaf, False, f"not a valid entry ({exc})")
     if rfc9162_leaf_hash(data) != leaf.leaf_hash:
         return CuratedLeafCheck(leaf, False, "the entry bytes do not hash to the appended leaf",

@@ -17,6 +17,7 @@ from governance.errors import (
     VotingPowerError,
 )
 from ledger.errors import LedgerError, NotFoundError
+from ledger.json_input import JSONInputError
 
 
 class DashboardInputError(GovernanceError, ValueError):
@@ -29,6 +30,8 @@ class UnknownProposalError(GovernanceError, LookupError):
 
 def http_status(exc: Exception) -> int:
     """The status that answers ``exc``."""
+    if isinstance(exc, JSONInputError):  # a request body over the limits, or not JSON
+        return 413 if exc.reason == "too_large" else 400
     if isinstance(exc, VotingPowerError | NotDevnetError):
         return 403
     if isinstance(exc, UnknownProposalError | NotFoundError):

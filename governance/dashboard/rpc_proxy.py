@@ -14,17 +14,26 @@ may ask of accounts that anyone holding the URL could otherwise drive:
 It exists only on the devnet (chain id 31337), where the keys are public anyway, and sits
 behind the same Origin and CSRF checks as every other POST. Revert data in an error answer is
 decoded to the contract's named error.
+
+Every body gets a JSON-RPC 2.0 answer, a result or an error, never a 5xx: a body that is not
+JSON or breaks the limits of ``protocol.BoundedJSONRequest`` is ``-32700`` (parse error), one
+that is not a request object ``-32600``, a param of the wrong type (a ``value`` that is not a
+quantity, an address that is not a string) ``-32602``, a request the proxy does not forward
+``4200`` (EIP-1193 "unsupported method"), a node that does not answer ``-32603``. The node's
+answer is parsed with ``parse_json`` too.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from typing import Any
 
 import httpx
 from eth_utils import to_checksum_address
 
 from governance.client import GovernanceClient
+from ledger.json_input import JSONInputError, parse_json
 
 ALLOWED_METHODS = frozenset({
     "eth_accounts", "eth_requestAccounts", "eth_chainId", "net_version", "eth_blockNumber",
@@ -34,60 +43,140 @@ ALLOWED_METHODS = frozenset({
     "eth_sendTransaction",
 })
 RPC_TIMEOUT_S = 30
+MAX_ANSWER_BYTES = 64 * 1024 * 1024  # a full block of transactions is a few MB
+MAX_ANSWER_DEPTH = 32
+MAX_TYPED_DATA_BYTES = 64 * 1024  # a ballot with a 2000-character reason is 3 KB
+MAX_TYPED_DATA_DEPTH = 16
+
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32602, -32603
+UNSUPPORTED_METHOD = 4200  # EIP-1193
+
+_QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}|[0-9]{1,78}")  # hex as JSON-RPC writes it; decimal
 
 
-def _error(request_id: Any, code: int, message: str) -> dict:
+class RpcRefusal(Exception):
+    """A request the proxy answers itself, with JSON-RPC error ``code``."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def error_answer(request_id: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def refusal(request: Any, client: GovernanceClient) -> str | None:
-    """Why the proxy refuses ``request`` (a JSON-RPC object), or None when it may pass."""
+def unreadable_answer(exc: JSONInputError) -> dict:
+    """The answer to a body that ``parse_json`` refused (its id unknown, so null)."""
+    return error_answer(None, PARSE_ERROR, str(exc))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def request_id(request: Any) -> Any:
+    """The request's id when JSON-RPC allows it (a string, a finite number or null), else
+    ``RpcRefusal`` (answered with id null)."""
+    rid = request.get("id") if isinstance(request, dict) else None
+    valid = (rid is None or (isinstance(rid, int) and not isinstance(rid, bool))
+             or (isinstance(rid, float) and math.isfinite(rid))
+             or (isinstance(rid, str) and rid.isprintable() and len(rid) <= 200))
+    if not valid:
+        raise RpcRefusal(INVALID_REQUEST, "a JSON-RPC id is a string or a number, not "
+                                          f"{_shown(rid)}")
+    return rid
+
+
+def quantity(value: Any, what: str) -> int:
+    """A JSON-RPC QUANTITY (``0x``-prefixed hex; a decimal string or a non-negative integer
+    is read too), or ``RpcRefusal(-32602)``; absent is 0."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**256:
+        return value
+    if isinstance(value, str) and _QUANTITY.fullmatch(value):
+        number = int(value, 16 if value.startswith("0x") else 10)
+        if number < 2**256:
+            return number
+    raise RpcRefusal(INVALID_PARAMS, f"{what} must be a quantity (0x-prefixed hex), not "
+                                     f"{_shown(value)}")
+
+
+def check(request: Any, client: GovernanceClient) -> None:
+    """Raise ``RpcRefusal`` unless the proxy may forward ``request`` (a JSON-RPC object)."""
     if not isinstance(request, dict) or not isinstance(request.get("method"), str):
-        return "one JSON-RPC request object with a method, please (no batches)"
-    method, params = request["method"], request.get("params") or []
+        raise RpcRefusal(INVALID_REQUEST, "one JSON-RPC request object with a method, please "
+                                          "(no batches)")
+    method, params = request["method"], request.get("params", [])
     if method not in ALLOWED_METHODS:
-        return f"method {method!r} is not forwarded by the dashboard"
-    if not isinstance(params, list):
-        return "params must be a list"
-    if method == "eth_sendTransaction":
-        tx = params[0] if params and isinstance(params[0], dict) else {}
-        allowed = {client.governor.address, client.token.address}
-        try:
-            to = to_checksum_address(tx.get("to") or "")
-        except ValueError:
-            to = None
-        if to not in allowed:
-            return ("transactions through the dashboard go to the governor or the token only, "
-                    f"not {tx.get('to')!r}")
-        if int(str(tx.get("value") or "0x0"), 0) != 0:
-            return "transactions through the dashboard carry no value"
+        raise RpcRefusal(UNSUPPORTED_METHOD,
+                         f"method {_shown(method)} is not forwarded by the dashboard")
+    if params is not None and not isinstance(params, list):
+        raise RpcRefusal(INVALID_PARAMS, "params must be a list")
+    params = params or []
+    if method in ("eth_sendTransaction", "eth_call", "eth_estimateGas"):
+        tx = params[0] if params and isinstance(params[0], dict) else None
+        if tx is None:
+            raise RpcRefusal(INVALID_PARAMS, f"{method} takes [transaction object, ...]")
+        value = quantity(tx.get("value"), "the transaction's value")
+        if method == "eth_sendTransaction":
+            to = tx.get("to")
+            try:
+                to = to_checksum_address(to) if isinstance(to, str) else None
+            except ValueError:
+                to = None
+            if to not in (client.governor.address, client.token.address):
+                raise RpcRefusal(UNSUPPORTED_METHOD, "transactions through the dashboard go to "
+                                 f"the governor or the token only, not {_shown(tx.get('to'))}")
+            if value != 0:
+                raise RpcRefusal(UNSUPPORTED_METHOD, "transactions through the dashboard carry "
+                                                     "no value")
     if method == "eth_signTypedData_v4":
         try:
-            typed = json.loads(params[1]) if isinstance(params[1], str) else params[1]
+            typed = params[1]
+            if isinstance(typed, str):
+                typed = parse_json(typed, max_bytes=MAX_TYPED_DATA_BYTES,
+                                   max_depth=MAX_TYPED_DATA_DEPTH, what="the typed data")
             contract = to_checksum_address(typed["domain"]["verifyingContract"])
+        except JSONInputError as exc:
+            raise RpcRefusal(INVALID_PARAMS, str(exc)) from None
         except (IndexError, KeyError, TypeError, ValueError):
-            return "eth_signTypedData_v4 takes [address, typed data with a verifyingContract]"
+            raise RpcRefusal(INVALID_PARAMS, "eth_signTypedData_v4 takes [address, typed data "
+                                             "with a verifyingContract]") from None
         if contract != client.governor.address:
-            return "the dashboard signs only ballots of its governor"
-    return None
+            raise RpcRefusal(UNSUPPORTED_METHOD, "the dashboard signs only ballots of its "
+                                                 "governor")
 
 
-def forward(request: dict, rpc_url: str, client: GovernanceClient) -> dict:
-    """Forward one allowed request to the node; decode revert data in an error answer."""
-    request_id = request.get("id")
-    refused = refusal(request, client)
-    if refused:
-        return _error(request_id, 4200, refused)  # EIP-1193 "unsupported method"
+def forward(request: Any, rpc_url: str, client: GovernanceClient) -> dict:
+    """The JSON-RPC answer to ``request``: refused here, or forwarded to the node, with revert
+    data in an error answer decoded to the contract's named error."""
+    try:
+        rid = request_id(request)
+    except RpcRefusal as refusal:
+        return error_answer(None, refusal.code, str(refusal))
+    try:
+        check(request, client)
+    except RpcRefusal as refusal:
+        return error_answer(rid, refusal.code, str(refusal))
     method = "eth_accounts" if request["method"] == "eth_requestAccounts" else request["method"]
-    payload = {"jsonrpc": "2.0", "id": request_id, "method": method,
+    payload = {"jsonrpc": "2.0", "id": rid, "method": method,
                "params": request.get("params") or []}
     try:
-        answer = httpx.post(rpc_url, json=payload, timeout=RPC_TIMEOUT_S).json()
-    except (httpx.HTTPError, ValueError) as exc:
-        return _error(request_id, -32603, f"the devnet node at {rpc_url} did not answer ({exc})")
-    error = answer.get("error") if isinstance(answer, dict) else None
+        response = httpx.post(rpc_url, json=payload, timeout=RPC_TIMEOUT_S)
+        answer = parse_json(response.content, max_bytes=MAX_ANSWER_BYTES,
+                            max_depth=MAX_ANSWER_DEPTH, what="the node's answer")
+    except (httpx.HTTPError, ValueError) as exc:  # JSONInputError is a ValueError
+        return error_answer(rid, INTERNAL_ERROR, f"the devnet node at {rpc_url} did not answer "
+                                                 f"({exc})")
+    if not isinstance(answer, dict) or not ("result" in answer or "error" in answer):
+        return error_answer(rid, INTERNAL_ERROR, f"the devnet node at {rpc_url} answered "
+                                                 "something that is not a JSON-RPC response")
+    error = answer.get("error")
     if isinstance(error, dict):
         data = error.get("data")
-        if isinstance(data, str) and data.startswith("0x") and len(data) >= 10:
+        if isinstance(data, str) and re.fullmatch(r"0x([0-9a-fA-F]{2}){4,}", data):
             error["message"] = str(client.decode_revert(data))
     return answer

@@ -21,6 +21,8 @@ import httpx
 import pytest
 from eth_account import Account
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from web3 import Web3
 
 from contracts import load_artifact
@@ -31,6 +33,7 @@ from governance.client import CurationProposal
 from governance.dashboard import DashboardRuntime, decode_action
 from governance.dashboard.app import create_app
 from governance.dashboard.curation import APPEND_ONE_SIGNATURE
+from governance.dashboard.rpc_proxy import ALLOWED_METHODS
 from governance.dashboard.security import CsrfTokens, request_origin, served_origins
 from governance.proposals import ActionDecoder
 from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
@@ -480,7 +483,7 @@ def test_proposing_from_the_page_refuses_unknown_logs_and_accounts_without_votes
 
     tx = dash.post("/api/proposals", {"from": proposer, "log": "alice/math", "indices": [1],
                                       "description": "<script>alert(1)</script>"})
-    assert tx.status_code == 200
+    assert tx.status_code == 200, tx.text
     dash.send(tx.json())
     (proposal_id,) = dash.client.proposal_ids()
     assert dash.client.proposal(proposal_id).proposer == proposer
@@ -510,6 +513,88 @@ def test_the_rpc_proxy_forwards_only_what_the_page_needs(dash):
     account = dash.http.get(f"/api/accounts/{dev_account(NO_GYM).address}").json()
     assert account == {"address": dev_account(NO_GYM).address, "balance": "0", "votes": "0",
                        "delegate": dev_account(NO_GYM).address}
+
+
+# JSON values of every kind, with the numbers and strings a quantity parser trips on.
+EDGE_VALUES = [0, -1, 2**256, 10**80, 1e308, -0.0, "", "0x", "0x1", "0xzz", "lots", "1e3",
+               "0x" + "f" * 65, "9" * 4000, "١٢", " 1", "1_0", True, None]
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+    | st.sampled_from(EDGE_VALUES),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=12)
+
+
+def rpc_bodies(governor: str, token: str) -> st.SearchStrategy[bytes]:
+    """Bodies for /rpc: requests of allowed and refused methods with params of every type, and
+    bytes that are not one request (deep, unbalanced, batches, not JSON, huge numbers)."""
+    address = st.sampled_from([governor, token, governor.lower(), dev_account(1).address])
+    tx = st.fixed_dictionaries({}, optional={
+        "to": address | JSON_VALUES, "from": address | JSON_VALUES,
+        "value": st.sampled_from(EDGE_VALUES) | JSON_VALUES, "data": JSON_VALUES})
+    request = st.fixed_dictionaries(
+        {"method": st.sampled_from(sorted(ALLOWED_METHODS) + ["anvil_mine", "eth_sign"])
+         | JSON_VALUES},
+        optional={"jsonrpc": st.just("2.0"), "id": JSON_VALUES,
+                  "params": st.lists(tx | JSON_VALUES, max_size=3) | JSON_VALUES})
+    depth = st.integers(1, 50_000)
+    return st.one_of(
+        request.map(lambda r: json.dumps(r).encode()),
+        JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+        st.lists(request, max_size=3).map(lambda batch: json.dumps(batch).encode()),
+        depth.map(lambda n: b'{"method": "eth_call", "params": ' + b"[" * n + b"]" * n + b"}"),
+        depth.map(lambda n: b"{\"a\":" * n + b"1" + b"}" * n),
+        depth.map(lambda n: b"[" * n),
+        st.binary(max_size=40),
+        st.sampled_from([b"", b"null", b'{"id": "\\ud800", "method": "eth_chainId"}',
+                         b'{"id": 1, "method": "eth_call", "params": [{"value": '
+                         + b"9" * 5000 + b"}]}",
+                         b'{"id": 1, "method": "eth_chainId", "method": "eth_accounts"}']))
+
+
+@pytest.mark.anvil
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_rpc_body_gets_a_json_rpc_answer_never_a_5xx(dash, data):
+    body = data.draw(rpc_bodies(dash.client.governor.address, dash.client.token.address))
+    answer = dash.http.post("/rpc", content=body, headers={
+        "Origin": ORIGIN, "X-CSRF-Token": dash.token, "Content-Type": "application/json"})
+    assert answer.status_code < 500, answer.text
+    reply = answer.json()
+    assert reply["jsonrpc"] == "2.0" and "id" in reply
+    assert ("result" in reply) != ("error" in reply), reply
+    if "error" in reply:
+        assert isinstance(reply["error"]["code"], int), reply
+        assert isinstance(reply["error"]["message"], str), reply
+    else:
+        assert answer.status_code == 200
+
+
+@pytest.mark.anvil
+def test_rpc_params_of_the_wrong_type_are_json_rpc_errors(dash):
+    governor = dash.client.governor.address
+    sender = dev_account(1).address
+    for method in ("eth_sendTransaction", "eth_call"):
+        for value in ("lots", 1.5, [], "0x", "-1", True):
+            reply = dash.rpc(method, [{"from": sender, "to": governor, "value": value}])
+            assert reply["id"] == 1 and reply["error"]["code"] == -32602, reply
+            assert "value must be a quantity (0x-prefixed hex)" in reply["error"]["message"]
+    call = {"from": sender, "to": governor, "value": "0x0",
+            "data": dash.client.governor.encode_abi("votingDelay", args=[])}
+    assert "result" in dash.rpc("eth_call", [call, "latest"])  # a real quantity still passes
+    assert dash.rpc("eth_sendTransaction", [{"from": sender, "to": governor, "value": "0x5"}]
+                    )["error"]["message"] == "transactions through the dashboard carry no value"
+    assert dash.rpc("eth_sendTransaction", [{"to": 5}])["error"]["code"] == 4200
+    assert dash.rpc("eth_sendTransaction", ["0x12"])["error"]["code"] == -32602
+    assert dash.rpc("eth_signTypedData_v4", [sender, "[" * 100])["error"]["code"] == -32602
+    not_one = dash.post("/rpc", [{"method": "eth_chainId"}]).json()  # a batch
+    assert not_one["error"]["code"] == -32600 and not_one["id"] is None
+    bad_id = dash.post("/rpc", {"id": {"x": 1}, "method": "eth_chainId"}).json()
+    assert bad_id["error"]["code"] == -32600 and bad_id["id"] is None
+    assert dash.post("/rpc", {"id": "a", "method": "eth_chainId"}).json() == {
+        "jsonrpc": "2.0", "id": "a", "result": "0x7a69"}
 
 
 @pytest.mark.anvil

@@ -1,0 +1,150 @@
+"""Hostile input against a real `gym dashboard` process: a crash fails this test, not the suite.
+
+A proposal curates an entry that is 200 KB of ``[[[[…]]]]``, stored in the content store under
+its CID, in a publisher log whose checkpoint is anchored on chain: everything a proposal page
+checks before it parses the entry holds. Before ``parse_json`` such a page killed the
+dashboard with SIGSEGV (the JSON decoder recursed past the C stack). The page must show the
+entry FAILED with the reason, and the same process must go on answering, also after deep,
+oversized and malformed bodies posted to ``/rpc`` and to the ballot relay, none of which may
+leave a traceback in its log.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from web3 import Web3
+
+from contracts import load_artifact
+from devnet.anvil import free_port
+from devnet.deploy import Deployment
+from devnet.settings import ANVIL_DEV_KEYS
+from governance import GovernanceClient, SourcedLeaf
+from governance.client import CurationProposal
+from ledger import LocalBlockStore, leaf_hash
+from ledger.chain import LedgerContract
+
+GYM = Path(sys.executable).parent / "gym"
+DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 KB: under an entry's 256 KiB limit
+
+pytestmark = pytest.mark.anvil
+
+
+def dao_client(deployment: Deployment, w3: Web3) -> GovernanceClient:
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, ANVIL_DEV_KEYS[0])
+    c = deployment.contracts
+    return GovernanceClient(
+        w3, c["GymGovernor"].address, load_artifact("GymGovernor").abi, c["GymToken"].address,
+        load_artifact("GymToken").abi, ledger, c["TimelockController"].address,
+        load_artifact("TimelockController").abi, curated_log_id=deployment.curated_log_id,
+        private_key=ANVIL_DEV_KEYS[0], from_block=deployment.deployment_block)
+
+
+@pytest.fixture
+def deep_entry_dashboard(gym_env, tmp_path):
+    """A devnet, a proposal to curate the deep entry (anchored, stored under its CID), and
+    `gym dashboard` serving it, its output in a log file."""
+    assert gym_env.run("devnet", "up").returncode == 0
+    deployment = Deployment.load(gym_env.deployment_file)
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    client = dao_client(deployment, w3)
+    cid = LocalBlockStore(gym_env.data_dir / "ipfs").put(DEEP)  # where `gym` reads content
+    log_id, _ = client.ledger.create_log("mallory/deep")
+    client.ledger.anchor(log_id, 1, leaf_hash(DEEP), str(cid), [])
+    leaf = SourcedLeaf(log_id, 1, 0, leaf_hash(DEEP), str(cid), ())
+    proposal_id, _ = client.propose(CurationProposal(
+        client.ledger.address, client.curated_log_id, (leaf,), "# Curate a deep entry\n",
+        document_cid="", source_log="mallory/deep"))
+
+    port = free_port()
+    log = tmp_path / "dashboard.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(GYM), "dashboard", "--port", str(port)], env=gym_env.env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "gym dashboard did not answer /health"
+            time.sleep(0.2)
+        yield base, proc, log, proposal_id, cid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_serving(
+        deep_entry_dashboard):
+    base, proc, log, proposal_id, cid = deep_entry_dashboard
+
+    def alive() -> None:
+        assert proc.poll() is None, f"the dashboard died ({proc.returncode}): {log.read_text()}"
+        assert httpx.get(f"{base}/health", timeout=30).status_code == 200
+
+    page = httpx.get(f"{base}/proposals/{proposal_id}", timeout=60)
+    alive()
+    assert page.status_code == 200, page.text
+    assert re.search(r"FAILED: 1\s+of 1 proposed entries do not verify", page.text)
+    reason = re.search(r'<p class="reason">(.*?)</p>', page.text, re.DOTALL).group(1)
+    assert f"entry {cid} is in the log but is not a valid entry" in reason
+    assert "nests deeper than 64 levels" in reason
+    verdict = httpx.get(f"{base}/api/proposals/{proposal_id}/verify", timeout=60)
+    assert verdict.status_code == 422 and verdict.json()["verified"] is False
+    assert "nests deeper than 64 levels" in verdict.json()["leaves"][0]["reason"]
+    alive()
+
+    with httpx.Client(base_url=base, timeout=60) as browser:  # a session, as the page has
+        token = re.search(r'<meta name="csrf-token" content="([0-9a-f]{64})">',
+                          browser.get("/").text).group(1)
+        headers = {"Origin": base, "X-CSRF-Token": token, "Content-Type": "application/json"}
+
+        def post(path: str, body: bytes) -> httpx.Response:
+            answer = browser.post(path, content=body, headers=headers)
+            alive()
+            return answer
+
+        deep_rpc = post("/rpc", b'{"jsonrpc": "2.0", "id": 1, "method": "eth_call", '
+                                b'"params": ' + DEEP + b"}")
+        assert deep_rpc.status_code == 400
+        assert deep_rpc.json()["jsonrpc"] == "2.0" and deep_rpc.json()["id"] is None
+        assert deep_rpc.json()["error"]["code"] == -32700
+        assert "nests deeper than 16 levels" in deep_rpc.json()["error"]["message"]
+
+        deep_ballot = post(f"/api/proposals/{proposal_id}/relay", DEEP)
+        assert deep_ballot.status_code == 400
+        assert deep_ballot.json()["error"]["type"] == "JSONInputError"
+        assert "nests deeper than 16 levels" in deep_ballot.json()["error"]["message"]
+
+        huge = post(f"/api/proposals/{proposal_id}/relay", b" " * (2 * 1024 * 1024))
+        assert huge.status_code == 413 and "the limit is 1048576" in huge.json()["error"]["message"]
+        assert post("/rpc", b"[" * 300_000).json()["error"]["code"] == -32700  # unbalanced
+
+        value = post("/rpc", b'{"jsonrpc": "2.0", "id": 7, "method": "eth_call", "params": '
+                             b'[{"to": "0x0000000000000000000000000000000000000001", '
+                             b'"value": "lots"}, "latest"]}')
+        assert value.status_code == 200
+        assert value.json() == {"jsonrpc": "2.0", "id": 7, "error": {
+            "code": -32602,
+            "message": "the transaction's value must be a quantity (0x-prefixed hex), not 'lots'"}}
+        assert post("/rpc", b'{"id": 8, "method": "eth_chainId"}').json()["result"] == "0x7a69"
+
+    proc.terminate()
+    proc.wait(timeout=15)
+    assert "Traceback" not in log.read_text(), log.read_text()
