@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from eth_utils import to_checksum_address
 
 from governance.client import CurationProposal, GovernanceClient
+from governance.devnet_time import ensure_time_after, is_devnet
 from governance.errors import VotingPowerError
 from ledger.content import ContentStore
 from ledger.logstore import LogStore
@@ -61,6 +62,8 @@ def propose_curation_tx(client: GovernanceClient, store: LogStore, content: Cont
         raise VotingPowerError(f"{sender} has {votes / 1e18:g} votes; proposing needs "
                                f"{threshold / 1e18:g}: hold GYM and delegate first")
     plan = client.build_curation(store, content, log_name, indices, description)
+    if is_devnet(client.w3):  # as GovernanceClient.propose: the governor reads the proposer's
+        ensure_time_after(client.w3, client.now())  # votes a second before the block's time
     targets, values, calldatas = plan.actions
     args = [targets, values, calldatas, plan.description]
     _preflight(client, client.governor.functions.propose(*args), sender)
