@@ -11,7 +11,7 @@ to the chain's now, which on the devnet runs ahead of the wall clock once time w
     gym gov list
     gym gov show ID                 # ID: the full proposal id, or its number in `gym gov list`
     gym gov vote ID for|against|abstain [--reason TEXT] [--account N]
-    gym gov ballot ID for --voter ADDR        # EIP-712 typed data for a wallet to sign
+    gym gov ballot ID for --voter ADDR > ballot.json   # EIP-712 typed data to sign
     gym gov relay ID for --voter ADDR --signature 0x...   # castVoteBySig, gas paid by the relayer
     gym gov queue ID
     gym gov execute ID
@@ -374,7 +374,11 @@ def ballot(
     support: Annotated[str, typer.Argument(help="for, against or abstain.")],
     voter: Annotated[str, typer.Option(help="The voter's address.")],
 ) -> None:
-    """Print the EIP-712 ballot for a wallet to sign (eth_signTypedData_v4); then `gym gov relay`."""
+    """Print the EIP-712 ballot for a wallet to sign; then `gym gov relay` the signature.
+
+    The JSON is eth_signTypedData_v4's, uint256 values as decimal strings; sign it without a
+    browser with `cast wallet sign --data --from-file ballot.json --private-key KEY`.
+    """
     client = runtime_of(ctx).client()
     typed = client.ballot_typed_data(_resolve_id(client, proposal), support, voter)
     print(json.dumps(typed, indent=2))

@@ -643,7 +643,13 @@ class GovernanceClient:
     def ballot_typed_data(self, proposal_id: int, support: VoteType | str | int, voter: str,
                           nonce: int | None = None) -> dict:
         """The EIP-712 message a wallet signs for ``castVoteBySig`` (OpenZeppelin 5 ``Ballot``,
-        nonce default: the voter's current one), in ``eth_signTypedData_v4`` form."""
+        nonce default: the voter's current one), in ``eth_signTypedData_v4`` form.
+
+        uint256 values (``chainId``, ``proposalId``, ``nonce``) are decimal strings, as EIP-712
+        tools read them: a proposal id has up to 78 digits, which JavaScript's ``JSON.parse``
+        rounds to another number and Foundry's ``cast wallet sign --data`` refuses as a bare
+        JSON number. ``eth_account`` reads the strings as the same integers.
+        """
         voter = to_checksum_address(voter)
         with self._calls():
             _, name, version, chain_id, verifying, _, _ = self.governor.functions.eip712Domain().call()
@@ -660,10 +666,10 @@ class GovernanceClient:
                     {"name": "voter", "type": "address"}, {"name": "nonce", "type": "uint256"}],
             },
             "primaryType": "Ballot",
-            "domain": {"name": name, "version": version, "chainId": chain_id,
+            "domain": {"name": name, "version": version, "chainId": str(chain_id),
                        "verifyingContract": to_checksum_address(verifying)},
-            "message": {"proposalId": proposal_id, "support": int(VoteType.parse(support)),
-                        "voter": voter, "nonce": nonce},
+            "message": {"proposalId": str(proposal_id), "support": int(VoteType.parse(support)),
+                        "voter": voter, "nonce": str(nonce)},
         }
 
     def cast_vote_by_sig(self, proposal_id: int, support: VoteType | str | int, voter: str,

@@ -34,18 +34,13 @@ EXTENDED_BALLOT_FIELDS = [{"name": "reason", "type": "string"}, {"name": "params
 
 def ballot_for_wallet(client: GovernanceClient, proposal_id: int, support: VoteType | str,
                       voter: str, reason: str = "") -> dict:
-    """The typed data a wallet signs for this vote, in ``eth_signTypedData_v4`` form.
-
-    uint256 values are decimal strings: a proposal id does not fit a JavaScript number, and
-    wallets (and Anvil) read strings exactly.
-    """
+    """The typed data a wallet signs for this vote, in ``eth_signTypedData_v4`` form (uint256
+    values as decimal strings: ``GovernanceClient.ballot_typed_data``)."""
     typed = copy.deepcopy(client.ballot_typed_data(proposal_id, support, voter))
     if reason:
         typed["types"]["ExtendedBallot"] = typed["types"].pop("Ballot") + EXTENDED_BALLOT_FIELDS
         typed["primaryType"] = "ExtendedBallot"
         typed["message"].update(reason=reason, params="0x")
-    message = typed["message"]
-    message["proposalId"], message["nonce"] = str(message["proposalId"]), str(message["nonce"])
     return typed
 
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 import doctest
 import json
 import re
+import subprocess
 
 import pytest
 from eth_account import Account
 
 import governance
+from contracts.toolchain import foundry_binary
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
 from governance.cli import devnet_account_key
 
 SAMPLES = DEVNET_DIR / "samples" / "experiences.jsonl"
+READ_BALLOT_JS = ("const b = JSON.parse(require('fs').readFileSync(process.argv[1]));"
+                  "console.log(b.message.proposalId, b.message.nonce, b.domain.chainId)")
 
 
 def test_package_docstring_example_runs():
@@ -26,7 +30,7 @@ def test_account_keys_are_anvils_dev_accounts():
 
 
 @pytest.mark.anvil
-def test_curation_through_the_cli(gym_env):
+def test_curation_through_the_cli(gym_env, tmp_path):
     def gym(*args: str, ok: bool = True, **kwargs):
         result = gym_env.run(*args, **kwargs)
         assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
@@ -50,10 +54,23 @@ def test_curation_through_the_cli(gym_env):
     assert re.search(r"Active; voting closes at .* UTC \(in \d+ min \d+ s\); on the devnet: "
                      r"`gym devnet mine --seconds \d+`", voted)
     gym("gov", "vote", "1", "abstain", extra_env={"GYM_VOTER_KEY": ANVIL_DEV_KEYS[2]})
-    # Account 3 signs its ballot off-line; account 0 relays it and pays the gas.
+    # Account 3 signs its ballot off-line with the bundled cast, as the README says; account 0
+    # relays it and pays the gas.
     voter = Account.from_key(ANVIL_DEV_KEYS[3])
-    typed = json.loads(gym("gov", "ballot", "1", "for", "--voter", voter.address).stdout)
-    signature = Account.sign_typed_data(voter.key, full_message=typed).signature.to_0x_hex()
+    proposal_id = json.loads(gym("gov", "show", "1", "--json").stdout)["id"]
+    assert len(proposal_id) > 16  # past what a JavaScript number holds exactly
+    ballot = tmp_path / "ballot.json"
+    ballot.write_text(gym("gov", "ballot", "1", "for", "--voter", voter.address).stdout)
+    read_by_js = subprocess.run(["node", "-e", READ_BALLOT_JS, str(ballot)], capture_output=True,
+                                text=True, check=True).stdout.split()
+    assert read_by_js == [proposal_id, "0", "31337"]
+    signed = subprocess.run(
+        [str(foundry_binary("cast")), "wallet", "sign", "--data", "--from-file", str(ballot),
+         "--private-key", voter.key.to_0x_hex()], capture_output=True, text=True, check=False)
+    assert signed.returncode == 0, signed.stderr
+    signature = signed.stdout.strip()
+    typed = json.loads(ballot.read_text())  # eth_account reads the same ballot the same way
+    assert signature == Account.sign_typed_data(voter.key, full_message=typed).signature.to_0x_hex()
     relay = ("gov", "relay", "1", "for", "--voter", voter.address, "--signature", signature,
              "--account", "0")
     assert f"relayed {voter.address}'s vote for" in gym(*relay).stdout

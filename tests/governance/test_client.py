@@ -98,7 +98,8 @@ def test_curation_lifecycle_appends_the_leaves_on_chain(dao):
     client.vote(proposal_id, "against", key=ANVIL_DEV_KEYS[2])
     voter = Account.from_key(ANVIL_DEV_KEYS[3])
     typed = client.ballot_typed_data(proposal_id, "for", voter.address)
-    assert typed["domain"]["name"] == "GymGovernor" and typed["message"]["nonce"] == 0
+    assert typed["domain"]["name"] == "GymGovernor" and typed["message"]["nonce"] == "0"
+    assert typed["message"]["proposalId"] == str(proposal_id)  # uint256: decimal strings
     signature = Account.sign_typed_data(voter.key, full_message=typed).signature
     client.cast_vote_by_sig(proposal_id, "for", voter.address, signature)  # relayed by account 0
 

@@ -1,4 +1,5 @@
-"""Hostile input against a real `gym dashboard` process: a crash fails this test, not the suite.
+"""A real `gym dashboard` process: hostile input that must not kill it (a crash fails the test,
+not the suite), and a ballot signed in the shell as docs/dashboard.md shows, relayed by it.
 
 A proposal curates an entry that is 200 KB of ``[[[[…]]]]``, stored in the content store under
 its CID, in a publisher log whose checkpoint is anchored on chain: everything a proposal page
@@ -7,10 +8,14 @@ dashboard with SIGSEGV (the JSON decoder recursed past the C stack). The page mu
 entry FAILED with the reason, and the same process must go on answering, also after deep,
 oversized and malformed bodies posted to ``/rpc`` and to the ballot relay, none of which may
 leave a traceback in its log.
+
+The shell block of docs/dashboard.md "Signing a ballot without a browser" is run as written,
+with bash: `gym gov ballot`, the bundled `cast`, `node`, `curl` against the dashboard.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -31,6 +36,7 @@ from ledger import LocalBlockStore, leaf_hash
 from ledger.chain import LedgerContract
 
 GYM = Path(sys.executable).parent / "gym"
+REPO = Path(__file__).resolve().parents[2]
 DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 KB: under an entry's 256 KiB limit
 
 pytestmark = pytest.mark.anvil
@@ -48,7 +54,7 @@ def dao_client(deployment: Deployment, w3: Web3) -> GovernanceClient:
 
 
 @pytest.fixture
-def deep_entry_dashboard(gym_env, tmp_path):
+def served_dashboard(gym_env, tmp_path):
     """A devnet, a proposal to curate the deep entry (anchored, stored under its CID), and
     `gym dashboard` serving it, its output in a log file."""
     assert gym_env.run("devnet", "up").returncode == 0
@@ -80,7 +86,7 @@ def deep_entry_dashboard(gym_env, tmp_path):
                 pass
             assert time.monotonic() < deadline, "gym dashboard did not answer /health"
             time.sleep(0.2)
-        yield base, proc, log, proposal_id, cid
+        yield base, proc, log, proposal_id, cid, deployment
     finally:
         proc.terminate()
         try:
@@ -91,8 +97,8 @@ def deep_entry_dashboard(gym_env, tmp_path):
 
 
 def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_serving(
-        deep_entry_dashboard):
-    base, proc, log, proposal_id, cid = deep_entry_dashboard
+        served_dashboard):
+    base, proc, log, proposal_id, cid, _ = served_dashboard
 
     def alive() -> None:
         assert proc.poll() is None, f"the dashboard died ({proc.returncode}): {log.read_text()}"
@@ -148,3 +154,28 @@ def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_servin
     proc.terminate()
     proc.wait(timeout=15)
     assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_the_documented_shell_ballot_is_signed_by_cast_and_relayed(served_dashboard, gym_env,
+                                                                   tmp_path):
+    base, _, _, proposal_id, _, deployment = served_dashboard
+    doc = (REPO / "docs" / "dashboard.md").read_text()
+    section = doc.split("## Signing a ballot without a browser", 1)[1]
+    script = re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
+    workdir = tmp_path / "shell"  # the block's relative paths, and the files it writes
+    workdir.mkdir()
+    for name in (".venv", "node_modules"):
+        (workdir / name).symlink_to(REPO / name)
+    ran = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workdir,
+                         env={**gym_env.env, "BASE": base},
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert ran.returncode == 0, ran.stderr
+    relayed = json.loads(ran.stdout)
+    voter = "0x90F79bf6EB2c4f870365E785982E1f101E93b906"
+    assert (relayed["voter"], relayed["support"], relayed["weight"]) == (
+        voter, "for", str(1000 * 10**18))
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    governor = w3.eth.contract(address=deployment.contracts["GymGovernor"].address,
+                               abi=load_artifact("GymGovernor").abi)
+    assert governor.functions.proposalVotes(proposal_id).call() == [0, 1000 * 10**18, 0]
+    assert governor.functions.hasVoted(proposal_id, voter).call()
