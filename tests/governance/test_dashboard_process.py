@@ -7,7 +7,8 @@ checks before it parses the entry holds. Before ``parse_json`` such a page kille
 dashboard with SIGSEGV (the JSON decoder recursed past the C stack). The page must show the
 entry FAILED with the reason, and the same process must go on answering, also after deep,
 oversized and malformed bodies posted to ``/rpc`` and to the ballot relay, none of which may
-leave a traceback in its log.
+leave a traceback in its log. Passed and executed anyway (the ledger checks the proof, not the
+entry), the entry is shown FAILED in the curated library too.
 
 The shell block of docs/dashboard.md "Signing a ballot without a browser" is run as written,
 with bash: `gym gov ballot`, the bundled `cast`, `node`, `curl` against the dashboard.
@@ -86,7 +87,7 @@ def served_dashboard(gym_env, tmp_path):
                 pass
             assert time.monotonic() < deadline, "gym dashboard did not answer /health"
             time.sleep(0.2)
-        yield base, proc, log, proposal_id, cid, deployment
+        yield base, proc, log, proposal_id, cid, client
     finally:
         proc.terminate()
         try:
@@ -98,7 +99,7 @@ def served_dashboard(gym_env, tmp_path):
 
 def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_serving(
         served_dashboard):
-    base, proc, log, proposal_id, cid, _ = served_dashboard
+    base, proc, log, proposal_id, cid, client = served_dashboard
 
     def alive() -> None:
         assert proc.poll() is None, f"the dashboard died ({proc.returncode}): {log.read_text()}"
@@ -151,6 +152,21 @@ def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_servin
             "message": "the transaction's value must be a quantity (0x-prefixed hex), not 'lots'"}}
         assert post("/rpc", b'{"id": 8, "method": "eth_chainId"}').json()["result"] == "0x7a69"
 
+    # Passed anyway (the ledger checks the proof, not the entry): the curated library page
+    # re-reads the appended entry and shows it FAILED.
+    for account in (1, 2, 3):
+        client.vote(proposal_id, "for", key=ANVIL_DEV_KEYS[account])
+    params = client.governance_parameters()
+    client.advance_time(params.voting_period + 1)
+    client.queue(proposal_id)
+    client.advance_time(params.timelock_delay + 1)
+    client.execute(proposal_id)
+    library = httpx.get(f"{base}/library", timeout=60)
+    alive()
+    assert library.status_code == 200, library.text
+    assert '<span class="verdict">FAILED</span> not a valid entry' in library.text
+    assert "nests deeper than 64 levels" in library.text
+
     proc.terminate()
     proc.wait(timeout=15)
     assert "Traceback" not in log.read_text(), log.read_text()
@@ -158,7 +174,7 @@ def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_servin
 
 def test_the_documented_shell_ballot_is_signed_by_cast_and_relayed(served_dashboard, gym_env,
                                                                    tmp_path):
-    base, _, _, proposal_id, _, deployment = served_dashboard
+    base, _, _, proposal_id, _, client = served_dashboard
     doc = (REPO / "docs" / "dashboard.md").read_text()
     section = doc.split("## Signing a ballot without a browser", 1)[1]
     script = re.search(r"```sh\n(.*?)```", section, re.DOTALL).group(1)
@@ -174,8 +190,6 @@ def test_the_documented_shell_ballot_is_signed_by_cast_and_relayed(served_dashbo
     voter = "0x90F79bf6EB2c4f870365E785982E1f101E93b906"
     assert (relayed["voter"], relayed["support"], relayed["weight"]) == (
         voter, "for", str(1000 * 10**18))
-    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
-    governor = w3.eth.contract(address=deployment.contracts["GymGovernor"].address,
-                               abi=load_artifact("GymGovernor").abi)
-    assert governor.functions.proposalVotes(proposal_id).call() == [0, 1000 * 10**18, 0]
-    assert governor.functions.hasVoted(proposal_id, voter).call()
+    governor = client.governor.functions
+    assert governor.proposalVotes(proposal_id).call() == [0, 1000 * 10**18, 0]
+    assert governor.hasVoted(proposal_id, voter).call()
