@@ -17,8 +17,9 @@ decoded to the contract's named error.
 
 Every body gets a JSON-RPC 2.0 answer, a result or an error, never a 5xx: a body that is not
 JSON or breaks the limits of ``protocol.BoundedJSONRequest`` is ``-32700`` (parse error), one
-that is not a request object ``-32600``, a param of the wrong type (a ``value`` that is not a
-quantity, an address that is not a string) ``-32602``, a request the proxy does not forward
+that is not a request object (or whose id is not a string or number) ``-32600``, params of
+the wrong shape (a ``value`` that is not a quantity, a transaction that is not an object,
+typed data that is not JSON) ``-32602``, a request the proxy does not forward
 ``4200`` (EIP-1193 "unsupported method"), a node that does not answer ``-32603``. The node's
 answer is parsed with ``parse_json`` too.
 """
@@ -44,7 +45,7 @@ ALLOWED_METHODS = frozenset({
 })
 RPC_TIMEOUT_S = 30
 MAX_ANSWER_BYTES = 64 * 1024 * 1024  # a full block of transactions is a few MB
-MAX_ANSWER_DEPTH = 32
+MAX_ANSWER_DEPTH = 32  # a block with its transactions and access lists nests 6
 MAX_TYPED_DATA_BYTES = 64 * 1024  # a ballot with a 2000-character reason is 3 KB
 MAX_TYPED_DATA_DEPTH = 16
 
