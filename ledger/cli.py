@@ -36,9 +36,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ledger.audit import AuditReport, audit_log
+from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
 from ledger.errors import LedgerError, NotFoundError, VerificationError
+from ledger.json_input import parse_json
 from ledger.logstore import LogStore
-from ledger.proofs import check_anchored_root, proof_document, verify_proof_document
+from ledger.proofs import (
+    check_anchored_root,
+    proof_document,
+    read_proof_file,
+    verify_proof_document,
+)
 from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
 
 if TYPE_CHECKING:
@@ -105,15 +112,6 @@ def runtime_of(ctx: typer.Context) -> LedgerRuntime:
 
 def _hex(value: bytes) -> str:
     return "0x" + value.hex()
-
-
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise LedgerError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LedgerError(f"{path} is not valid JSON ({exc})") from None
 
 
 # --- gym ledger -----------------------------------------------------------------------------
@@ -217,7 +215,9 @@ def show(ctx: typer.Context, log: str,
         raise LedgerError(f"log {log!r} has {info.size} leaves; index {index} is out of range")
     leaf = rt.store.leaf(log, index)
     anchored = next((c.size for c in checkpoints if c.size > index), None)
-    entry = json.loads(rt.content.cat(leaf.cid)) if rt.content.has(leaf.cid) else None
+    entry = (parse_json(rt.content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
+                        max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}")
+             if rt.content.has(leaf.cid) else None)
     data = {"log": log, "index": index, "leaf_hash": _hex(leaf.leaf_hash), "entry_cid": leaf.cid,
             "anchored_at_size": anchored, "entry": entry}
     if as_json:
@@ -324,7 +324,7 @@ def verify_proof(ctx: typer.Context, file: Path,
                                                      "the root is anchored at that size.")] = False
                  ) -> None:
     """Verify an inclusion proof document from `gym ledger proof --json` (offline)."""
-    doc = _read_json(file)
+    doc = read_proof_file(file)
     try:
         result = verify_proof_document(doc)
     except VerificationError as exc:

@@ -21,15 +21,15 @@ neighbouring size); ``check_anchored_root`` settles it against ``rootAt`` on cha
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import rfc8785
 
-from ledger.entries import decode_entry, entry_cid
+from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH, decode_entry, entry_cid
 from ledger.errors import EntryError, LedgerError, VerificationError
+from ledger.json_input import JSONInputError, parse_json
 from ledger.rfc9162 import verify_inclusion
 
 if TYPE_CHECKING:
@@ -44,6 +44,10 @@ def _hex(value: bytes) -> str:
 
 PROOF_TYPE = "inclusion-proof"
 PROOF_VERSION = 1
+# A document holds one entry (<= 256 KiB canonical, more when pretty-printed) and an audit
+# path of at most 64 hashes; the entry nests at most MAX_ENTRY_DEPTH levels below it.
+MAX_PROOF_BYTES = 4 * MAX_ENTRY_BYTES + 64 * 1024
+MAX_PROOF_DEPTH = MAX_ENTRY_DEPTH + 2
 
 
 class ProofDocumentError(VerificationError):
@@ -89,7 +93,8 @@ def proof_document(store: LogStore, content: ContentStore | None, name: str, ind
                          "tx_hash": cp.tx_hash, "block_number": cp.block_number,
                          "batch_cid": cp.batch_cid}
     if content is not None and content.has(leaf.cid):
-        doc["entry"] = json.loads(content.cat(leaf.cid))
+        doc["entry"] = parse_json(content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
+                                  max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}")
     return doc
 
 
@@ -110,9 +115,26 @@ def proof_from_options(store: LogStore, content: ContentStore | None, *, log: st
     if proof_file is None:
         return None
     try:
-        return json.loads(proof_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise LedgerError(f"{proof_file} is not a readable JSON proof document ({exc})") from None
+        return read_proof_file(proof_file)
+    except LedgerError as exc:
+        raise LedgerError(f"not a readable JSON proof document: {exc}") from None
+
+
+def read_proof_file(path: Path) -> Any:
+    """The JSON value in proof document file ``path`` (not yet verified): ``LedgerError``
+    when it cannot be read or is not JSON within ``MAX_PROOF_BYTES`` and ``MAX_PROOF_DEPTH``."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_PROOF_BYTES + 1)  # never more than the limit into memory
+    except OSError as exc:
+        raise LedgerError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PROOF_BYTES:
+        raise LedgerError(f"{path}: a proof document is at most {MAX_PROOF_BYTES} bytes")
+    try:
+        return parse_json(data, max_bytes=MAX_PROOF_BYTES, max_depth=MAX_PROOF_DEPTH,
+                          what="proof document")
+    except JSONInputError as exc:
+        raise LedgerError(f"{path}: {exc}") from None
 
 
 def _field(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:

@@ -1,7 +1,10 @@
 """The publishing path: entries in, content stored, leaves appended, checkpoints anchored.
 
 ``append_entries`` validates entries, stores their bytes in the content store, then appends
-them to the log in one transaction: all or nothing. ``publish`` anchors everything appended
+them to the log in one transaction: all or nothing. A batch with experience entries must keep
+the log's library foldable (DESIGN.md "Entries"; ``check_library_fold``): an update or delete
+of an experience that is not live at that point, or a second add of the same entry, refuses
+the whole batch. ``publish`` anchors everything appended
 since the last recorded checkpoint:
 
 1. the new leaves ``[old_size, size)`` become a batch manifest (``ledger.batches``), stored
@@ -19,7 +22,9 @@ log created locally only (``gym ledger create --offline``, or a trainer calling
 ``LogStore.create_log``) is created on-chain by its first ``publish``.
 
 User-written entry files are parsed by ``read_entry_files``: a ``.jsonl``/``.ndjson`` file
-holds one entry per line, any other file one JSON object. Entries need not be canonical on
+holds one entry per line, any other file one JSON object, each parsed by
+``ledger.json_input.parse_json`` (at most ``MAX_INPUT_ENTRY_BYTES``, nested at most
+``MAX_ENTRY_DEPTH`` levels, no member name twice in one object). Entries need not be canonical on
 input (key order, whitespace, explicit nulls for absent optional fields); they are validated
 into the entry model and re-encoded canonically.
 """
@@ -34,13 +39,27 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.batches import BatchManifest, store_batch
 from ledger.chain import ContractRevertError, LedgerContract, LogKind
-from ledger.entries import ENTRY_TYPES, MAX_ENTRY_BYTES, decode_entry, encode_entry, entry_cid
+from ledger.entries import (
+    ENTRY_TYPES,
+    MAX_ENTRY_BYTES,
+    MAX_ENTRY_DEPTH,
+    ExperienceEntry,
+    decode_entry,
+    encode_entry,
+    entry_cid,
+    fold_library,
+)
 from ledger.errors import EntryError, LedgerError
-from ledger.logstore import LogStore
+from ledger.json_input import JSONInputError, parse_json
+from ledger.logstore import LogChangedError, LogStore
 from ledger.rfc9162 import EMPTY_ROOT
 
 if TYPE_CHECKING:
     from ledger.content import ContentStore
+
+# An entry as a user writes it (indented, keys in any order) may be larger than its canonical
+# bytes; anything beyond this is refused before it is parsed.
+MAX_INPUT_ENTRY_BYTES = 4 * MAX_ENTRY_BYTES
 
 
 class PublishError(LedgerError):
@@ -91,7 +110,7 @@ def entry_from_json(obj: Any) -> bytes:
     if approx > 4 * MAX_ENTRY_BYTES:  # far over the limit: not worth validating
         raise EntryError(f"entry is about {approx} bytes, the limit is {MAX_ENTRY_BYTES}")
     kind, version = obj.get("type"), obj.get("v")
-    if kind not in ENTRY_TYPES:
+    if not isinstance(kind, str) or kind not in ENTRY_TYPES:
         raise EntryError(f"unknown entry type {kind!r}; known types: "
                          f"{', '.join(sorted(ENTRY_TYPES))}", field="type")
     if type(version) is not int or version not in ENTRY_TYPES[kind]:
@@ -100,10 +119,6 @@ def entry_from_json(obj: Any) -> bytes:
     data = encode_entry(ENTRY_TYPES[kind][version](**obj))
     decode_entry(data)  # the same check every reader makes, so nothing unreadable is stored
     return data
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
 
 
 def read_entry_files(paths: Iterable[str | Path]) -> list[bytes]:
@@ -124,9 +139,11 @@ def read_entry_files(paths: Iterable[str | Path]) -> list[bytes]:
             raise EntryError(f"{path}: holds no entries")
         for where, chunk in items:
             try:
-                obj = json.loads(chunk, parse_constant=_reject_constant)
-            except ValueError as exc:
-                raise EntryError(f"{where}: not valid JSON ({exc})") from None
+                obj = parse_json(chunk, max_bytes=MAX_INPUT_ENTRY_BYTES, max_depth=MAX_ENTRY_DEPTH,
+                                 what="entry")
+            except JSONInputError as exc:
+                detail = f"not valid JSON ({exc})" if exc.reason == "invalid" else str(exc)
+                raise EntryError(f"{where}: {detail}") from None
             try:
                 out.append(entry_from_json(obj))
             except EntryError as exc:
@@ -134,11 +151,53 @@ def read_entry_files(paths: Iterable[str | Path]) -> list[bytes]:
     return out
 
 
+def check_library_fold(store: LogStore, content: ContentStore, name: str, size: int,
+                       entries: list[bytes]) -> None:
+    """Check that the experience ops of log ``name``'s first ``size`` leaves followed by
+    ``entries`` fold into a library (``fold_library``): every update/delete names an
+    experience live at that point, no experience is added twice. ``EntryError`` otherwise.
+
+    The existing leaves are read from ``content``; a leaf it lacks makes the check impossible
+    and raises ``LedgerError``. Costs one read and decode per leaf, so callers skip it for
+    batches without experience entries (they cannot break the fold).
+    """
+    existing = []
+    for leaf in store.leaves(name, 0, size):
+        if not content.has(leaf.cid):
+            raise LedgerError(f"cannot check the batch against log {name!r}'s library: the "
+                              f"content store lacks leaf {leaf.index} ({leaf.cid})")
+        existing.append((leaf.cid, decode_entry(content.cat(leaf.cid))))
+    try:
+        fold_library(existing)
+    except EntryError as exc:
+        rule = str(exc).removeprefix(f"{exc.field}: ")
+        raise EntryError(f"log {name!r} already holds experience ops that do not fold ({rule}); "
+                         "experience entries cannot be checked against it: start a new log") from None
+    batch = [(entry_cid(data), decode_entry(data)) for data in entries]
+    try:
+        fold_library(existing + batch)
+    except EntryError as exc:
+        rule = str(exc).removeprefix(f"{exc.field}: ")
+        held = f"leaves 0..{size - 1}" if size else "no leaves"
+        raise EntryError(f"the batch breaks the library of log {name!r}: {rule} (the log holds "
+                         f"{held}, the batch would be leaves {size}..{size + len(entries) - 1}); "
+                         "nothing was appended") from None
+
+
 def append_entries(store: LogStore, content: ContentStore, name: str, entries: list[bytes]
                    ) -> AppendResult:
     """Store ``entries`` (canonical bytes) in ``content`` and append them to log ``name`` in
-    one database transaction. Content first: a leaf never names bytes the store lacks."""
+    one database transaction. Content first: a leaf never names bytes the store lacks.
+
+    A batch holding experience entries must keep the log's library foldable
+    (``check_library_fold``), all or nothing. The check is made against the log at a size
+    and the append happens only at that size; when another writer appended in between, the
+    check is made again against the grown log.
+    """
     old_size = store.get_log(name).size
+    checks_fold = any(isinstance(decode_entry(data), ExperienceEntry) for data in entries)
+    if checks_fold:
+        check_library_fold(store, content, name, old_size, entries)
     cids = []
     for data in entries:
         cid = content.add_file(data, pin=True)
@@ -146,8 +205,17 @@ def append_entries(store: LogStore, content: ContentStore, name: str, entries: l
             raise LedgerError(f"content store returned CID {cid} for an entry whose CID is "
                               f"{entry_cid(data)}; it must add with --cid-version=1 raw leaves")
         cids.append(cid)
-    size = store.append(name, entries)
-    return AppendResult(name, old_size, size, cids)
+    if not checks_fold:
+        size = store.append(name, entries)
+        return AppendResult(name, size - len(entries), size, cids)
+    while True:
+        try:
+            size = store.append(name, entries, at_size=old_size)
+        except LogChangedError as changed:
+            old_size = changed.size
+            check_library_fold(store, content, name, old_size, entries)
+            continue
+        return AppendResult(name, old_size, size, cids)
 
 
 # -- anchoring ------------------------------------------------------------------------------

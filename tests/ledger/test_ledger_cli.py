@@ -142,7 +142,7 @@ def test_forged_or_truncated_proofs_are_refused(gym, tmp_path):
     refused({**doc, "entry": {**doc["entry"], "text": "forged"}},
             "the entry does not have the entry CID")
     refused({k: v for k, v in doc.items() if k != "root"}, "lacks 'root'")
-    refused(json.dumps(doc)[:-40], "is not valid JSON")
+    refused(json.dumps(doc)[:-40], "proof document is not JSON")
     refused({**doc, "root": "0x1234"}, "root must be '0x' and 64 hex digits")
 
     # Offline, a path only binds (index, size) as far as the root is trusted: this one also
