@@ -14,7 +14,7 @@ one-line message names what to run; the root turns them into ``error: ...`` and 
     gym ledger proof alice/math INDEX [--size N] [--json]
     gym ledger note-key NAME --output note.key   # Ed25519 key for checkpoint notes
     gym ledger checkpoint alice/math --key note.key [--size N]   # C2SP tlog-checkpoint note
-    gym verify proof proof.json [--chain]   # offline unless --chain
+    gym verify proof proof.json [--entry e.json] [--chain]   # offline unless --chain
     gym verify checkpoint note.txt --vkey VKEY [--offline]
     gym verify entry entry.json
     gym audit alice/math | --log-id N       # chain events + content store only
@@ -45,6 +45,7 @@ from ledger.proofs import (
     proof_document,
     read_proof_file,
     verify_proof_document,
+    verify_proof_entry,
 )
 from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
 
@@ -320,26 +321,50 @@ verify_app = typer.Typer(help="Check one proof or entry, offline where possible.
 
 @verify_app.command(name="proof")
 def verify_proof(ctx: typer.Context, file: Path,
+                 entry: Annotated[Path | None, typer.Option(
+                     "--entry", help="The entry file (JSON), for a document that does not carry "
+                                     "its entry: checked against the CID and the leaf hash.")] = None,
                  chain: Annotated[bool, typer.Option("--chain", help="Also check on chain that "
                                                      "the root is anchored at that size.")] = False
                  ) -> None:
-    """Verify an inclusion proof document from `gym ledger proof --json` (offline)."""
+    """Verify an inclusion proof document from `gym ledger proof --json` (offline).
+
+    The entry's CID is checked only against entry bytes at hand: the document's own entry,
+    --entry FILE, or the local content store; otherwise the output says it was not checked.
+    """
     doc = read_proof_file(file)
     try:
         result = verify_proof_document(doc)
+        source = "in the document" if result.entry_checked else None
+        if source is None and entry is not None:
+            data = read_entry_files([entry])
+            if len(data) != 1:
+                raise LedgerError(f"{entry} holds {len(data)} entries; give the proof's one entry")
+            result, source = verify_proof_entry(result, data[0]), f"from {entry}"
+        if source is None:
+            rt = runtime_of(ctx)
+            if rt.ipfs_api is None and rt.content_dir.is_dir() and rt.content.has(result.entry_cid):
+                result = verify_proof_entry(result, rt.content.cat(result.entry_cid))
+                source = "from the local content store"
     except VerificationError as exc:
         detail = (f" (expected {exc.expected}, computed {exc.computed})"
                   if exc.expected is not None else "")
         raise LedgerError(f"{file}: proof does not verify: {exc}{detail}") from None
     if chain:
         check_anchored_root(runtime_of(ctx).contract, result)
-    console.print(f"[green]valid[/green]: leaf {result.index} of {result.log} is in the tree of "
-                  f"size {result.size} with root {_hex(result.root)}", highlight=False)
-    console.print(f"  entry {result.entry_cid}: "
-                  + ("bytes checked against CID and leaf hash" if result.entry_checked
-                     else "not included, leaf hash taken as given"), highlight=False)
+    console.print(f"[green]valid[/green]: leaf hash {_hex(result.leaf_hash)} is leaf {result.index} "
+                  f"of {result.log} in the tree of size {result.size} with root "
+                  f"{_hex(result.root)}", highlight=False)
+    if result.entry_checked:
+        console.print(f"  entry {result.entry_cid}: bytes {source} checked against the CID and "
+                      "the leaf hash", highlight=False)
+    else:
+        console.print(f"  entry CID {result.entry_cid} NOT checked: no entry bytes at hand (the "
+                      "document has no entry; give it with --entry FILE), so only the leaf hash "
+                      "is proven", highlight=False)
     if chain:
-        console.print(f"  anchored on chain: log {result.log_id} at size {result.size}")
+        console.print(f"  anchored on chain: log {result.log_id} at size {result.size} (rootAt "
+                      "matches the root)", highlight=False)
     elif result.anchor:
         console.print(f"  claims anchoring tx {result.anchor.get('tx_hash')} (check with --chain)",
                       highlight=False)

@@ -83,7 +83,7 @@ def test_create_append_publish_proof_verify_audit(gym, tmp_path):
     proof_file = tmp_path / "proof.json"
     proof_file.write_text(json.dumps(doc))
     out = ok(gym.run("verify", "proof", str(proof_file)))
-    assert "valid" in out and "bytes checked against CID and leaf hash" in out
+    assert "valid" in out and "bytes in the document checked against the CID and the leaf hash" in out
     assert f"anchored on chain: log {LOG_ID} at size 6" in ok(
         gym.run("verify", "proof", str(proof_file), "--chain"))
     at_8 = json.loads(ok(gym.run("ledger", "proof", LOG, "3", "--size", "8", "--json")))
