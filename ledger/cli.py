@@ -9,6 +9,7 @@ one-line message names what to run; the root turns them into ``error: ...`` and 
     gym ledger create alice/math            # local log + createLog on chain (--offline: local)
     gym ledger append alice/math a.json b.jsonl
     gym ledger publish alice/math           # batch manifest, consistency proof, anchor
+    gym ledger rebind alice/math            # re-create on the configured chain after a reset
     gym ledger list
     gym ledger show alice/math [INDEX] [--json]
     gym ledger proof alice/math INDEX [--size N] [--json]
@@ -47,7 +48,13 @@ from ledger.proofs import (
     verify_proof_document,
     verify_proof_entry,
 )
-from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
+from ledger.publish import (
+    append_entries,
+    ensure_chain_log,
+    publish,
+    read_entry_files,
+    rebind_log,
+)
 
 if TYPE_CHECKING:
     from ledger.chain import LedgerContract
@@ -166,6 +173,15 @@ def publish_command(ctx: typer.Context, log: str) -> None:
     rt = runtime_of(ctx)
     with console.status(f"anchoring {log}"):
         result = publish(rt.store, rt.content, rt.contract, log)
+    if result.recovered:
+        console.print(f"recovered {log}: checkpoint at size "
+                      f"{', '.join(map(str, result.recovered))} was anchored on chain by an "
+                      "earlier publish that did not record it; checked against this log and "
+                      "recorded", highlight=False)
+    if not result.sent:
+        console.print(f"nothing more to publish: {log} is anchored at size {result.size} "
+                      f"(tx {result.tx_hash}, block {result.block_number})", highlight=False)
+        return
     console.print(f"published {log} (on-chain log {result.log_id}): size {result.old_size} -> "
                   f"{result.size}", highlight=False)
     console.print(f"  root      {_hex(result.root)}", highlight=False)
@@ -173,6 +189,19 @@ def publish_command(ctx: typer.Context, log: str) -> None:
     console.print(f"  tx        {result.tx_hash} (block {result.block_number})", highlight=False)
     console.print(f"  proof     {result.proof_length} hashes from size {result.old_size}",
                   highlight=False)
+
+
+@app.command()
+def rebind(ctx: typer.Context, name: str) -> None:
+    """Re-create log NAME on the configured chain after its own chain was reset or replaced:
+    a new on-chain log, same entries; checkpoints of the old chain are forgotten and the next
+    publish anchors every entry."""
+    rt = runtime_of(ctx)
+    old = rt.store.get_log(name)
+    log_id = rebind_log(rt.store, rt.contract, name)
+    console.print(f"re-created log {name} on {rt.store.get_log(name).chain.describe()}: on-chain "
+                  f"log id {log_id} (was {old.chain_log_id}); `gym ledger publish {name}` "
+                  f"anchors its {old.size} entries", highlight=False)
 
 
 @app.command(name="list")
@@ -197,7 +226,10 @@ def show(ctx: typer.Context, log: str,
     info = rt.store.get_log(log)
     checkpoints = rt.store.checkpoints(log)
     if index is None:
-        data = {"log": info.name, "size": info.size, "log_id": info.chain_log_id,
+        chain = info.chain and {"chain_id": info.chain.chain_id,
+                                "genesis_hash": info.chain.genesis_hash,
+                                "ledger": info.chain.ledger_address}
+        data = {"log": info.name, "size": info.size, "log_id": info.chain_log_id, "chain": chain,
                 "root": _hex(rt.store.root(log)),
                 "checkpoints": [{"size": c.size, "root": _hex(c.root), "batch_cid": c.batch_cid,
                                  "tx_hash": c.tx_hash, "block_number": c.block_number}
@@ -242,8 +274,10 @@ def proof(ctx: typer.Context, log: str, index: int,
     rt = runtime_of(ctx)
     anchored = {c.size for c in rt.store.checkpoints(log)}
     doc = proof_document(rt.store, rt.content, log, index, size)
-    if doc["anchor"] is not None:
-        doc["anchor"].update(chain_id=rt.chain.chain_id, contract=rt.chain.address)
+    bound = rt.store.get_log(log).chain
+    if doc["anchor"] is not None:  # the chain the checkpoint was anchored on, not the configured one
+        doc["anchor"].update(chain_id=bound.chain_id if bound else rt.chain.chain_id,
+                             contract=bound.ledger_address if bound else rt.chain.address)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
@@ -306,9 +340,13 @@ def checkpoint(
                           f"{', '.join(str(c.size) for c in anchored)})")
     signer = NoteSigner(key.read_text(encoding="utf-8").strip())
     if origin is None:
-        chain = rt.chain if info.chain_log_id is not None else None
-        origin = default_origin(log, chain and chain.chain_id, chain and chain.address,
-                                info.chain_log_id)
+        if info.chain is not None:  # the chain the checkpoints were anchored on
+            origin = default_origin(log, info.chain.chain_id, info.chain.ledger_address,
+                                    info.chain_log_id)
+        else:
+            chain = rt.chain if info.chain_log_id is not None else None
+            origin = default_origin(log, chain and chain.chain_id, chain and chain.address,
+                                    info.chain_log_id)
     text = encode_checkpoint(CheckpointNote(origin, chosen.size, chosen.root))
     typer.echo(sign_note(text, signer), nl=False)
 

@@ -37,7 +37,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, bindparam, create_engine, event, insert, select, union_all, update
+from sqlalchemy import (
+    Engine,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from ledger import _subtrees
@@ -50,12 +60,33 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 @dataclass(frozen=True)
+class ChainBinding:
+    """Which ExperienceLedger a log id belongs to: a chain id alone does not say (a devnet
+    restarted from scratch has the same one, and the same contract address)."""
+
+    chain_id: int
+    genesis_hash: str  # hash of block 0, 0x-prefixed lowercase hex
+    ledger_address: str  # the ExperienceLedger contract, checksummed
+
+    def describe(self) -> str:
+        return (f"chain {self.chain_id} (genesis {self.genesis_hash[:10]}…, ledger "
+                f"{self.ledger_address})")
+
+
+@dataclass(frozen=True)
 class LogInfo:
     id: int  # row id in this database
     name: str  # unique name, e.g. "alice/math"
     size: int  # number of leaves
     chain_log_id: int | None  # the log's id in ExperienceLedger, once created on chain
     created_at: datetime
+    chain: ChainBinding | None = None  # the chain chain_log_id belongs to; None: not yet known
+
+
+def _log_info(row) -> LogInfo:
+    chain = (None if row.chain_id is None else
+             ChainBinding(row.chain_id, row.chain_genesis, row.chain_ledger))
+    return LogInfo(row.id, row.name, row.size, row.chain_log_id, row.created_at, chain)
 
 
 @dataclass(frozen=True)
@@ -149,16 +180,34 @@ class LogStore:
             row = conn.execute(select(logs).where(logs.c.name == name)).one_or_none()
         if row is None:
             raise _no_log(name)
-        return LogInfo(row.id, row.name, row.size, row.chain_log_id, row.created_at)
+        return _log_info(row)
 
     def list_logs(self) -> list[LogInfo]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(logs).order_by(logs.c.id)).all()
-        return [LogInfo(r.id, r.name, r.size, r.chain_log_id, r.created_at) for r in rows]
+        return [_log_info(r) for r in rows]
 
-    def set_chain_log_id(self, name: str, chain_log_id: int) -> None:
+    def set_chain_log_id(self, name: str, chain_log_id: int, chain: ChainBinding | None = None
+                         ) -> None:
+        """Record the log's on-chain id and the chain it belongs to."""
+        self.bind_chain(name, chain, chain_log_id=chain_log_id)
+
+    def bind_chain(self, name: str, chain: ChainBinding | None, *,
+                   chain_log_id: int | None = None, forget_checkpoints: bool = False) -> None:
+        """Bind log ``name`` to ``chain`` (and, given, to on-chain id ``chain_log_id``), in one
+        transaction; ``forget_checkpoints`` also deletes the checkpoints recorded on its
+        previous chain (the log is re-created on another chain: they belong to the old one)."""
+        values = {"chain_id": chain and chain.chain_id, "chain_genesis": chain and chain.genesis_hash,
+                  "chain_ledger": chain and chain.ledger_address}
+        if chain_log_id is not None:
+            values["chain_log_id"] = chain_log_id
         with self.engine.begin() as conn:
-            conn.execute(update(logs).where(logs.c.name == name).values(chain_log_id=chain_log_id))
+            row = conn.execute(_LOG_BY_NAME, {"name": name}).one_or_none()
+            if row is None:
+                raise _no_log(name)
+            conn.execute(update(logs).where(logs.c.id == row.id).values(**values))
+            if forget_checkpoints:
+                conn.execute(delete(checkpoints).where(checkpoints.c.log_id == row.id))
 
     # -- appending --------------------------------------------------------------------------
 

@@ -183,9 +183,13 @@ def test_nothing_new_and_stale_checkpoint_are_refused(gym, ledger_devnet, tmp_pa
     ok(gym.run("ledger", "append", LOG, str(more), extra_env={"GYM_DATA_DIR": str(copy)}))
     ok(gym.run("ledger", "publish", LOG, extra_env={"GYM_DATA_DIR": str(copy)}))
 
-    ok(gym.run("ledger", "append", LOG, str(more)))
+    # This one appends other entries: the chain's size 6 is not its tree.
+    others = tmp_path / "others.jsonl"
+    others.write_text("\n".join(json.dumps(experience(i)) for i in range(40, 42)))
+    ok(gym.run("ledger", "append", LOG, str(others)))
     line = one_error_line(gym.run("ledger", "publish", LOG))
-    assert "anchored on chain at size 6 but the last checkpoint recorded here is size 4" in line
+    assert "anchored on chain at size 6 with a root that is not this log's root" in line
+    assert "the last checkpoint recorded here is size 4" in line
     assert "someone else anchored it" in line
     assert [c["size"] for c in state(gym)["checkpoints"]] == [4]
     # Its content store holds the second batch; this one lacks it, and the audit says so.
