@@ -239,10 +239,11 @@ def append_entries(store: LogStore, content: ContentStore, name: str, entries: l
 # -- anchoring ------------------------------------------------------------------------------
 
 
-def _bound_elsewhere(name: str, log_id: int, bound: ChainBinding, here: ChainBinding,
+def _bound_elsewhere(name: str, log_id: int, bound: ChainBinding | None, here: ChainBinding,
                      why: str) -> ChainBindingError:
+    where = bound.describe() if bound else "a chain this index did not record"
     return ChainBindingError(
-        f"log {name!r} is on-chain log {log_id} of {bound.describe()}, but the configured chain "
+        f"log {name!r} is on-chain log {log_id} of {where}, but the configured chain "
         f"is {here.describe()}: {why}. Nothing was sent. Re-create the log on this chain with "
         f"`gym ledger rebind {name}` (keeps its entries; the next publish anchors them all)")
 
@@ -278,8 +279,7 @@ def check_chain_binding(store: LogStore, contract: LedgerContract, name: str) ->
     if (info is None or info.kind != LogKind.PUBLISHER or info.name != name
             or (recorded and anchored_root != recorded[-1].root)
             or (not recorded and info.size != 0)):
-        unknown = ChainBinding(here.chain_id, "0x????????", here.ledger_address)
-        raise _bound_elsewhere(name, log.chain_log_id, unknown, here,
+        raise _bound_elsewhere(name, log.chain_log_id, None, here,
                                f"it was recorded before logs were bound to a chain, and log "
                                f"{log.chain_log_id} there is not it")
     store.bind_chain(name, here)
