@@ -21,8 +21,10 @@ import httpx
 
 from contracts import foundry_binary
 from devnet.errors import DevnetError, PortInUseError, RpcUnreachableError
+from ledger.json_input import parse_json
 
 STARTUP_TIMEOUT_S = 15.0
+RPC_REPLY_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,11 @@ def rpc_call(rpc_url: str, method: str, params: list | None = None, timeout: flo
     try:
         response = httpx.post(rpc_url, json=payload, timeout=timeout)
         response.raise_for_status()
-        body = response.json()
+        body = parse_json(response.content, max_bytes=RPC_REPLY_BYTES, what="RPC reply")
     except (httpx.HTTPError, ValueError) as exc:
         raise RpcUnreachableError(f"cannot reach the EVM RPC at {rpc_url} ({_reason(exc)})") from exc
+    if not isinstance(body, dict) or "result" not in body and "error" not in body:
+        raise DevnetError(f"{method} at {rpc_url}: the reply is not a JSON-RPC response")
     if "error" in body:
         raise DevnetError(f"{method} failed at {rpc_url}: {body['error'].get('message', body['error'])}")
     return body["result"]
@@ -119,10 +123,11 @@ def running_anvil(data_dir: Path) -> AnvilProcess | None:
     """The Anvil this tool started from ``data_dir``, if it is still that process and alive."""
     path = pid_file(data_dir)
     try:
-        anvil = AnvilProcess(**json.loads(path.read_text()))
+        anvil = AnvilProcess(**parse_json(path.read_bytes(), max_bytes=64 * 1024, max_depth=2,
+                                          what=str(path)))
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError):
+    except (ValueError, TypeError):  # JSONInputError is a ValueError
         path.unlink(missing_ok=True)  # unreadable record: it cannot name a process we own
         return None
     return anvil if _is_our_anvil(anvil) else None

@@ -7,7 +7,6 @@ instead of a traceback.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from importlib.metadata import version
@@ -403,6 +402,7 @@ def _demo_training(rt: ledger.cli.LedgerRuntime, runs_dir: Path) -> None:
     """A demo-sized Training-Free GRPO run (trainer/configs/tfgrpo_demo.yaml), published to
     its own log with one experience entry per applied operation, then audited."""
     from ledger.audit import audit_log
+    from trainer._json import read_json_file
     from trainer.publish import publish_run
     from trainer.tfgrpo_config import TFGRPOConfig
     from trainer.tfgrpo_trainer import TFGRPOTrainer
@@ -418,8 +418,8 @@ def _demo_training(rt: ledger.cli.LedgerRuntime, runs_dir: Path) -> None:
         tfgrpo = TFGRPOTrainer(config)
     with trainer.cli.step_progress() as bar:
         task = bar.add_task("tfgrpo steps", total=config.epochs * tfgrpo.steps_per_epoch)
-        report = json.loads(tfgrpo.train(
-            on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)).read_text())
+        report = read_json_file(tfgrpo.train(
+            on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)))
     counters = ", ".join(f"{k} {v}" for k, v in report["counters"].items() if v)
     console.print(f"learned {report['library_size']} experiences from "
                   f"{report['operations_applied']} operations ({counters})", highlight=False)

@@ -25,7 +25,6 @@ The DAO (DESIGN.md "Contracts") is wired so that the deployer keeps no power ove
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from web3.exceptions import Web3Exception
 from contracts import load_artifact
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
+from ledger.json_input import parse_json
 
 MANIFEST_VERSION = 3  # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry
 # What an older manifest lacks, by its version (said when asking for a redeploy).
@@ -48,6 +48,7 @@ _MISSING_SINCE = {
 CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "NodeRegistry")
 CURATED_LIBRARY_NAME = "gym/curated"
 ZERO_ADDRESS = "0x" + "00" * 20
+MAX_MANIFEST_BYTES = 1024 * 1024  # deployment.json is ~3 KB
 CURATED_LOG_KIND = 1  # IExperienceLedger.LogKind.Curated
 
 
@@ -113,7 +114,8 @@ class Deployment(BaseModel):
                 f"no deployment at {path}: run `gym devnet up` to start and deploy the devnet"
             ) from None
         try:
-            deployment = cls.model_validate(json.loads(text))
+            deployment = cls.model_validate(parse_json(text, max_bytes=MAX_MANIFEST_BYTES,
+                                                       max_depth=8, what=str(path)))
         except (ValueError, ValidationError) as exc:
             first = str(exc).splitlines()[0]
             raise DeploymentFileError(

@@ -34,7 +34,6 @@ True
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING
 import rfc8785
 
 from ledger.errors import LedgerError, VerificationError
+from ledger.json_input import JSONInputError, parse_json
 from ledger.multiformats import CID, RAW, SHA2_256, MultiformatError
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 BATCH_TYPE = "batch"
 BATCH_VERSION = 1
 _KEYS = {"type", "v", "log", "log_id", "from", "to", "entries"}
+# Largest manifest read back (~62 bytes an entry): about 4M entries, far more than one anchor
+# carries; a manifest nests two levels (the object, its list of CIDs).
+MAX_BATCH_BYTES = 256 * 1024 * 1024
 
 
 class BatchError(LedgerError, ValueError):
@@ -112,9 +115,10 @@ def encode_batch(batch: BatchManifest) -> bytes:
 def decode_batch(data: bytes) -> BatchManifest:
     """The manifest ``data`` encodes; ``BatchError`` unless ``data`` is a valid, canonical one."""
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BatchError(f"a batch manifest is UTF-8 JSON: {exc}") from None
+        obj = parse_json(data, max_bytes=MAX_BATCH_BYTES, max_depth=2, what="batch manifest")
+    except JSONInputError as exc:
+        raise BatchError(f"a batch manifest is UTF-8 JSON: {exc}" if exc.reason == "invalid"
+                         else str(exc)) from None
     if not isinstance(obj, dict):
         raise BatchError(f"a batch manifest is a JSON object, got {type(obj).__name__}")
     if obj.get("type") != BATCH_TYPE or obj.get("v") != BATCH_VERSION:

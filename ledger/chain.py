@@ -40,6 +40,7 @@ from web3 import Web3
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception
 
 from ledger.errors import LedgerError
+from ledger.logstore import ChainBinding
 from ledger.multiformats import CID, MultiformatError
 
 DEFAULT_PAGE_BLOCKS = 10_000  # many L2 RPCs cap eth_getLogs at 10k blocks or fewer
@@ -231,6 +232,13 @@ class LedgerContract:
         return receipt, result
 
     # -- views ----------------------------------------------------------------------------
+
+    def binding(self) -> ChainBinding:
+        """Which ledger this is: chain id, genesis block hash, contract address. Read anew on
+        every call: a chain behind the same URL may have been restarted since the last one."""
+        with self._rpc_errors():
+            return ChainBinding(self.w3.eth.chain_id,
+                                self.w3.eth.get_block(0)["hash"].to_0x_hex().lower(), self.address)
 
     def log_info(self, log_id: int) -> LogState:
         with self._rpc_errors():

@@ -9,12 +9,13 @@ one-line message names what to run; the root turns them into ``error: ...`` and 
     gym ledger create alice/math            # local log + createLog on chain (--offline: local)
     gym ledger append alice/math a.json b.jsonl
     gym ledger publish alice/math           # batch manifest, consistency proof, anchor
+    gym ledger rebind alice/math            # re-create on the configured chain after a reset
     gym ledger list
     gym ledger show alice/math [INDEX] [--json]
     gym ledger proof alice/math INDEX [--size N] [--json]
     gym ledger note-key NAME --output note.key   # Ed25519 key for checkpoint notes
     gym ledger checkpoint alice/math --key note.key [--size N]   # C2SP tlog-checkpoint note
-    gym verify proof proof.json [--chain]   # offline unless --chain
+    gym verify proof proof.json [--entry e.json] [--chain]   # offline unless --chain
     gym verify checkpoint note.txt --vkey VKEY [--offline]
     gym verify entry entry.json
     gym audit alice/math | --log-id N       # chain events + content store only
@@ -36,10 +37,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ledger.audit import AuditReport, audit_log
+from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
 from ledger.errors import LedgerError, NotFoundError, VerificationError
+from ledger.json_input import parse_json
 from ledger.logstore import LogStore
-from ledger.proofs import check_anchored_root, proof_document, verify_proof_document
-from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
+from ledger.proofs import (
+    check_anchored_root,
+    proof_document,
+    read_proof_file,
+    verify_proof_document,
+    verify_proof_entry,
+)
+from ledger.publish import (
+    append_entries,
+    ensure_chain_log,
+    publish,
+    read_entry_files,
+    rebind_log,
+)
 
 if TYPE_CHECKING:
     from ledger.chain import LedgerContract
@@ -107,15 +122,6 @@ def _hex(value: bytes) -> str:
     return "0x" + value.hex()
 
 
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise LedgerError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LedgerError(f"{path} is not valid JSON ({exc})") from None
-
-
 # --- gym ledger -----------------------------------------------------------------------------
 
 app = typer.Typer(help="Keep publisher logs: append entries, anchor checkpoints, make proofs.",
@@ -167,6 +173,15 @@ def publish_command(ctx: typer.Context, log: str) -> None:
     rt = runtime_of(ctx)
     with console.status(f"anchoring {log}"):
         result = publish(rt.store, rt.content, rt.contract, log)
+    if result.recovered:
+        console.print(f"recovered {log}: checkpoint at size "
+                      f"{', '.join(map(str, result.recovered))} was anchored on chain by an "
+                      "earlier publish that did not record it; checked against this log and "
+                      "recorded", highlight=False)
+    if not result.sent:
+        console.print(f"nothing more to publish: {log} is anchored at size {result.size} "
+                      f"(tx {result.tx_hash}, block {result.block_number})", highlight=False)
+        return
     console.print(f"published {log} (on-chain log {result.log_id}): size {result.old_size} -> "
                   f"{result.size}", highlight=False)
     console.print(f"  root      {_hex(result.root)}", highlight=False)
@@ -174,6 +189,19 @@ def publish_command(ctx: typer.Context, log: str) -> None:
     console.print(f"  tx        {result.tx_hash} (block {result.block_number})", highlight=False)
     console.print(f"  proof     {result.proof_length} hashes from size {result.old_size}",
                   highlight=False)
+
+
+@app.command()
+def rebind(ctx: typer.Context, name: str) -> None:
+    """Re-create log NAME on the configured chain after its own chain was reset or replaced:
+    a new on-chain log, same entries; checkpoints of the old chain are forgotten and the next
+    publish anchors every entry."""
+    rt = runtime_of(ctx)
+    old = rt.store.get_log(name)
+    log_id = rebind_log(rt.store, rt.contract, name)
+    console.print(f"re-created log {name} on {rt.store.get_log(name).chain.describe()}: on-chain "
+                  f"log id {log_id} (was {old.chain_log_id}); `gym ledger publish {name}` "
+                  f"anchors its {old.size} entries", highlight=False)
 
 
 @app.command(name="list")
@@ -198,7 +226,10 @@ def show(ctx: typer.Context, log: str,
     info = rt.store.get_log(log)
     checkpoints = rt.store.checkpoints(log)
     if index is None:
-        data = {"log": info.name, "size": info.size, "log_id": info.chain_log_id,
+        chain = info.chain and {"chain_id": info.chain.chain_id,
+                                "genesis_hash": info.chain.genesis_hash,
+                                "ledger": info.chain.ledger_address}
+        data = {"log": info.name, "size": info.size, "log_id": info.chain_log_id, "chain": chain,
                 "root": _hex(rt.store.root(log)),
                 "checkpoints": [{"size": c.size, "root": _hex(c.root), "batch_cid": c.batch_cid,
                                  "tx_hash": c.tx_hash, "block_number": c.block_number}
@@ -217,7 +248,9 @@ def show(ctx: typer.Context, log: str,
         raise LedgerError(f"log {log!r} has {info.size} leaves; index {index} is out of range")
     leaf = rt.store.leaf(log, index)
     anchored = next((c.size for c in checkpoints if c.size > index), None)
-    entry = json.loads(rt.content.cat(leaf.cid)) if rt.content.has(leaf.cid) else None
+    entry = (parse_json(rt.content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
+                        max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}")
+             if rt.content.has(leaf.cid) else None)
     data = {"log": log, "index": index, "leaf_hash": _hex(leaf.leaf_hash), "entry_cid": leaf.cid,
             "anchored_at_size": anchored, "entry": entry}
     if as_json:
@@ -241,8 +274,10 @@ def proof(ctx: typer.Context, log: str, index: int,
     rt = runtime_of(ctx)
     anchored = {c.size for c in rt.store.checkpoints(log)}
     doc = proof_document(rt.store, rt.content, log, index, size)
-    if doc["anchor"] is not None:
-        doc["anchor"].update(chain_id=rt.chain.chain_id, contract=rt.chain.address)
+    bound = rt.store.get_log(log).chain
+    if doc["anchor"] is not None:  # the chain the checkpoint was anchored on, not the configured one
+        doc["anchor"].update(chain_id=bound.chain_id if bound else rt.chain.chain_id,
+                             contract=bound.ledger_address if bound else rt.chain.address)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
@@ -305,9 +340,13 @@ def checkpoint(
                           f"{', '.join(str(c.size) for c in anchored)})")
     signer = NoteSigner(key.read_text(encoding="utf-8").strip())
     if origin is None:
-        chain = rt.chain if info.chain_log_id is not None else None
-        origin = default_origin(log, chain and chain.chain_id, chain and chain.address,
-                                info.chain_log_id)
+        if info.chain is not None:  # the chain the checkpoints were anchored on
+            origin = default_origin(log, info.chain.chain_id, info.chain.ledger_address,
+                                    info.chain_log_id)
+        else:
+            chain = rt.chain if info.chain_log_id is not None else None
+            origin = default_origin(log, chain and chain.chain_id, chain and chain.address,
+                                    info.chain_log_id)
     text = encode_checkpoint(CheckpointNote(origin, chosen.size, chosen.root))
     typer.echo(sign_note(text, signer), nl=False)
 
@@ -320,26 +359,50 @@ verify_app = typer.Typer(help="Check one proof or entry, offline where possible.
 
 @verify_app.command(name="proof")
 def verify_proof(ctx: typer.Context, file: Path,
+                 entry: Annotated[Path | None, typer.Option(
+                     "--entry", help="The entry file (JSON), for a document that does not carry "
+                                     "its entry: checked against the CID and the leaf hash.")] = None,
                  chain: Annotated[bool, typer.Option("--chain", help="Also check on chain that "
                                                      "the root is anchored at that size.")] = False
                  ) -> None:
-    """Verify an inclusion proof document from `gym ledger proof --json` (offline)."""
-    doc = _read_json(file)
+    """Verify an inclusion proof document from `gym ledger proof --json` (offline).
+
+    The entry's CID is checked only against entry bytes at hand: the document's own entry,
+    --entry FILE, or the local content store; otherwise the output says it was not checked.
+    """
+    doc = read_proof_file(file)
     try:
         result = verify_proof_document(doc)
+        source = "in the document" if result.entry_checked else None
+        if source is None and entry is not None:
+            data = read_entry_files([entry])
+            if len(data) != 1:
+                raise LedgerError(f"{entry} holds {len(data)} entries; give the proof's one entry")
+            result, source = verify_proof_entry(result, data[0]), f"from {entry}"
+        if source is None:
+            rt = runtime_of(ctx)
+            if rt.ipfs_api is None and rt.content_dir.is_dir() and rt.content.has(result.entry_cid):
+                result = verify_proof_entry(result, rt.content.cat(result.entry_cid))
+                source = "from the local content store"
     except VerificationError as exc:
         detail = (f" (expected {exc.expected}, computed {exc.computed})"
                   if exc.expected is not None else "")
         raise LedgerError(f"{file}: proof does not verify: {exc}{detail}") from None
     if chain:
         check_anchored_root(runtime_of(ctx).contract, result)
-    console.print(f"[green]valid[/green]: leaf {result.index} of {result.log} is in the tree of "
-                  f"size {result.size} with root {_hex(result.root)}", highlight=False)
-    console.print(f"  entry {result.entry_cid}: "
-                  + ("bytes checked against CID and leaf hash" if result.entry_checked
-                     else "not included, leaf hash taken as given"), highlight=False)
+    console.print(f"[green]valid[/green]: leaf hash {_hex(result.leaf_hash)} is leaf {result.index} "
+                  f"of {result.log} in the tree of size {result.size} with root "
+                  f"{_hex(result.root)}", highlight=False)
+    if result.entry_checked:
+        console.print(f"  entry {result.entry_cid}: bytes {source} checked against the CID and "
+                      "the leaf hash", highlight=False)
+    else:
+        console.print(f"  entry CID {result.entry_cid} NOT checked: no entry bytes at hand (the "
+                      "document has no entry; give it with --entry FILE), so only the leaf hash "
+                      "is proven", highlight=False)
     if chain:
-        console.print(f"  anchored on chain: log {result.log_id} at size {result.size}")
+        console.print(f"  anchored on chain: log {result.log_id} at size {result.size} (rootAt "
+                      "matches the root)", highlight=False)
     elif result.anchor:
         console.print(f"  claims anchoring tx {result.anchor.get('tx_hash')} (check with --chain)",
                       highlight=False)

@@ -39,7 +39,6 @@ True
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -58,10 +57,12 @@ from pydantic import (
 
 from ledger import rfc9162
 from ledger.errors import EntryError
+from ledger.json_input import JSONInputError, parse_json
 from ledger.multiformats import CID, DAG_PB, RAW, SHA2_256, MultiformatError, raw_cid
 
 MAX_ENTRY_BYTES = 256 * 1024  # one IPFS block, one UnixFS chunk
 MAX_EXPERIENCE_WORDS = 64  # the format's limit; the trainer aims at 32
+MAX_ENTRY_DEPTH = 64  # arrays/objects nested deeper are refused before the JSON decoder runs
 
 
 class _Rule(ValueError):
@@ -337,15 +338,11 @@ def encode_entry(entry: Entry) -> bytes:
     return data
 
 
-def _reject_constant(name: str) -> None:
-    raise EntryError(f"{name} is not JSON")
-
-
 def decode_entry(data: bytes) -> Entry:
     """The entry that ``data`` encodes, validated.
 
-    Rejects with ``EntryError``: more than ``MAX_ENTRY_BYTES``, invalid UTF-8 or JSON, a
-    non-object, an unknown ``type`` or ``v`` (listing the known ones), any broken field rule,
+    Rejects with ``EntryError``: more than ``MAX_ENTRY_BYTES``, invalid UTF-8 or JSON (JSON
+    nested deeper than ``MAX_ENTRY_DEPTH`` and duplicate member names included), a non-object, an unknown ``type`` or ``v`` (listing the known ones), any broken field rule,
     and bytes that are not the canonical encoding of the entry they decode to.
     """
     if not isinstance(data, bytes):
@@ -353,8 +350,8 @@ def decode_entry(data: bytes) -> Entry:
     if len(data) > MAX_ENTRY_BYTES:
         raise EntryError(f"entry is {len(data)} bytes, the limit is {MAX_ENTRY_BYTES}")
     try:
-        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        obj = parse_json(data, max_bytes=MAX_ENTRY_BYTES, max_depth=MAX_ENTRY_DEPTH, what="entry")
+    except JSONInputError as exc:
         raise EntryError(f"not UTF-8 JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise EntryError(f"an entry is a JSON object, got {type(obj).__name__}")

@@ -5,7 +5,10 @@ Perfect-subtree hashes are packed in tiles (``ledger.schema``): rows of up to TI
 hashes of one tree level out of every TILE_HEIGHT. An append hashes the entries (leaf hash and
 CID digest), reads the log's right edge (the one partial tile of each tile level), hashes the
 new interior nodes level by level, and writes the touched tiles and the new size in one
-transaction, so a batch killed half-way leaves the log exactly as it was. A root, inclusion or
+transaction, so a batch killed half-way leaves the log exactly as it was. Appends to one log
+are serialised across processes: an append first takes the log row's write lock (SQLite's
+database write lock, PostgreSQL's row lock) and only then reads the size and the edge, so it
+never pairs a size from before another writer's commit with tiles from after it. A root, inclusion or
 consistency proof at any size <= the current one reads, in one query, the O(log n) tiles that
 hold the subtrees ``ledger._subtrees`` names, and rebuilds each subtree from at most
 2^TILE_HEIGHT - 1 hashes of its tile.
@@ -34,7 +37,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, bindparam, create_engine, event, insert, select, union_all, update
+from sqlalchemy import (
+    Engine,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from ledger import _subtrees
@@ -47,12 +60,33 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 @dataclass(frozen=True)
+class ChainBinding:
+    """Which ExperienceLedger a log id belongs to: a chain id alone does not say (a devnet
+    restarted from scratch has the same one, and the same contract address)."""
+
+    chain_id: int
+    genesis_hash: str  # hash of block 0, 0x-prefixed lowercase hex
+    ledger_address: str  # the ExperienceLedger contract, checksummed
+
+    def describe(self) -> str:
+        return (f"chain {self.chain_id} (genesis {self.genesis_hash[:10]}…, ledger "
+                f"{self.ledger_address})")
+
+
+@dataclass(frozen=True)
 class LogInfo:
     id: int  # row id in this database
     name: str  # unique name, e.g. "alice/math"
     size: int  # number of leaves
     chain_log_id: int | None  # the log's id in ExperienceLedger, once created on chain
     created_at: datetime
+    chain: ChainBinding | None = None  # the chain chain_log_id belongs to; None: not yet known
+
+
+def _log_info(row) -> LogInfo:
+    chain = (None if row.chain_id is None else
+             ChainBinding(row.chain_id, row.chain_genesis, row.chain_ledger))
+    return LogInfo(row.id, row.name, row.size, row.chain_log_id, row.created_at, chain)
 
 
 @dataclass(frozen=True)
@@ -77,6 +111,15 @@ def _migration_config(connection) -> Config:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     return config
+
+
+class LogChangedError(LedgerError):
+    """The log grew between a caller's check and its append; nothing was appended."""
+
+    def __init__(self, name: str, expected: int, size: int):
+        super().__init__(f"log {name!r} grew from {expected} to {size} leaves while this batch "
+                         "was being checked; nothing was appended, run it again")
+        self.expected, self.size = expected, size
 
 
 def _no_log(name: str) -> NotFoundError:
@@ -106,7 +149,9 @@ class LogStore:
         else:
             if url.startswith("sqlite:///"):
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_engine(url)
+            # A writer waits for the one before it (appends are serialised), up to a minute.
+            connect_args = {"timeout": 60} if url.startswith("sqlite") else {}
+            self.engine = create_engine(url, connect_args=connect_args)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self.migrate()
@@ -135,36 +180,67 @@ class LogStore:
             row = conn.execute(select(logs).where(logs.c.name == name)).one_or_none()
         if row is None:
             raise _no_log(name)
-        return LogInfo(row.id, row.name, row.size, row.chain_log_id, row.created_at)
+        return _log_info(row)
 
     def list_logs(self) -> list[LogInfo]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(logs).order_by(logs.c.id)).all()
-        return [LogInfo(r.id, r.name, r.size, r.chain_log_id, r.created_at) for r in rows]
+        return [_log_info(r) for r in rows]
 
-    def set_chain_log_id(self, name: str, chain_log_id: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(update(logs).where(logs.c.name == name).values(chain_log_id=chain_log_id))
+    def set_chain_log_id(self, name: str, chain_log_id: int, chain: ChainBinding | None = None
+                         ) -> None:
+        """Record the log's on-chain id and the chain it belongs to."""
+        self.bind_chain(name, chain, chain_log_id=chain_log_id)
 
-    # -- appending --------------------------------------------------------------------------
-
-    def append(self, name: str, entries: Sequence[bytes]) -> int:
-        """Append entries (their canonical bytes) atomically; returns the new size.
-
-        The log keeps each entry's RFC 9162 leaf hash and SHA-256 digest (hence its CID); the
-        bytes themselves belong in the content store. Fails without changing anything when
-        another writer appended concurrently.
-        """
-        if not entries:
-            return self.get_log(name).size
-        sha256 = hashlib.sha256
-        leaf_hashes = [sha256(b"\x00" + entry).digest() for entry in entries]
-        digests = [sha256(entry).digest() for entry in entries]
+    def bind_chain(self, name: str, chain: ChainBinding | None, *,
+                   chain_log_id: int | None = None, forget_checkpoints: bool = False) -> None:
+        """Bind log ``name`` to ``chain`` (and, given, to on-chain id ``chain_log_id``), in one
+        transaction; ``forget_checkpoints`` also deletes the checkpoints recorded on its
+        previous chain (the log is re-created on another chain: they belong to the old one)."""
+        values = {"chain_id": chain and chain.chain_id, "chain_genesis": chain and chain.genesis_hash,
+                  "chain_ledger": chain and chain.ledger_address}
+        if chain_log_id is not None:
+            values["chain_log_id"] = chain_log_id
         with self.engine.begin() as conn:
             row = conn.execute(_LOG_BY_NAME, {"name": name}).one_or_none()
             if row is None:
                 raise _no_log(name)
-            log_id, old_size = row
+            conn.execute(update(logs).where(logs.c.id == row.id).values(**values))
+            if forget_checkpoints:
+                conn.execute(delete(checkpoints).where(checkpoints.c.log_id == row.id))
+
+    # -- appending --------------------------------------------------------------------------
+
+    def append(self, name: str, entries: Sequence[bytes], *, at_size: int | None = None) -> int:
+        """Append entries (their canonical bytes) atomically; returns the new size.
+
+        The log keeps each entry's RFC 9162 leaf hash and SHA-256 digest (hence its CID); the
+        bytes themselves belong in the content store. Appends to one log, from any number of
+        processes, are serialised: each waits for the one before it to commit.
+
+        ``at_size``: append only if the log has exactly that many leaves when the append
+        takes its lock (``LogChangedError`` otherwise, nothing appended), for a caller that
+        validated the batch against the leaves before it.
+        """
+        if not entries:
+            size = self.get_log(name).size
+            if at_size is not None and size != at_size:
+                raise LogChangedError(name, at_size, size)
+            return size
+        sha256 = hashlib.sha256
+        leaf_hashes = [sha256(b"\x00" + entry).digest() for entry in entries]
+        digests = [sha256(entry).digest() for entry in entries]
+        with self.engine.begin() as conn:
+            # Lock the log's row before reading anything: a write as the transaction's first
+            # statement takes SQLite's write lock (waiting for another writer's commit) and
+            # PostgreSQL's row lock, so the size and the edge tiles read below are those of
+            # the last committed append. Read first, and each SELECT may see a different
+            # commit: a size from before another process's append and tiles from after it.
+            if conn.execute(_LOCK_LOG, {"b_name": name}).rowcount != 1:
+                raise _no_log(name)
+            log_id, old_size = conn.execute(_LOG_BY_NAME, {"name": name}).one()
+            if at_size is not None and old_size != at_size:
+                raise LogChangedError(name, at_size, old_size)
             edge = self._fetch_tiles(conn, log_id, _edge_tiles(old_size), digests=True)
             grown = _grow_tiles(edge, old_size, leaf_hashes, digests)
             rows = [{"log_id": log_id, "level": level, "idx": idx, "hashes": hashes, "digests": d}
@@ -177,7 +253,7 @@ class LogStore:
                 conn.execute(_UPDATE_TILE, rows)
             size = old_size + len(entries)
             bumped = conn.execute(_BUMP_SIZE, {"b_id": log_id, "b_old": old_size, "b_new": size})
-            if bumped.rowcount != 1:
+            if bumped.rowcount != 1:  # cannot happen while the lock holds; never write past it
                 raise LedgerError(f"log {name!r} changed during the append; nothing was appended")
         return size
 
@@ -352,6 +428,9 @@ def _grow_tiles(edge: dict[tuple[int, int], Tile], size: int, leaf_hashes: list[
 
 # Statements an append or a proof runs, built once: building one costs as much as running it.
 _LOG_BY_NAME = select(logs.c.id, logs.c.size).where(logs.c.name == bindparam("name"))
+_LOCK_LOG = (  # a write that changes nothing, for its lock
+    update(logs).where(logs.c.name == bindparam("b_name")).values(size=logs.c.size)
+)
 _INSERT_TILE = insert(tiles)
 _UPDATE_TILE = (
     update(tiles)

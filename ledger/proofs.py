@@ -12,7 +12,11 @@ The document is the JSON object::
 
 ``verify_proof_document`` checks the audit path from the leaf hash to the root, and when
 ``entry`` is present that its canonical bytes have that CID and that leaf hash and form a
-valid entry. Whether the root is really anchored is a question for the chain (``rootAt``).
+valid entry. Without ``entry`` the document's ``entry_cid`` is a claim: nothing in the audit
+path binds it to the leaf (the leaf hash is of the entry's bytes, not of its CID), so
+``VerifiedProof.entry_checked`` is False until ``verify_proof_entry`` checks bytes obtained
+elsewhere (a file, the content store). Whether the root is really anchored is a question for
+the chain (``rootAt``).
 
 An audit path does not pin the tree size by itself (the same path can prove a leaf at a
 neighbouring size); ``check_anchored_root`` settles it against ``rootAt`` on chain.
@@ -20,16 +24,18 @@ neighbouring size); ``check_anchored_root`` settles it against ``rootAt`` on cha
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import rfc8785
 
-from ledger.entries import decode_entry, entry_cid
+from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH, decode_entry, entry_cid
 from ledger.errors import EntryError, LedgerError, VerificationError
+from ledger.json_input import JSONInputError, parse_json
+from ledger.multiformats import CID, RAW, SHA2_256, MultiformatError
 from ledger.rfc9162 import verify_inclusion
 
 if TYPE_CHECKING:
@@ -44,6 +50,10 @@ def _hex(value: bytes) -> str:
 
 PROOF_TYPE = "inclusion-proof"
 PROOF_VERSION = 1
+# A document holds one entry (<= 256 KiB canonical, more when pretty-printed) and an audit
+# path of at most 64 hashes; the entry nests at most MAX_ENTRY_DEPTH levels below it.
+MAX_PROOF_BYTES = 4 * MAX_ENTRY_BYTES + 64 * 1024
+MAX_PROOF_DEPTH = MAX_ENTRY_DEPTH + 2
 
 
 class ProofDocumentError(VerificationError):
@@ -58,8 +68,8 @@ class VerifiedProof:
     size: int
     root: bytes
     leaf_hash: bytes
-    entry_cid: str
-    entry_checked: bool  # the document carried the entry and it matched
+    entry_cid: str  # as the document states it; bound to the leaf only if entry_checked
+    entry_checked: bool  # entry bytes were checked against this CID and the leaf hash
     anchor: dict | None
 
 
@@ -89,7 +99,8 @@ def proof_document(store: LogStore, content: ContentStore | None, name: str, ind
                          "tx_hash": cp.tx_hash, "block_number": cp.block_number,
                          "batch_cid": cp.batch_cid}
     if content is not None and content.has(leaf.cid):
-        doc["entry"] = json.loads(content.cat(leaf.cid))
+        doc["entry"] = parse_json(content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
+                                  max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}")
     return doc
 
 
@@ -110,9 +121,26 @@ def proof_from_options(store: LogStore, content: ContentStore | None, *, log: st
     if proof_file is None:
         return None
     try:
-        return json.loads(proof_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise LedgerError(f"{proof_file} is not a readable JSON proof document ({exc})") from None
+        return read_proof_file(proof_file)
+    except LedgerError as exc:
+        raise LedgerError(f"not a readable JSON proof document: {exc}") from None
+
+
+def read_proof_file(path: Path) -> Any:
+    """The JSON value in proof document file ``path`` (not yet verified): ``LedgerError``
+    when it cannot be read or is not JSON within ``MAX_PROOF_BYTES`` and ``MAX_PROOF_DEPTH``."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_PROOF_BYTES + 1)  # never more than the limit into memory
+    except OSError as exc:
+        raise LedgerError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_PROOF_BYTES:
+        raise LedgerError(f"{path}: a proof document is at most {MAX_PROOF_BYTES} bytes")
+    try:
+        return parse_json(data, max_bytes=MAX_PROOF_BYTES, max_depth=MAX_PROOF_DEPTH,
+                          what="proof document")
+    except JSONInputError as exc:
+        raise LedgerError(f"{path}: {exc}") from None
 
 
 def _field(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:
@@ -152,30 +180,46 @@ def verify_proof_document(doc: Any) -> VerifiedProof:
     path = [_hash_field(h, f"audit_path[{i}]")
             for i, h in enumerate(_field(doc, "audit_path", list))]
     cid = _field(doc, "entry_cid", str)
+    try:
+        parsed = CID.parse(cid)
+    except MultiformatError as exc:
+        raise ProofDocumentError(f"entry_cid is not a CID ({exc})") from None
+    if (parsed.version, parsed.codec, parsed.hash_code) != (1, RAW, SHA2_256) or str(parsed) != cid:
+        raise ProofDocumentError(f"entry_cid {cid!r} is not an entry CID (raw sha2-256 CIDv1 "
+                                 "in lowercase base32, bafkrei...)")
     verify_inclusion(leaf, index, size, path, root)
-    entry_checked = False
+    anchor = doc.get("anchor")
+    if anchor is not None and not isinstance(anchor, dict):
+        raise ProofDocumentError("anchor must be an object or null")
+    proof = VerifiedProof(log, log_id, index, size, root, leaf, cid, False, anchor)
     if "entry" in doc:
         try:
             data = rfc8785.dumps(doc["entry"])
         except rfc8785.CanonicalizationError as exc:
             raise ProofDocumentError(f"entry is not RFC 8785 JSON: {exc}") from None
-        computed_cid = entry_cid(data)
-        if computed_cid != cid:
-            raise ProofDocumentError("the entry does not have the entry CID", expected=cid,
-                                     computed=computed_cid)
-        computed_leaf = hashlib.sha256(b"\x00" + data).digest()
-        if computed_leaf != leaf:
-            raise ProofDocumentError("the entry does not hash to the leaf hash",
-                                     expected=_hex(leaf), computed=_hex(computed_leaf))
-        try:
-            decode_entry(data)
-        except EntryError as exc:
-            raise ProofDocumentError(f"the entry is not a valid entry: {exc}") from None
-        entry_checked = True
-    anchor = doc.get("anchor")
-    if anchor is not None and not isinstance(anchor, dict):
-        raise ProofDocumentError("anchor must be an object or null")
-    return VerifiedProof(log, log_id, index, size, root, leaf, cid, entry_checked, anchor)
+        proof = verify_proof_entry(proof, data)
+    return proof
+
+
+def verify_proof_entry(proof: VerifiedProof, data: bytes) -> VerifiedProof:
+    """``proof`` with ``entry_checked`` set, after checking that entry bytes ``data`` are its
+    leaf: their CID is the document's ``entry_cid``, their RFC 9162 leaf hash the proven leaf
+    hash, and they are a valid entry. ``ProofDocumentError`` (expected and computed values)
+    otherwise."""
+    computed_cid = entry_cid(data)
+    if computed_cid != proof.entry_cid:
+        raise ProofDocumentError("the entry does not have the entry CID",
+                                 expected=proof.entry_cid, computed=computed_cid)
+    computed_leaf = hashlib.sha256(b"\x00" + data).digest()
+    if computed_leaf != proof.leaf_hash:
+        raise ProofDocumentError(f"the entry {computed_cid} does not hash to the leaf hash: the "
+                                 "document names a CID that is not this leaf's",
+                                 expected=_hex(proof.leaf_hash), computed=_hex(computed_leaf))
+    try:
+        decode_entry(data)
+    except EntryError as exc:
+        raise ProofDocumentError(f"the entry is not a valid entry: {exc}") from None
+    return dataclasses.replace(proof, entry_checked=True)
 
 
 def check_anchored_root(contract: LedgerContract, proof: VerifiedProof) -> None:

@@ -4,7 +4,11 @@ Migrations under ``ledger/migrations`` (Alembic) create exactly these tables; a 
 that the migrated database and this metadata agree.
 
 - ``logs``: one row per log; ``size`` is the committed size, bumped in the same transaction
-  as the rows of an append, so a batch is all there or not at all.
+  as the rows of an append, so a batch is all there or not at all. ``chain_log_id`` is the
+  log's id in an ExperienceLedger, and ``chain_id``, ``chain_genesis`` (block 0's hash) and
+  ``chain_ledger`` (the contract's address) name that ledger: an id means nothing on another
+  chain, and a devnet restarted from scratch reuses ids (same chain id, same address, another
+  genesis).
 - ``tiles``: perfect-subtree hashes packed in rows: the tile at ``(level, idx)`` holds, in
   order, the hashes of the perfect subtrees of height ``level * TILE_HEIGHT`` numbered
   ``idx * TILE_WIDTH ..``, up to TILE_WIDTH of them; a partial tile grows as the log does.
@@ -41,6 +45,11 @@ logs = Table(
     Column("size", BigInteger, nullable=False, server_default="0"),
     Column("chain_log_id", BigInteger, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The chain ``chain_log_id`` belongs to (since 0003): set with it, or on the first contact
+    # with the chain for a log recorded before 0003.
+    Column("chain_id", BigInteger, nullable=True),
+    Column("chain_genesis", String(66), nullable=True),  # block 0's hash, 0x-prefixed
+    Column("chain_ledger", String(42), nullable=True),  # ExperienceLedger, checksummed
 )
 
 TILE_HEIGHT = 4  # tree levels between stored levels: <= 15 hashes rebuild any subtree

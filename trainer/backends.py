@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ledger.json_input import parse_json
+from trainer._json import REPLY_BYTES
 from trainer.errors import TrainerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -323,7 +325,7 @@ class OpenAIBackend:
                 error = f"transport error: {exc}"
             else:
                 if response.status_code == 200:
-                    data = response.json()
+                    data = parse_json(response.content, max_bytes=REPLY_BYTES, what="reply")
                     usage = data.get("usage") or {}
                     self.usage.calls += 1  # counters: += on ints is atomic enough under the GIL
                     self.usage.prompt_tokens += int(usage.get("prompt_tokens", 0))

@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from trainer._json import read_json_file
+
 train_app = typer.Typer(help="Train: LoRA adapters (sft, dpo, grpo, gspo through TRL + PEFT) "
                         "or a Training-Free GRPO experience library.", no_args_is_help=True)
 console = Console()
@@ -69,7 +71,7 @@ def train_tfgrpo(
                                    f"library {row['library_size']}")
 
         report_path = trainer.train(resume=resume, on_step_end=advance)
-    report = json.loads(report_path.read_text())
+    report = read_json_file(report_path)
     table = Table(title="Training-Free GRPO")
     table.add_column("counter")
     table.add_column("count", justify="right")

@@ -20,6 +20,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ledger.json_input import parse_json
+from trainer._json import LINE_BYTES
+
 Problem = dict[str, str]  # {"problem": ..., "answer": ...}
 
 
@@ -133,7 +136,8 @@ def load_problems(path: str | Path, limit: int = 0) -> list[Problem]:
     if not path.is_file():
         raise FileNotFoundError(f"no such dataset file: {path}")
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = [parse_json(line, max_bytes=LINE_BYTES, what=f"{path}:{number}")
+                for number, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
     else:
         import datasets
 

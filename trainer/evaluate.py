@@ -15,12 +15,12 @@ each metric is reported as mean, std, min and max across seeds.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 from math import comb
 from pathlib import Path
 
+from trainer._json import read_json_file
 from trainer.backends import Backend
 from trainer.tfgrpo_trainer import Experience, rollout_messages
 from trainer.verifiers import Verifier
@@ -51,7 +51,7 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def load_library(path: str | Path) -> list[Experience]:
     """The experiences of a `library.json` written by the trainer (or a plain list of texts)."""
-    data = json.loads(Path(path).read_text())
+    data = read_json_file(path)
     items = data["experiences"] if isinstance(data, dict) else data
     return [Experience(e["id"], e["text"]) if isinstance(e, dict) else Experience(f"e{i}", e)
             for i, e in enumerate(items)]

@@ -20,7 +20,6 @@ same order; a mismatch is an error, never a warning.
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from ledger.entries import (
     weights_digest,
 )
 from ledger.errors import NotFoundError
+from trainer._json import read_json_file
 from trainer.errors import TrainerError
 
 PACKAGES = ("zoo-gym", "torch", "transformers", "math-verify", "trl", "peft")
@@ -110,7 +110,7 @@ def _hardware() -> dict:
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        return read_json_file(path)
     except FileNotFoundError:
         raise PublishRunError(f"{path} is missing: is {path.parent} a finished "
                               "`gym train tfgrpo` run directory?") from None

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from random import Random
 
+from trainer._json import read_json_file
 from trainer.backends import Backend, BackendError, derive_seed, make_backend
 from trainer.data import load_problems
 from trainer.errors import TrainerError
@@ -512,7 +513,7 @@ class TFGRPOTrainer:
         snapshots = sorted((self.output_dir / "snapshots").glob("step-*.json"))
         if not snapshots:
             return 0
-        snapshot = json.loads(snapshots[-1].read_text())
+        snapshot = read_json_file(snapshots[-1])
         mine, theirs = self.config.to_dict(), dict(snapshot["config"])
         mine.pop("output_dir"), theirs.pop("output_dir")
         if mine != theirs:

@@ -16,6 +16,7 @@ from ledger.publish import (
     publish,
 )
 from ledger.rfc9162 import leaf_hash
+from ledger.rfc9162 import root as merkle_root
 
 pytestmark = pytest.mark.anvil
 
@@ -94,13 +95,37 @@ def test_chain_refuses_a_rewrite_and_nothing_is_recorded(ledger):
 def test_publish_refuses_when_someone_else_anchored(ledger):
     store, content, contract, log_id, _ = ledger
     append_entries(store, content, "alice/physics", experiences(0, 4))
-    # Another installation holding the same key anchors size 2 behind this one's back.
+    # Another installation holding the same key anchors size 2 of another history.
+    other = [leaf_hash(e) for e in experiences(100, 2)]
     batch = store_batch(content, BatchManifest("alice/physics", log_id, 0, 2,
                                                [leaf.cid for leaf in store.leaves("alice/physics", 0, 2)]))
-    contract.anchor(log_id, 2, store.root("alice/physics", 2), batch, [])
-    with pytest.raises(CheckpointMismatchError, match="someone else anchored it"):
+    contract.anchor(log_id, 2, merkle_root(other), batch, [])
+    with pytest.raises(CheckpointMismatchError,
+                       match="at size 2 with a root that is not this log's root at that size.*"
+                             "someone else anchored it"):
         publish(store, content, contract, "alice/physics")
     assert store.checkpoints("alice/physics") == []
+
+
+def test_a_publish_that_died_after_its_anchor_was_mined_is_recovered(ledger):
+    """The anchor transaction of size 4 is mined but the checkpoint never recorded (the
+    process died in between): the next publish adopts it and anchors what came after."""
+    store, content, contract, log_id, devnet = ledger
+    name = "alice/physics"
+    append_entries(store, content, name, experiences(0, 4))
+    batch = store_batch(content, BatchManifest(name, log_id, 0, 4,
+                                               [leaf.cid for leaf in store.leaves(name)]))
+    lost = contract.anchor(log_id, 4, store.root(name), batch, [])  # ... and nothing recorded
+    append_entries(store, content, name, experiences(4, 2))
+
+    result = publish(store, content, contract, name)
+    assert result.recovered == (4,) and result.sent
+    assert (result.old_size, result.size) == (4, 6)
+    assert result.proof_length == len(store.consistency_proof(name, 4, 6)) > 0
+    assert [(c.size, c.tx_hash, c.batch_cid) for c in store.checkpoints(name)] == [
+        (4, lost.tx_hash, batch), (6, result.tx_hash, result.batch_cid)]
+    assert contract.log_info(log_id).root == store.root(name)
+    assert audit_log(contract, content, log_id, from_block=devnet.deployment_block).ok
 
 
 def test_audit_detects_tampered_missing_entries_and_a_lying_manifest(ledger):

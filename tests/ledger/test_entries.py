@@ -170,7 +170,6 @@ def test_nulls_inside_free_form_objects_are_kept():
         json.dumps(experience(), sort_keys=True).encode(),  # spaces after ':' and ','
         canonical(experience()).replace(b'"domain":"math"', b'"domain":"\\u006dath"'),
         canonical(experience()) + b"\n",
-        canonical(experience()).replace(b'"v":1', b'"v":1,"v":1'),  # duplicate key
         canonical(experience(target=None)),  # explicit null for an absent optional
         canonical(receipt()).replace(b'"top_p":0.95', b'"top_p":0.950'),
         canonical(receipt()).replace(b'"temperature":0.7', b'"temperature":7e-1'),
@@ -180,6 +179,18 @@ def test_non_canonical_bytes_are_rejected(text):
     assert json.loads(text)  # it is valid JSON of a valid entry ...
     with pytest.raises(EntryError, match="not the canonical RFC 8785 encoding"):
         decode_entry(text)  # ... but not in the one spelling that has the entry's CID
+
+
+def test_duplicate_members_are_refused_before_anything_else():
+    """I-JSON (RFC 7493 §2.3): two readers must not see two documents in one entry."""
+    with pytest.raises(EntryError, match="member 'v' appears twice in one object"):
+        decode_entry(canonical(experience()).replace(b'"v":1', b'"v":1,"v":1'))
+
+
+def test_deeply_nested_bytes_are_refused_without_recursing():
+    deep = b'{"type":"run","v":1,"config":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(EntryError, match="nests deeper than 64 levels"):
+        decode_entry(deep)
 
 
 def test_size_limit_is_256_kib_of_canonical_bytes():

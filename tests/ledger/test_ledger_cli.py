@@ -83,7 +83,7 @@ def test_create_append_publish_proof_verify_audit(gym, tmp_path):
     proof_file = tmp_path / "proof.json"
     proof_file.write_text(json.dumps(doc))
     out = ok(gym.run("verify", "proof", str(proof_file)))
-    assert "valid" in out and "bytes checked against CID and leaf hash" in out
+    assert "valid" in out and "bytes in the document checked against the CID and the leaf hash" in out
     assert f"anchored on chain: log {LOG_ID} at size 6" in ok(
         gym.run("verify", "proof", str(proof_file), "--chain"))
     at_8 = json.loads(ok(gym.run("ledger", "proof", LOG, "3", "--size", "8", "--json")))
@@ -142,7 +142,7 @@ def test_forged_or_truncated_proofs_are_refused(gym, tmp_path):
     refused({**doc, "entry": {**doc["entry"], "text": "forged"}},
             "the entry does not have the entry CID")
     refused({k: v for k, v in doc.items() if k != "root"}, "lacks 'root'")
-    refused(json.dumps(doc)[:-40], "is not valid JSON")
+    refused(json.dumps(doc)[:-40], "proof document is not JSON")
     refused({**doc, "root": "0x1234"}, "root must be '0x' and 64 hex digits")
 
     # Offline, a path only binds (index, size) as far as the root is trusted: this one also
@@ -183,9 +183,13 @@ def test_nothing_new_and_stale_checkpoint_are_refused(gym, ledger_devnet, tmp_pa
     ok(gym.run("ledger", "append", LOG, str(more), extra_env={"GYM_DATA_DIR": str(copy)}))
     ok(gym.run("ledger", "publish", LOG, extra_env={"GYM_DATA_DIR": str(copy)}))
 
-    ok(gym.run("ledger", "append", LOG, str(more)))
+    # This one appends other entries: the chain's size 6 is not its tree.
+    others = tmp_path / "others.jsonl"
+    others.write_text("\n".join(json.dumps(experience(i)) for i in range(40, 42)))
+    ok(gym.run("ledger", "append", LOG, str(others)))
     line = one_error_line(gym.run("ledger", "publish", LOG))
-    assert "anchored on chain at size 6 but the last checkpoint recorded here is size 4" in line
+    assert "anchored on chain at size 6 with a root that is not this log's root" in line
+    assert "the last checkpoint recorded here is size 4" in line
     assert "someone else anchored it" in line
     assert [c["size"] for c in state(gym)["checkpoints"]] == [4]
     # Its content store holds the second batch; this one lacks it, and the audit says so.

@@ -250,6 +250,15 @@ def test_publish_then_fetch_with_an_inclusion_proof(run_dir, tmp_path, ledger_de
     with pytest.raises(AdapterEntryError, match="inclusion proof is about entry"):
         fetch_adapter(content, published.adapter_cid, tmp_path / "again", proof=wrong_leaf,
                       contract=contract)
+    # leaf 0's proof without its entry, claiming the adapter's CID: the leaf is the run's
+    claimed = {**{k: v for k, v in wrong_leaf.items() if k != "entry"},
+               "entry_cid": published.adapter_cid}
+    with pytest.raises(AdapterEntryError, match="does not hash to the leaf hash"):
+        fetch_adapter(content, published.adapter_cid, tmp_path / "again", proof=claimed,
+                      contract=contract)
+    bare = {k: v for k, v in doc.items() if k != "entry"}  # the right leaf, entry left out
+    assert fetch_adapter(content, published.adapter_cid, tmp_path / "bare", proof=bare,
+                         contract=contract).inclusion.entry_checked
     forged = {**doc, "root": "0x" + "11" * 32}
     with pytest.raises(AdapterEntryError, match="inclusion proof does not verify"):
         fetch_adapter(content, published.adapter_cid, tmp_path / "again", proof=forged,

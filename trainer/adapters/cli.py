@@ -12,7 +12,6 @@ them as one line and exits 1.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterError
 
 app = typer.Typer(help="PEFT adapters on the ledger: publish, fetch and verify, merge, compress.",
@@ -239,7 +239,7 @@ def compress(
         from trainer.adapters.publish import publish_derived_adapter
 
         source_cid, source_entry = source
-        config = json.loads((output / CONFIG_FILE).read_text())
+        config = read_json_file(output / CONFIG_FILE)
         if config["base_model"]["weights_digest"] != source_entry.base_model.weights_digest:
             raise AdapterError("not publishing: the delta was made against another base than "
                                f"the adapter entry {source_cid} names (--force was used)")

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterError, BaseModelMismatchError, DeltaFormatError
 from trainer.adapters.fetch import read_adapter_entry
 from trainer.adapters.merge import (
@@ -258,7 +259,7 @@ def load_delta(directory: str | Path) -> tuple[CompressedDelta, dict]:
     """Read a delta directory; ``DeltaFormatError`` unless config and tensors agree."""
     directory = Path(directory)
     try:
-        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        config = read_json_file(directory / CONFIG_FILE)
         tensors = load_file(directory / DELTA_FILE)
     except FileNotFoundError as exc:
         raise DeltaFormatError(f"{directory} is not a delta directory: {exc.filename} is "

@@ -92,16 +92,27 @@ def _adapter_entry(data: bytes, where: object) -> AdapterEntry:
 
 
 def verify_entry_inclusion(proof_doc: object, cid: str,
-                           contract: LedgerContract | None = None) -> VerifiedProof:
+                           contract: LedgerContract | None = None, *,
+                           data: bytes | None = None) -> VerifiedProof:
     """Check that the inclusion proof document ``proof_doc`` proves entry ``cid`` and, given
-    ``contract``, that its root is the root anchored on chain at its size."""
-    from ledger.proofs import check_anchored_root, verify_proof_document
+    ``contract``, that its root is the root anchored on chain at its size.
+
+    A proof proves a leaf hash; the document's ``entry_cid`` is bound to it only by the
+    entry's bytes: those in the document, or ``data`` (the entry ``cid``'s bytes, fetched and
+    checked against ``cid`` by the caller). With neither, ``AdapterEntryError``: the CID is
+    then a claim nothing checked."""
+    from ledger.proofs import check_anchored_root, verify_proof_document, verify_proof_entry
 
     try:
         proof = verify_proof_document(proof_doc)
         if proof.entry_cid != cid:
             raise AdapterEntryError(f"the inclusion proof is about entry {proof.entry_cid}, not "
                                     f"{cid}")
+        if not proof.entry_checked:
+            if data is None:
+                raise AdapterEntryError(f"the inclusion proof carries no entry and the bytes of "
+                                        f"{cid} were not given: nothing binds {cid} to its leaf")
+            proof = verify_proof_entry(proof, data)
         if contract is not None:
             if proof.anchor is None:
                 raise AdapterEntryError(f"leaf {proof.index} of log {proof.log!r} is not anchored "
@@ -171,7 +182,8 @@ def fetch_adapter(content, cid: str, directory: str | Path, *, proof: object = N
     directory = Path(directory)
     data, entry = fetch_adapter_entry(content, cid)
     _check_target(directory, entry.files)
-    inclusion = verify_entry_inclusion(proof, cid, contract) if proof is not None else None
+    inclusion = (verify_entry_inclusion(proof, cid, contract, data=data)
+                 if proof is not None else None)
     tmp = directory.parent / f".{directory.name}.fetch-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

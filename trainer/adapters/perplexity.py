@@ -10,10 +10,11 @@ predicted, padding excluded, so batching does not change it beyond float noise.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from ledger.json_input import parse_json
+from trainer._json import LINE_BYTES
 from trainer.adapters.errors import AdapterError
 
 DEFAULT_EVAL_DATASET = Path(__file__).resolve().parents[1] / "data" / "arith_heldout.jsonl"
@@ -44,7 +45,7 @@ def load_eval_texts(path: str | Path | None = None, limit: int = 0) -> list[str]
     texts = []
     for number, line in enumerate(lines[:limit] if limit else lines, 1):
         try:
-            row = json.loads(line)
+            row = parse_json(line, max_bytes=LINE_BYTES, what="row")
         except ValueError as exc:
             raise AdapterError(f"{path}:{number}: not valid JSON ({exc})") from None
         if not isinstance(row, dict):

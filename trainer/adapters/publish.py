@@ -20,12 +20,12 @@ file or field is wrong.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.entries import AdapterEntry, AdapterFile, RunEntry, encode_entry, entry_cid
 from ledger.errors import EntryError, NotFoundError
+from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterRunError
 
 RUN_MANIFEST = "run.json"
@@ -54,7 +54,7 @@ def read_run_manifest(run_dir: str | Path) -> dict:
     """run.json of ``run_dir``, checked for the sections publishing needs."""
     path = Path(run_dir) / RUN_MANIFEST
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json_file(path)
     except FileNotFoundError:
         raise AdapterRunError(f"{path} is missing: is {path.parent} the output directory of a "
                               "finished `gym train sft|dpo|grpo|gspo` run?") from None
@@ -111,7 +111,7 @@ def build_adapter_entries(run_dir: str | Path, content) -> AdapterRunEntries:
     section = manifest["adapter"]
     config = section.get("config")
     if config is None:
-        config = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+        config = read_json_file(adapter_dir / "adapter_config.json")
     try:
         adapter = encode_entry(AdapterEntry(
             base_model=manifest["base_model"], method=manifest["method"], files=files,

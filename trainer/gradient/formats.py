@@ -18,10 +18,11 @@ and the field: `data.jsonl:7: field 'output': missing`. Extra fields are ignored
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from ledger.json_input import parse_json
+from trainer._json import DATASET_BYTES, LINE_BYTES
 from trainer.errors import TrainerError
 
 Row = dict[str, Any]
@@ -46,7 +47,7 @@ def read_rows(path: str | Path) -> list[tuple[str, Row]]:
     rows: list[tuple[str, Any]] = []
     if text.lstrip().startswith("["):
         try:
-            data = json.loads(text)
+            data = parse_json(text, max_bytes=DATASET_BYTES, what=str(path))
         except ValueError as exc:
             raise DatasetFormatError(f"{path}: not valid JSON ({exc})") from None
         rows = [(f"{path}[{i}]", row) for i, row in enumerate(data)]
@@ -55,7 +56,8 @@ def read_rows(path: str | Path) -> list[tuple[str, Row]]:
             if not line.strip():
                 continue
             try:
-                rows.append((f"{path}:{number}", json.loads(line)))
+                rows.append((f"{path}:{number}",
+                             parse_json(line, max_bytes=LINE_BYTES, what="row")))
             except ValueError as exc:
                 raise DatasetFormatError(f"{path}:{number}: not valid JSON ({exc})") from None
     for where, row in rows:

@@ -25,6 +25,9 @@ import re
 import sys
 from pathlib import Path
 
+from ledger.json_input import parse_json
+from trainer._json import LINE_BYTES
+
 INSTRUCTION = "Solve the word problem step by step. End with 'Answer: <number>'."
 SYSTEM = "You solve arithmetic word problems. Show each step, then write 'Answer: <number>'."
 
@@ -111,7 +114,8 @@ def write_sample_data(directory: str | Path, source: str | Path | None = None) -
     """Write the four files under `directory` from `source` (default arith_train.jsonl)."""
     directory = Path(directory)
     source = Path(source) if source else Path(__file__).parents[1] / "data" / "arith_train.jsonl"
-    problems = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
+    problems = [parse_json(line, max_bytes=LINE_BYTES, what=str(source))
+                for line in source.read_text().splitlines() if line.strip()]
     alpaca = [{"instruction": INSTRUCTION, "input": p["problem"],
                "output": worked_solution(p["problem"], p["answer"])} for p in problems[:48]]
     sharegpt = []

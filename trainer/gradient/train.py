@@ -43,6 +43,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from trainer._json import read_json_file
 from trainer.errors import TrainerError
 from trainer.gradient.config import TINY_RANDOM, GradientConfig
 from trainer.tfgrpo_config import ConfigError
@@ -251,7 +252,7 @@ def save_adapter(model, directory: Path, base_name: str) -> dict[str, Any]:
         peft_config.target_modules = sorted(peft_config.target_modules)
     model.save_pretrained(str(directory), selected_adapters=["default"], save_embedding_layers=False)
     (directory / "README.md").unlink(missing_ok=True)
-    return json.loads((directory / "adapter_config.json").read_text(encoding="utf-8"))
+    return read_json_file(directory / "adapter_config.json")
 
 
 def metric_curves(log_history: list[dict]) -> tuple[dict[str, list[float]], dict[str, float]]:
