@@ -80,6 +80,7 @@ from ledger.entries import MAX_ENTRY_BYTES
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.json_input import JSONInputError, parse_json
 from ledger.multiformats import CID
+from ledger.publish import PublishError, check_chain_binding
 from ledger.rfc9162 import verify_inclusion
 
 if TYPE_CHECKING:
@@ -321,9 +322,10 @@ class GovernanceClient:
             known = ", ".join(info.name for info in store.list_logs()) or "none"
             raise CurationError(f"unknown log {log_name!r} (logs here: {known}); see "
                                 "`gym ledger list`") from None
-        if log.chain_log_id is None:
-            raise CurationError(f"log {log_name!r} is not on chain yet: run `gym ledger publish "
-                                f"{log_name}` first")
+        try:  # a log created before a chain reset names another chain's log id
+            chain_log_id = check_chain_binding(store, self.ledger, log_name)
+        except PublishError as exc:
+            raise CurationError(str(exc)) from None
         checkpoints = store.checkpoints(log_name)
         anchored = checkpoints[-1].size if checkpoints else 0
         bad = [i for i in indices if not 0 <= i < anchored]
@@ -334,12 +336,12 @@ class GovernanceClient:
                 f"{log_name}` to anchor what was appended since")
         checkpoint = checkpoints[-1]
         try:
-            info = self.ledger.log_info(log.chain_log_id)
-            chain_root = self.ledger.root_at(log.chain_log_id, checkpoint.size)
+            info = self.ledger.log_info(chain_log_id)
+            chain_root = self.ledger.root_at(chain_log_id, checkpoint.size)
         except LedgerError as exc:
             raise CurationError(f"cannot read log {log_name!r} from the chain: {exc}") from None
         if info.kind != LogKind.PUBLISHER:
-            raise CurationError(f"log {log_name!r} is on-chain log {log.chain_log_id}, a "
+            raise CurationError(f"log {log_name!r} is on-chain log {chain_log_id}, a "
                                 "curated log: only publisher logs can be curated from")
         if chain_root != checkpoint.root:
             raise CurationError(
@@ -373,7 +375,7 @@ class GovernanceClient:
             if not isinstance(body, dict):
                 raise CurationError(f"leaf {index} of {log_name!r}: entry {leaf.cid} is not a "
                                     "JSON object")
-            leaves.append(SourcedLeaf(log.chain_log_id, checkpoint.size, index, leaf.leaf_hash,
+            leaves.append(SourcedLeaf(chain_log_id, checkpoint.size, index, leaf.leaf_hash,
                                       leaf.cid, tuple(proof)))
             bodies.append({"index": index, "cid": leaf.cid, "leaf_hash": "0x" + leaf.leaf_hash.hex(),
                            "entry": body})
@@ -382,7 +384,7 @@ class GovernanceClient:
         document = {
             "type": DOCUMENT_TYPE, "v": 1,
             "curated_log_id": self.curated_log_id,
-            "source": {"log": log_name, "log_id": log.chain_log_id, "size": checkpoint.size,
+            "source": {"log": log_name, "log_id": chain_log_id, "size": checkpoint.size,
                        "root": "0x" + checkpoint.root.hex()},
             "entries": bodies,
         }
@@ -393,7 +395,7 @@ class GovernanceClient:
             f"# Curate {n} entr{'y' if n == 1 else 'ies'} from {log_name}",
             "",
             *([description.strip(), ""] if description.strip() else []),
-            (f"Source: publisher log {log_name} (on-chain log {log.chain_log_id}), anchored "
+            (f"Source: publisher log {log_name} (on-chain log {chain_log_id}), anchored "
              f"checkpoint of size {checkpoint.size}, root 0x{checkpoint.root.hex()}"),
             f"Target: curated library (on-chain log {self.curated_log_id})",
             "Entries:",

@@ -119,6 +119,11 @@ def test_a_log_of_a_reset_chain_refuses_until_rebound(ledger_devnet, tmp_path):
     line = one_error_line(gym.run("ledger", "publish", "alice/legacy"))
     assert "recorded before logs were bound to a chain, and log 3 there is not it" in line
     assert show(gym)["checkpoints"] == before["checkpoints"]  # nothing recorded either
+    # Curating from it would prove its leaves against whatever log 2 is now: refused as well.
+    line = one_error_line(gym.run("gov", "propose-curation", "--from-log", LOG, "--indices", "0",
+                                  "--account", "0"))
+    assert "the chain was restarted from scratch or replaced" in line
+    assert f"`gym ledger rebind {LOG}`" in line
 
     # Bob's log is untouched and Bob can publish.
     contract = ledger_devnet.contract()
