@@ -208,6 +208,14 @@ def serve(
         help="Local name of the receipt log; default: node/<address>/receipts.")] = None,
     anchor_interval: Annotated[float, typer.Option(
         help="Seconds between anchors of the receipt log.")] = 60.0,
+    receipt_wal: Annotated[Path | None, typer.Option(
+        help="Write-ahead file where each receipt is made durable (fsync) before its answer "
+             "leaves; a restarted node appends what it holds to the receipt log. Default: "
+             "receipt-wal/<log>.wal beside the local content store (GYM_DATA_DIR).",
+        dir_okay=False)] = None,
+    max_body_bytes: Annotated[int | None, typer.Option(
+        help="Refuse request bodies above this many bytes with 413 "
+             "(GYM_NODE_MAX_BODY_BYTES; default 4 MiB).")] = None,
     register: Annotated[bool, typer.Option(
         help="Before serving, register the key in the NodeRegistry as this node's operator "
              "and signer (or update its model digest, endpoint and stake): approves and "
@@ -247,7 +255,9 @@ def serve(
     if adapter is not None and served_model_name is None:
         served_model_name = f"{model.name}+{adapter[-12:]}"
     settings = NodeSettings(served_model_name=served_model_name, max_queue=max_queue,
-                            host=host, port=port)
+                            host=host, port=port,
+                            **({} if max_body_bytes is None
+                               else {"max_body_bytes": max_body_bytes}))
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _load_key(key_env, keystore, password_env)
@@ -274,7 +284,7 @@ def serve(
                                           adapter_index, adapter_proof, offline)
         _serve(ctx, model, served_dir, adapter, source, settings, key, offline, register, stake,
                endpoint, engine_kind, eager, device, max_batch, no_prefix_reuse, receipt_log,
-               anchor_interval, host, port)
+               anchor_interval, host, port, receipt_wal)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -309,7 +319,7 @@ def _serve(ctx, model: Path, served_dir: Path, adapter: str | None, source, sett
            offline: bool, register: bool, stake: str | None, endpoint: str | None,
            engine_kind: EngineKind, eager: bool, device: str | None, max_batch: int,
            no_prefix_reuse: bool, receipt_log: str | None, anchor_interval: float, host: str,
-           port: int) -> None:
+           port: int, receipt_wal: Path | None) -> None:
     """`serve` once its library and adapter are ready: engine, signer, registration, app."""
     from inference_node.receipt_log import ReceiptLog
     from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
@@ -331,11 +341,17 @@ def _serve(ctx, model: Path, served_dir: Path, adapter: str | None, source, sett
                   else ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()))
         signer = ReceiptSigner(key, domain, getattr(engine, "model", None), model_digest(model),
                                adapter_cid=adapter)
-        receipts_log = ReceiptLog(rt.store, rt.content, contract,
-                                  receipt_log or f"node/{signer.address}/receipts",
-                                  interval_s=anchor_interval)
+        log_name = receipt_log or f"node/{signer.address}/receipts"
+        wal = receipt_wal or (rt.content_dir.parent / "receipt-wal"
+                              / (log_name.replace("/", "_") + ".wal"))
+        receipts_log = ReceiptLog(rt.store, rt.content, contract, log_name,
+                                  interval_s=anchor_interval, wal_path=wal)
         console.print(f"signing receipts as [bold]{signer.address}[/] (chain "
-                      f"{domain.chain_id}), receipt log {receipts_log.name!r}")
+                      f"{domain.chain_id}), receipt log {receipts_log.name!r}, written ahead "
+                      f"to {wal}")
+        if receipts_log.recovered:
+            console.print(f"appended {receipts_log.recovered} receipts that an earlier run "
+                          "wrote ahead but did not append (it was stopped abruptly)")
         if register:
             _register(ctx, key, signer, receipts_log, stake,
                       endpoint or f"http://{host}:{port}/v1")
