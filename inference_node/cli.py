@@ -27,7 +27,6 @@ signer before serving (``inference_node.registry``).
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -42,6 +41,10 @@ from rich.console import Console
 from rich.table import Table
 
 log = logging.getLogger(__name__)
+# Files a user hands the CLI are JSON from outside (ledger.json_input): a bundle holds the
+# request body (at most the node's 4 MiB default) and the answer; a keystore is ~500 bytes.
+MAX_BUNDLE_BYTES = 16 * 1024 * 1024
+MAX_KEYSTORE_BYTES = 64 * 1024
 
 app = typer.Typer(help="Run an inference node: an OpenAI-compatible server over a frozen model.",
                   no_args_is_help=True)
@@ -69,8 +72,12 @@ def _load_key(key_env: str | None, keystore: Path | None, password_env: str) -> 
         if password is None:
             raise typer.BadParameter(f"environment variable {password_env} (the keystore "
                                      "password) is not set", param_hint="--password-env")
+        from ledger.json_input import parse_json
+
         try:
-            return "0x" + bytes(Account.decrypt(json.loads(keystore.read_text()), password)).hex()
+            document = parse_json(keystore.read_bytes(), max_bytes=MAX_KEYSTORE_BYTES,
+                                  max_depth=8, what="keystore")
+            return "0x" + bytes(Account.decrypt(document, password)).hex()
         except (OSError, ValueError) as exc:  # never echo the password or the key
             raise typer.BadParameter(f"cannot decrypt {keystore}: {type(exc).__name__}",
                                      param_hint="--keystore") from None
@@ -495,10 +502,12 @@ def challenge(
 
 
 def _read_bundle(path: Path) -> object:
+    """A receipt bundle file, parsed with `ledger.json_input` limits (size, depth)."""
     from inference_node.errors import NodeError
+    from ledger.json_input import parse_json
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_bytes(), max_bytes=MAX_BUNDLE_BYTES, what=str(path))
     except (OSError, ValueError) as exc:
         raise NodeError(f"cannot read {path}: {exc}") from None
 
@@ -594,9 +603,11 @@ def verify_receipt(
     registered, active node serving the receipt's model), library root and state, log
     inclusion and anchoring, and with --model the activation commitment."""
     from inference_node.receipts import ReceiptError
+    from ledger.json_input import parse_json
 
     try:
-        bundle = json.loads(bundle_file.read_text(encoding="utf-8"))
+        bundle = parse_json(bundle_file.read_bytes(), max_bytes=MAX_BUNDLE_BYTES,
+                            what=str(bundle_file))
     except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/] cannot read {bundle_file}: {exc}")
         raise typer.Exit(1) from None

@@ -413,7 +413,7 @@ class TransformersEngine(Engine):
         try:
             request.generator.manual_seed(seed if seed is not None
                                           else int.from_bytes(os.urandom(8), "little") >> 1)
-        except (RuntimeError, OverflowError, TypeError) as exc:
+        except (RuntimeError, ValueError, OverflowError, TypeError) as exc:
             request.emit(EngineError(f"invalid seed {seed}: {exc}"))
             return False
         return True
