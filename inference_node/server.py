@@ -23,8 +23,9 @@ recurses per level, and deep input used to kill the process), then validated int
 models of `inference_node.protocol`. Prompts are tokenized off the event loop (`serving`).
 
 A client that disconnects before its non-streamed answer is ready cancels the request in the
-engine (`until_disconnected`; a stream stops when its response can no longer be sent); it is
-counted with status 499, nginx's "client closed request". `/metrics` counts every answer by
+engine (`until_disconnected`); a stream stops at its next token, when the chunk cannot be
+sent (the engine's `stream` is closed). Either is counted with status 499, nginx's "client
+closed request". `/metrics` counts every answer by
 route template (`/v1/receipts/{cid}/proof`, not each receipt id) and status, unhandled errors
 included.
 """
@@ -34,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
@@ -44,6 +45,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inference_node.engine import Engine
@@ -135,13 +137,10 @@ def _union_branch(part: str | int) -> bool:
                                       or "[" in part)
 
 
-class ClientDisconnected(Exception):
-    """The client went away before its answer was ready; the work was cancelled."""
-
-
 async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await ``work`` in this task; if the client disconnects first, cancel it (the engine
-    drops the request) and raise ``ClientDisconnected``. The body must have been read."""
+    drops the request) and raise Starlette's ``ClientDisconnect``. The body must have been
+    read."""
     task = asyncio.current_task()
     state = {"done": False, "gone": False}
 
@@ -158,7 +157,7 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
     except asyncio.CancelledError:
         if state["gone"]:
             task.uncancel()
-            raise ClientDisconnected from None
+            raise ClientDisconnect from None
         raise
     finally:
         state["done"] = True  # no await between the work's end and here: watch() cannot fire
@@ -167,17 +166,27 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 class EngineStreamingResponse(StreamingResponse):
     """A stream whose request leaves the admission count however the response ends (also when
-    the client is gone before the body starts, and the stream never reaches the engine)."""
+    the client is gone before the body starts, and the stream never reaches the engine); one
+    that Starlette stopped because the client went away raises ``ClientDisconnect`` (499)."""
 
-    def __init__(self, content, prepared: Prepared) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=prepared.headers())
+    def __init__(self, content: AsyncIterator[str], prepared: Prepared) -> None:
+        self.completed = False
+        super().__init__(self._to_the_end(content), media_type="text/event-stream",
+                         headers=prepared.headers())
         self.prepared = prepared
+
+    async def _to_the_end(self, content: AsyncIterator[str]) -> AsyncIterator[str]:
+        async for chunk in content:
+            yield chunk
+        self.completed = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self.prepared.handed_over()
+        if not self.completed:
+            raise ClientDisconnect
 
 
 async def _answer(raw: Request, serving: OpenAIServing, prepared: Prepared, work) -> Response:
@@ -259,10 +268,6 @@ async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     return _error(exc.status_code, str(exc.detail), kind)
 
 
-async def _client_disconnected(_: Request, __: ClientDisconnected) -> Response:
-    return Response(status_code=CLIENT_CLOSED)  # nobody reads it; /metrics counts it
-
-
 class RequestMetrics:
     """ASGI middleware: counts every answer by route template and status, and turns an
     unhandled exception into OpenAI's 500 on a connection that stays open (Starlette's own
@@ -285,6 +290,9 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, send_status)
+        except ClientDisconnect:  # reading the body or sending a stream: nobody to answer
+            self._count(scope, CLIENT_CLOSED)
+            return
         except Exception as exc:
             log.exception("unhandled error")
             if status is not None:  # the answer has begun: only closing the connection is left
@@ -330,6 +338,5 @@ def create_app(engine: Engine, library_source: LibrarySource,
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(ClientDisconnected, _client_disconnected)
     app.add_middleware(RequestMetrics, serving=serving)
     return app

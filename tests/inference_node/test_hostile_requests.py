@@ -200,10 +200,11 @@ def test_metrics_label_routes_by_template(server, http):
 # --------------------------------------------------------------------------- disconnects
 
 
-def test_abandoned_requests_are_cancelled(tiny_model_dir):
-    """Item 8: eight non-streamed requests for 3,000 tokens whose clients leave once they are
-    running or queued stop decoding: none finishes (no generated token is counted), the engine is idle again,
-    each is counted as 499, and the next request is answered."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_abandoned_requests_are_cancelled(tiny_model_dir, stream):
+    """Item 8: eight requests for 3,000 tokens whose clients leave once they are running or
+    queued stop decoding: none finishes (no generated token is counted), the engine is idle
+    again, each is counted as 499, and the next request is answered."""
     engine = make_engine(tiny_model_dir, max_batch=8)
     with run_server(engine, StaticLibrarySource()) as server:
         serving = server.app.state.serving
@@ -211,9 +212,15 @@ def test_abandoned_requests_are_cancelled(tiny_model_dir):
         async def scenario() -> str:
             async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client, \
                     httpx.AsyncClient(base_url=server.root_url) as probe:
-                body = {"model": MODEL_NAME, "messages": USER, "max_tokens": 3000}
-                tasks = [asyncio.create_task(client.post("/chat/completions", json=body))
-                         for _ in range(8)]
+                body = {"model": MODEL_NAME, "messages": USER, "max_tokens": 3000,
+                        "stream": stream}
+
+                async def ask() -> None:
+                    async with client.stream("POST", "/chat/completions", json=body) as reply:
+                        async for _ in reply.aiter_bytes():
+                            pass
+
+                tasks = [asyncio.create_task(ask()) for _ in range(8)]
                 deadline = time.monotonic() + 120
                 while engine.running() == 0 or engine.running() + serving.queue_depth() < 8:
                     assert time.monotonic() < deadline and not any(t.done() for t in tasks)
@@ -227,10 +234,10 @@ def test_abandoned_requests_are_cancelled(tiny_model_dir):
                 started = time.perf_counter()
                 reply = await client.post("/chat/completions", json={
                     "model": MODEL_NAME, "messages": USER, "max_tokens": 4})
-                print(f"4-token request after 8 abandoned ones: "
+                print(f"4-token request after 8 abandoned ones (stream={stream}): "
                       f"{(time.perf_counter() - started) * 1000:.0f} ms")
                 assert reply.status_code == 200
-                while "status=\"499\"} 8.0" not in (metrics := (await probe.get("/metrics")).text):
+                while 'status="499"} 8.0' not in (metrics := (await probe.get("/metrics")).text):
                     assert time.monotonic() < deadline
                     await asyncio.sleep(0.05)
                 return metrics
