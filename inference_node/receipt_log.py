@@ -9,7 +9,7 @@ a receipt is anchored at most one interval after it was served.
 
 Durability: with a write-ahead file (``wal_path``, `inference_node.receipt_wal`; `gym node
 serve` always gives one) ``submit`` returns only once the receipt is on disk there, and the
-server hands out a receipt only after ``submit`` returned. A node that dies, however it dies,
+server hands out a receipt only after ``submit`` returned. A node that is killed or crashes
 appends what the file holds beyond its log when it starts again (``recover``), before it
 serves: every receipt a client holds reaches the log and gets its proof. The file is emptied
 whenever the append queue is empty (all of it is then in the log). Only this node appends to

@@ -1,6 +1,7 @@
 """The receipt log's write-ahead file: a receipt is on disk before the answer that carries it
-leaves the node, so a node killed at any moment (kill -9, OOM, power cut) loses no receipt a
-client holds.
+leaves the node, so a node killed at any moment (kill -9, OOM, a crash) loses no receipt a
+client holds. (Once a receipt is appended the file forgets it: from then on it is as durable
+as the log store's commit, see docs/node.md.)
 
 Format: one record per line, each the receipt's canonical entry bytes (``encode_entry``; RFC
 8785 JSON never contains a raw newline) followed by ``\\n``. Records are appended with

@@ -40,7 +40,6 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
@@ -189,7 +188,7 @@ class EngineStreamingResponse(StreamingResponse):
             raise ClientDisconnect
 
 
-async def _answer(raw: Request, serving: OpenAIServing, prepared: Prepared, work) -> Response:
+async def _answer(raw: Request, prepared: Prepared, work: Awaitable[BaseModel]) -> Response:
     try:
         response = await until_disconnected(raw, work)
     finally:
@@ -205,7 +204,7 @@ async def create_chat_completion(raw: Request, serving: Serving) -> Response:
     if body.stream:
         return EngineStreamingResponse(serving.chat_stream(body, prepared, request_json),
                                        prepared)
-    return await _answer(raw, serving, prepared, serving.chat(body, prepared, request_json))
+    return await _answer(raw, prepared, serving.chat(body, prepared, request_json))
 
 
 @router.post("/v1/completions")
@@ -216,8 +215,7 @@ async def create_completion(raw: Request, serving: Serving) -> Response:
     if body.stream:
         return EngineStreamingResponse(serving.completion_stream(body, prepared, request_json),
                                        prepared)
-    return await _answer(raw, serving, prepared,
-                         serving.completion(body, prepared, request_json))
+    return await _answer(raw, prepared, serving.completion(body, prepared, request_json))
 
 
 @router.get("/v1/receipts/{cid}/proof")
@@ -248,19 +246,6 @@ def _error(status: int, message: str, type: str, param: str | None = None,
 
 async def _api_error(_: Request, exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body.model_dump(), status_code=exc.status)
-
-
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    if first.get("type") == "json_invalid":
-        return _error(400, f"The request body is not valid JSON: {first.get('msg')}",
-                      "invalid_request_error", code="invalid_json")
-    message = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: "
-                        f"{e.get('msg')}" for e in errors)
-    return _error(400, message or "invalid request", "invalid_request_error",
-                  param=".".join(loc) or None, code="invalid_value")
 
 
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -336,7 +321,6 @@ def create_app(engine: Engine, library_source: LibrarySource,
     app.state.serving = serving
     app.include_router(router)
     app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(RequestMetrics, serving=serving)
     return app

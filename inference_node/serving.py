@@ -1,9 +1,11 @@
 """The logic behind the node's OpenAI-compatible routes (the routers in `server.py` stay thin).
 
-One request: check the model name and `n`, refuse with 429 when the engine's waiting queue is
-full, take the library snapshot *once* (the request keeps it even if the library is swapped while
-it runs), inject it (`inference_node.injection`), run the engine, and shape the answer as OpenAI
-does. Every answer names the library it was prompted with in `system_fingerprint`
+One request: check the model name and `n`, take the library snapshot *once* (the request keeps
+it even if the library is swapped while it runs), inject it (`inference_node.injection`) and
+tokenize on the one tokenizer thread (off the event loop), check that prompt and `max_tokens` fit
+the context, admit it (429 when `max_queue` requests are waiting: admitted ones not yet handed to
+the engine, streamed or not, plus the engine's own queue), run the engine, and shape the answer
+as OpenAI does. Every answer names the library it was prompted with in `system_fingerprint`
 (`library-<version>`) and in the `x-gym-library-*` headers.
 
 Receipts (`inference_node.receipts`), when the node has a `ReceiptSigner`: a non-streaming answer
