@@ -4,6 +4,7 @@
                    [--key-env GYM_NODE_KEY | --keystore FILE --password-env VAR] [--offline]
                    [--register [--stake GYM] [--endpoint URL]]
                    [--engine auto|transformers|vllm [--eager]] [--host H] [--port P] [--max-queue N]
+                   [--max-body-bytes N] [--receipt-wal FILE]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
@@ -172,7 +173,8 @@ def serve(
         exists=True, dir_okay=False)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    max_queue: Annotated[int, typer.Option(help="Waiting requests before answering 429.")] = 64,
+    max_queue: Annotated[int, typer.Option(
+        help="Waiting requests (streamed ones included) before answering 429.")] = 64,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together.")] = 8,
     served_model_name: Annotated[str | None, typer.Option(
         help="Model id in /v1/models; default: the model directory's name.")] = None,
@@ -250,8 +252,9 @@ def serve(
     The library comes from --library (a static file) or --follow-log (verified sync). With
     --adapter, an adapter entry from the ledger, verified by CID and against --model (its
     base), is merged into the served weights. With a key, every answer carries a signed
-    receipt (streamed answers on their last chunk), appended to the node's receipt log and
-    anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
+    receipt (streamed answers on their last chunk), written ahead to --receipt-wal (on disk
+    before the answer leaves; a node restarted after a crash appends what it holds), appended
+    to the node's receipt log and anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
     from inference_node.library import StaticLibrarySource
