@@ -14,17 +14,21 @@ Reading at start-up (``records``) keeps every complete line that decodes as a re
 line cut short by a crash mid-write (its writer never returned, so its answer never left) ends
 without ``\\n`` and is dropped, as is anything that is not a receipt. ``ReceiptLog`` appends the
 records its log does not yet hold, then ``clear``s the file; while serving it clears the file
-whenever its append queue is empty, i.e. every record in the file is in the log.
+whenever its append queue is empty, i.e. every record in the file is in the log. The file is
+locked (``flock``) while open: a second node on the same file is refused (the OS drops the lock
+of a killed process).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from inference_node.errors import NodeError
 from ledger.entries import ReceiptEntry, decode_entry
 from ledger.errors import EntryError
 from ledger.json_input import JSONInputError
@@ -39,6 +43,12 @@ class ReceiptWAL:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")  # noqa: SIM115 (open for the log's lifetime)
+        try:  # one node per file: a second one would empty the file under the first
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.close()
+            raise NodeError(f"{self.path} is in use by another running node: give this one "
+                            "its own --receipt-log (or --receipt-wal)") from None
         self._lock = threading.Lock()  # one writer at a time, and clear() against writers
         self._sync_lock = threading.Lock()  # one fsync at a time
         self._written = 0  # records handed to the OS (a sequence number, never reset)

@@ -133,8 +133,8 @@ def test_content_parts_empty_prompt_and_the_context(http):
     wrong `param`); the connection stays usable."""
     part = {"model": MODEL_NAME, "messages": [
         {"role": "user", "content": [{"type": "text", "text": 5}]}]}
-    assert error_of(http.post("/chat/completions", json=part), 400)["param"] == \
-        "messages.0.content"
+    refused = http.post("/chat/completions", json=part)
+    assert error_of(refused, 400)["param"] == "messages.0.content"
     image = {"model": MODEL_NAME, "messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
     assert error_of(http.post("/chat/completions", json=image), 400)["param"] == \
@@ -158,6 +158,9 @@ def test_content_parts_empty_prompt_and_the_context(http):
     reply = http.post("/chat/completions", json={"model": MODEL_NAME, "messages": USER,
                                                  "max_tokens": 2, "seed": 2**63 - 1})
     assert reply.status_code == 200, reply.text
+    address = "client_addr"  # the same keep-alive connection throughout: none was reset
+    assert reply.extensions["network_stream"].get_extra_info(address) == \
+        refused.extensions["network_stream"].get_extra_info(address)
 
 
 def test_a_seed_the_engine_refuses_fails_alone(tiny_model_dir):

@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from node_helpers import MODEL_NAME, NODE_KEY, free_port, node_process, stop_node, wait_for_health
 from test_receipt_log import receipts
 
+from inference_node.errors import NodeError
 from inference_node.receipt_log import ReceiptLog
 from inference_node.receipt_wal import ReceiptWAL
 from inference_node.receipts import parse_receipt
@@ -102,6 +104,7 @@ def test_write_ahead_file_recovery(tmp_path):
     assert [leaf.cid for leaf in store.leaves("node/receipts")] == [entry_cid(d)
                                                                    for d in batch[:5]]
     assert wal.path.read_bytes() == b""
+    log.wal.close()  # as a node's exit does
     again = ReceiptLog(store, content, None, "node/receipts", wal_path=wal.path)
     assert again.recovered == 0 and store.get_log("node/receipts").size == 5
 
@@ -111,3 +114,5 @@ def test_write_ahead_file_recovery(tmp_path):
     assert again.flush_appends(30)
     assert [leaf.cid for leaf in store.leaves("node/receipts")][-1] == cid
     assert wal.path.read_bytes() == b""  # emptied once the queue is
+    with pytest.raises(NodeError, match="in use by another running node"):
+        ReceiptWAL(wal.path)  # `again` still holds it
