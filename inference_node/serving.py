@@ -205,7 +205,7 @@ class OpenAIServing:
                        prompt_param: str) -> Prepared:
         """Checks, then the prompt built and tokenized on the tokenizer thread (a large prompt
         must not stall the event loop), then admission: the request counts as waiting from
-        here until `Prepared.release`, which the engine's queue takes over from."""
+        here until `Prepared.handed_over`, when the engine's queue takes over."""
         started = time.perf_counter()
         if request.model != self.model_name:
             raise APIError(404, f"The model `{request.model}` does not exist; this node serves "

@@ -163,24 +163,36 @@ def test_content_parts_empty_prompt_and_the_context(http):
         refused.extensions["network_stream"].get_extra_info(address)
 
 
-def test_a_seed_the_engine_refuses_fails_alone(tiny_model_dir):
-    """Item 6, in the engine: a request whose generator refuses its seed no longer fails the
-    batch it was scheduled with (the protocol refuses such seeds before they get here)."""
+def test_a_request_that_fails_in_the_engine_fails_alone(tiny_model_dir):
+    """Item 6, in the engine: a request whose generator refuses its seed, or whose tokens break
+    the forward pass of the batch it was scheduled with, fails alone; the others of its batch
+    are answered (the protocol refuses such seeds, and the tokenizer such ids, before here)."""
     engine = make_engine(tiny_model_dir, max_batch=8)
     prompt = Prompt(None, tuple(engine.tokenizer("one two three")["input_ids"]))
+    broken = Prompt(None, (*prompt.token_ids, 10**6))  # no such token: the embedding fails
 
-    async def scenario():
+    async def scenario(bad_prompt, bad_seed):
+        # a long request first keeps the worker busy while the four queue: they form one batch
+        busy = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=300)))
+        while engine.running() == 0:
+            await asyncio.sleep(0.001)
         good = [engine.generate(prompt, SamplingParams(max_tokens=3, seed=i)) for i in range(3)]
-        bad = engine.generate(prompt, SamplingParams(max_tokens=3, seed=2**64))
-        return await asyncio.gather(*good, bad, return_exceptions=True)
+        bad = engine.generate(bad_prompt, SamplingParams(max_tokens=3, seed=bad_seed))
+        results = await asyncio.gather(*good, bad, return_exceptions=True)
+        await busy
+        return results
 
     engine.start()
     try:
-        *answers, failure = asyncio.run(scenario())
+        for bad_prompt, bad_seed, reason in ((prompt, 2**64, "seed"), (broken, 0, "index")):
+            batches = engine.batch_sizes.copy()
+            *answers, failure = asyncio.run(scenario(bad_prompt, bad_seed))
+            assert engine.batch_sizes[len(answers) + 1] > batches[len(answers) + 1] or \
+                engine.batch_sizes[len(answers)] > batches[len(answers)]  # scheduled together
+            assert [a.completion_tokens for a in answers] == [3, 3, 3]
+            assert isinstance(failure, EngineError) and reason in str(failure)
     finally:
         engine.shutdown()
-    assert [a.completion_tokens for a in answers] == [3, 3, 3]
-    assert isinstance(failure, EngineError) and "seed" in str(failure)
 
 
 # --------------------------------------------------------------------------- metrics
