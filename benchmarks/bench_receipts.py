@@ -16,8 +16,9 @@ A control beyond the target makes the run NOISY, not a result.
 The breakdown repeats, in this process and on the same model, each step the node takes per
 receipt: capturing the decode positions' hidden states while generating (generation with
 `capture_activations` minus without), the TOPLOC commitment, the digests and receipt entry, the
-EIP-712 signature, and handing the receipt to the receipt log's queue; the append itself
-(SQLite + local content store) runs in a background thread, in batches, and is shown apart.
+EIP-712 signature, and handing the receipt to the receipt log (written ahead to its file and
+fsync'd, then queued); the append itself (SQLite + local content store) runs in a background
+thread, in batches, and is shown apart.
 
 Verifying (baseline: generating the same answer in process, `TransformersEngine.generate`).
 `verify_receipt_bundle(bundle, model=…, tokenizer=…)` on each signed answer: signature, digests,
@@ -147,10 +148,11 @@ def main() -> int:
         digest, digest_t = timed(model_digest, model_dir)
         signer = ReceiptSigner(NODE_KEY, domain, None, digest)  # signs as the node does
         receipt_log = ReceiptLog(LogStore(f"sqlite:///{tmp}/receipts.sqlite"),
-                                 LocalBlockStore(Path(tmp) / "ipfs"), None, "bench/receipts")
+                                 LocalBlockStore(Path(tmp) / "ipfs"), None, "bench/receipts",
+                                 wal_path=Path(tmp) / "receipts.wal")
         steps: dict[str, list[float]] = {"activation capture": [], "TOPLOC commitment": [],
                                          "digests + build": [], "EIP-712 signing": [],
-                                         "receipt log submit": []}
+                                         "write-ahead + submit": []}
         append_t: list[float] = []
         verify_steps: dict[str, list[float]] = {"signature recovery": [],
                                                 "prefill (model body)": [],
@@ -183,7 +185,7 @@ def main() -> int:
             steps["EIP-712 signing"].append(time.perf_counter() - started)
             receipt = receipt.model_copy(update={"signature": "0x" + signature.hex()})
             _, t = timed(receipt_log.submit, receipt)
-            steps["receipt log submit"].append(t)
+            steps["write-ahead + submit"].append(t)
             _, t = timed(receipt_log.flush_appends)
             append_t.append(t)
 

@@ -7,7 +7,8 @@ Modules: `protocol` (OpenAI request/response shapes), `engine` (the `Engine` int
 JSON source), `sync` (`ChainLibrarySource`: follows a log on chain, verifies every leaf and the
 root before use), `receipts` (EIP-712 signed proof-of-inference receipts with a TOPLOC
 activation commitment, and their verification), `receipt_log` (the node's own receipt log,
-appended in the background and anchored periodically), `registry` (the NodeRegistry contract:
+appended in the background and anchored periodically), `receipt_wal` (its write-ahead file: a
+receipt is on disk before its answer leaves), `registry` (the NodeRegistry contract:
 registration, challenges), `serving` + `server` (the FastAPI app), `metrics`, `settings`,
 `errors`, `cli` (`gym node serve|list|challenge`, `gym verify receipt`), `demo` (the node step
 of `gym demo`). `vllm_engine` holds the vLLM engine. docs/node.md shows them at work.

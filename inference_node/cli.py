@@ -4,6 +4,7 @@
                    [--key-env GYM_NODE_KEY | --keystore FILE --password-env VAR] [--offline]
                    [--register [--stake GYM] [--endpoint URL]]
                    [--engine auto|transformers|vllm [--eager]] [--host H] [--port P] [--max-queue N]
+                   [--max-body-bytes N] [--receipt-wal FILE]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
@@ -27,7 +28,6 @@ signer before serving (``inference_node.registry``).
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -42,6 +42,10 @@ from rich.console import Console
 from rich.table import Table
 
 log = logging.getLogger(__name__)
+# Files a user hands the CLI are JSON from outside (ledger.json_input): a bundle holds the
+# request body (at most the node's 4 MiB default) and the answer; a keystore is ~500 bytes.
+MAX_BUNDLE_BYTES = 16 * 1024 * 1024
+MAX_KEYSTORE_BYTES = 64 * 1024
 
 app = typer.Typer(help="Run an inference node: an OpenAI-compatible server over a frozen model.",
                   no_args_is_help=True)
@@ -69,8 +73,12 @@ def _load_key(key_env: str | None, keystore: Path | None, password_env: str) -> 
         if password is None:
             raise typer.BadParameter(f"environment variable {password_env} (the keystore "
                                      "password) is not set", param_hint="--password-env")
+        from ledger.json_input import parse_json
+
         try:
-            return "0x" + bytes(Account.decrypt(json.loads(keystore.read_text()), password)).hex()
+            document = parse_json(keystore.read_bytes(), max_bytes=MAX_KEYSTORE_BYTES,
+                                  max_depth=8, what="keystore")
+            return "0x" + bytes(Account.decrypt(document, password)).hex()
         except (OSError, ValueError) as exc:  # never echo the password or the key
             raise typer.BadParameter(f"cannot decrypt {keystore}: {type(exc).__name__}",
                                      param_hint="--keystore") from None
@@ -165,7 +173,8 @@ def serve(
         exists=True, dir_okay=False)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    max_queue: Annotated[int, typer.Option(help="Waiting requests before answering 429.")] = 64,
+    max_queue: Annotated[int, typer.Option(
+        help="Waiting requests (streamed ones included) before answering 429.")] = 64,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together.")] = 8,
     served_model_name: Annotated[str | None, typer.Option(
         help="Model id in /v1/models; default: the model directory's name.")] = None,
@@ -208,6 +217,14 @@ def serve(
         help="Local name of the receipt log; default: node/<address>/receipts.")] = None,
     anchor_interval: Annotated[float, typer.Option(
         help="Seconds between anchors of the receipt log.")] = 60.0,
+    receipt_wal: Annotated[Path | None, typer.Option(
+        help="Write-ahead file where each receipt is made durable (fsync) before its answer "
+             "leaves; a restarted node appends what it holds to the receipt log. Default: "
+             "receipt-wal/<log>.wal beside the local content store (GYM_DATA_DIR).",
+        dir_okay=False)] = None,
+    max_body_bytes: Annotated[int | None, typer.Option(
+        help="Refuse request bodies above this many bytes with 413 "
+             "(GYM_NODE_MAX_BODY_BYTES; default 4 MiB).")] = None,
     register: Annotated[bool, typer.Option(
         help="Before serving, register the key in the NodeRegistry as this node's operator "
              "and signer (or update its model digest, endpoint and stake): approves and "
@@ -235,8 +252,9 @@ def serve(
     The library comes from --library (a static file) or --follow-log (verified sync). With
     --adapter, an adapter entry from the ledger, verified by CID and against --model (its
     base), is merged into the served weights. With a key, every answer carries a signed
-    receipt (streamed answers on their last chunk), appended to the node's receipt log and
-    anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
+    receipt (streamed answers on their last chunk), written ahead to --receipt-wal (on disk
+    before the answer leaves; a node restarted after a crash appends what it holds), appended
+    to the node's receipt log and anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
     from inference_node.library import StaticLibrarySource
@@ -247,7 +265,9 @@ def serve(
     if adapter is not None and served_model_name is None:
         served_model_name = f"{model.name}+{adapter[-12:]}"
     settings = NodeSettings(served_model_name=served_model_name, max_queue=max_queue,
-                            host=host, port=port)
+                            host=host, port=port,
+                            **({} if max_body_bytes is None
+                               else {"max_body_bytes": max_body_bytes}))
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _load_key(key_env, keystore, password_env)
@@ -274,7 +294,7 @@ def serve(
                                           adapter_index, adapter_proof, offline)
         _serve(ctx, model, served_dir, adapter, source, settings, key, offline, register, stake,
                endpoint, engine_kind, eager, device, max_batch, no_prefix_reuse, receipt_log,
-               anchor_interval, host, port)
+               anchor_interval, host, port, receipt_wal)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -309,7 +329,7 @@ def _serve(ctx, model: Path, served_dir: Path, adapter: str | None, source, sett
            offline: bool, register: bool, stake: str | None, endpoint: str | None,
            engine_kind: EngineKind, eager: bool, device: str | None, max_batch: int,
            no_prefix_reuse: bool, receipt_log: str | None, anchor_interval: float, host: str,
-           port: int) -> None:
+           port: int, receipt_wal: Path | None) -> None:
     """`serve` once its library and adapter are ready: engine, signer, registration, app."""
     from inference_node.receipt_log import ReceiptLog
     from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
@@ -331,11 +351,17 @@ def _serve(ctx, model: Path, served_dir: Path, adapter: str | None, source, sett
                   else ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()))
         signer = ReceiptSigner(key, domain, getattr(engine, "model", None), model_digest(model),
                                adapter_cid=adapter)
-        receipts_log = ReceiptLog(rt.store, rt.content, contract,
-                                  receipt_log or f"node/{signer.address}/receipts",
-                                  interval_s=anchor_interval)
+        log_name = receipt_log or f"node/{signer.address}/receipts"
+        wal = receipt_wal or (rt.content_dir.parent / "receipt-wal"
+                              / (log_name.replace("/", "_") + ".wal"))
+        receipts_log = ReceiptLog(rt.store, rt.content, contract, log_name,
+                                  interval_s=anchor_interval, wal_path=wal)
         console.print(f"signing receipts as [bold]{signer.address}[/] (chain "
-                      f"{domain.chain_id}), receipt log {receipts_log.name!r}")
+                      f"{domain.chain_id}), receipt log {receipts_log.name!r}, written ahead "
+                      f"to {wal}")
+        if receipts_log.recovered:
+            console.print(f"appended {receipts_log.recovered} receipts that an earlier run "
+                          "wrote ahead but did not append (it was stopped abruptly)")
         if register:
             _register(ctx, key, signer, receipts_log, stake,
                       endpoint or f"http://{host}:{port}/v1")
@@ -479,10 +505,12 @@ def challenge(
 
 
 def _read_bundle(path: Path) -> object:
+    """A receipt bundle file, parsed with `ledger.json_input` limits (size, depth)."""
     from inference_node.errors import NodeError
+    from ledger.json_input import parse_json
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return parse_json(path.read_bytes(), max_bytes=MAX_BUNDLE_BYTES, what=str(path))
     except (OSError, ValueError) as exc:
         raise NodeError(f"cannot read {path}: {exc}") from None
 
@@ -578,9 +606,11 @@ def verify_receipt(
     registered, active node serving the receipt's model), library root and state, log
     inclusion and anchoring, and with --model the activation commitment."""
     from inference_node.receipts import ReceiptError
+    from ledger.json_input import parse_json
 
     try:
-        bundle = json.loads(bundle_file.read_text(encoding="utf-8"))
+        bundle = parse_json(bundle_file.read_bytes(), max_bytes=MAX_BUNDLE_BYTES,
+                            what=str(bundle_file))
     except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/] cannot read {bundle_file}: {exc}")
         raise typer.Exit(1) from None

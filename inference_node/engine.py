@@ -24,6 +24,11 @@ automatic prefix caching, in a later `VLLMEngine`) simply runs `prompt.all_token
   rows are dropped from the batch (`DynamicCache.batch_select_indices`).
 - Logprobs are those of the model's own distribution (before temperature and top-p), as vLLM
   and OpenAI report them.
+- A request fails alone: a seed its generator refuses fails it before the batch is built, an
+  error while sampling its token drops its row, and when a forward pass fails the requests that
+  have emitted nothing yet run again one by one (the others fail: their stream has begun).
+  A request whose consumer is gone (`stream` closed: a client that disconnected) is dropped
+  at the next token.
 """
 
 from __future__ import annotations
@@ -130,6 +135,11 @@ class Engine(abc.ABC):
     def queue_depth(self) -> int:
         """Requests accepted but not yet running."""
 
+    def running(self) -> int:
+        """Requests being decoded now (a cancelled one stops counting when the engine drops
+        it)."""
+        return 0
+
     def start(self) -> None:
         """Start background workers (called by the server on startup)."""
 
@@ -188,6 +198,7 @@ class TransformersEngine(Engine):
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._running = 0
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, model_name: str | None = None,
@@ -226,6 +237,9 @@ class TransformersEngine(Engine):
     def queue_depth(self) -> int:
         return len(self._waiting)
 
+    def running(self) -> int:
+        return self._running
+
     async def stream(self, prompt: Prompt, params: SamplingParams
                      ) -> AsyncIterator[GenerationDelta]:
         self.start()
@@ -254,10 +268,28 @@ class TransformersEngine(Engine):
                 with torch.inference_mode():
                     self._run_batch(batch)
             except Exception as exc:
-                log.exception("engine batch failed")
-                for request in batch:
-                    request.emit(EngineError(f"engine failure: {exc}"))
+                log.exception("engine batch of %d failed", len(batch))
+                self._fail_or_retry_alone(batch, exc)
+            finally:
+                self._running = 0
             del batch  # an idle worker must not keep the last prompts (and their prefix) alive
+
+    def _fail_or_retry_alone(self, batch: list[_Request], exc: Exception) -> None:
+        """After a batch failed: requests that have emitted nothing yet run again one by one,
+        so a request that breaks the model fails alone; the others fail with ``exc``."""
+        torch = self.torch
+        fresh = [r for r in batch if not r.token_ids and not r.cancelled] if len(batch) > 1 else []
+        for request in batch:
+            if request not in fresh:
+                request.emit(EngineError(f"engine failure: {exc}"))
+        for request in fresh:
+            request.activations.clear()
+            try:
+                with torch.inference_mode():
+                    self._run_batch([request])
+            except Exception as alone:
+                log.exception("request failed alone")
+                request.emit(EngineError(f"engine failure: {alone}"))
 
     def _take_batch(self) -> list[_Request]:
         """The oldest live request and up to max_batch - 1 later ones with the same prefix."""
@@ -287,9 +319,11 @@ class TransformersEngine(Engine):
         from transformers import DynamicCache
 
         torch = self.torch
+        batch = [r for r in batch if self._seeded(r)]
         if not batch:
             return
         self.batch_sizes[len(batch)] += 1
+        self._running = len(batch)
         prefix = batch[0].prompt.prefix
         reuse = (self.prefix_reuse and prefix is not None
                  and all(r.prompt.token_ids for r in batch))
@@ -308,11 +342,6 @@ class TransformersEngine(Engine):
                            device=self.device)
         mask = torch.cat([torch.ones(len(rows), past, dtype=own.dtype, device=self.device), own], 1)
         positions = (past + own.cumsum(1) - 1).clamp(min=0)
-        for request in batch:
-            request.generator = torch.Generator(device=self.device)
-            seed = request.params.seed
-            request.generator.manual_seed(seed if seed is not None
-                                          else int.from_bytes(os.urandom(8), "little") >> 1)
 
         # Receipts commit to the final hidden state of each decode position: a hook on the
         # model's body (its output is what `hidden_states[-1]` is, after the final norm) keeps
@@ -358,6 +387,7 @@ class TransformersEngine(Engine):
                         keep.append(row)
                         chosen.append(token)
                 if len(keep) != len(live):
+                    self._running = len(keep)
                     if not keep:
                         return
                     index = torch.tensor(keep, device=self.device)
@@ -374,6 +404,19 @@ class TransformersEngine(Engine):
         finally:
             if hook is not None:
                 hook.remove()
+
+    def _seeded(self, request: _Request) -> bool:
+        """Give ``request`` its own generator; False (and the request failed alone) when its
+        seed is one the generator refuses."""
+        request.generator = self.torch.Generator(device=self.device)
+        seed = request.params.seed
+        try:
+            request.generator.manual_seed(seed if seed is not None
+                                          else int.from_bytes(os.urandom(8), "little") >> 1)
+        except (RuntimeError, ValueError, OverflowError, TypeError) as exc:
+            request.emit(EngineError(f"invalid seed {seed}: {exc}"))
+            return False
+        return True
 
     def _step(self, request: _Request, logits: Any, state: Any = None) -> int | None:
         """Sample one token for `request`, emit its delta; the token to feed back, or None if

@@ -30,6 +30,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from ledger.json_input import JSONInputError, parse_json
+
 
 @dataclass(frozen=True)
 class LibrarySnapshot:
@@ -83,7 +85,10 @@ def snapshot_version(log_id: str, size: int, root: str,
 def load_library_file(path: str | Path) -> LibrarySnapshot:
     """Parse a library JSON file; raises `ValueError` with the reason when it is malformed."""
     try:
-        data = _LibraryFile.model_validate_json(Path(path).read_bytes())
+        data = _LibraryFile.model_validate(parse_json(Path(path).read_bytes(),
+                                                      what=f"library file {path}"))
+    except JSONInputError as exc:
+        raise ValueError(str(exc)) from exc
     except (OSError, ValidationError) as exc:
         raise ValueError(f"library file {path}: {exc}") from exc
     experiences = tuple((e.id, e.text) for e in data.experiences)

@@ -15,10 +15,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 class NodeMetrics:
     def __init__(self, queue_depth: Callable[[], int], library_size: Callable[[], int],
-                 prefix_computations: Callable[[], int]) -> None:
+                 prefix_computations: Callable[[], int], running: Callable[[], int]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("gym_node_requests_total", "HTTP API requests by route and status",
+        # `route` is the route's template (`/v1/receipts/{cid}/proof`), or `(unmatched)`: a
+        # label per raw path would grow without bound. Status 499: the client went away.
+        self.requests = Counter("gym_node_requests_total", "HTTP requests by route and status",
                                 ["route", "status"], registry=r)
         self.prompt_tokens = Counter("gym_node_prompt_tokens_total",
                                      "prompt tokens processed (library prefix included)",
@@ -33,6 +35,8 @@ class NodeMetrics:
                               buckets=LATENCY_BUCKETS, registry=r)
         Gauge("gym_node_queue_depth", "requests waiting for the engine",
               registry=r).set_function(queue_depth)
+        Gauge("gym_node_requests_running", "requests the engine is decoding",
+              registry=r).set_function(running)
         Gauge("gym_node_library_size", "experiences in the active library",
               registry=r).set_function(library_size)
         Gauge("gym_node_prefix_cache_computations", "library prefixes run through the model",

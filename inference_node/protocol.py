@@ -2,9 +2,15 @@
 
 The shapes follow the OpenAI API reference (chat completions, legacy completions, models) as the
 official `openai` Python SDK reads them. Only the sampling fields this node honours are declared;
-unknown fields are ignored, as the OpenAI API itself does. `n` is accepted only as 1: a node
-answers one sample per request (and will sign one receipt per sample), so `n > 1` is a 400 with
-`param: "n"` rather than a silently smaller answer.
+unknown fields are ignored, as vLLM's server does. `n` is accepted only as 1: a node answers one
+sample per request (and will sign one receipt per sample), so `n > 1` is a 400 with `param: "n"`
+rather than a silently smaller answer.
+
+The request models are strict where OpenAI is: a JSON string is not a number or a boolean
+(`"max_tokens": "4"`, `"stream": "yes"`), a number with a fraction is not an integer, and a
+content part's `text` must be a string; each is a 400 naming the field (`server.py` turns a
+`ValidationError` into OpenAI's error shape). `seed` is a 64-bit signed integer, as in vLLM's
+protocol (a larger one overflowed the engines' generators).
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit
 MAX_TOP_LOGPROBS = 20
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.long, as vLLM's protocol bounds `seed`
 
 
 def new_id(prefix: str) -> str:
@@ -61,7 +68,13 @@ class ModelList(BaseModel):
 # --------------------------------------------------------------------------- shared
 
 
-class StreamOptions(BaseModel):
+class _StrictRequest(BaseModel):
+    """What a client sends: no coercion from strings, fractions or booleans."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class StreamOptions(_StrictRequest):
     include_usage: bool = False
 
 
@@ -71,12 +84,12 @@ class UsageInfo(BaseModel):
     total_tokens: int
 
 
-class _SamplingRequest(BaseModel):
+class _SamplingRequest(_StrictRequest):
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -100,21 +113,33 @@ class _SamplingRequest(BaseModel):
 # --------------------------------------------------------------------------- chat
 
 
-class ChatMessage(BaseModel):
+class TextPart(_StrictRequest):
+    """A content part `{"type": "text", "text": "..."}`; other part types are refused."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_StrictRequest):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict] | None = None
+    content: str | list[TextPart] | None = None
 
     def text(self) -> str:
-        """The message text; content parts of type `text` are joined, others rejected upstream."""
+        """The message text; content parts are joined."""
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        return "".join(part.get("text", "") for part in self.content)
+        return "".join(part.text for part in self.content)
 
-    @field_validator("content")
+    @field_validator("content", mode="before")
     @classmethod
-    def _text_parts_only(cls, value: str | list[dict] | None) -> str | list[dict] | None:
-        if isinstance(value, list) and any(part.get("type") != "text" for part in value):
-            raise ValueError("only text content parts are supported")
+    def _text_parts_only(cls, value: object) -> object:
+        if isinstance(value, list):
+            for part in value:
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    raise ValueError("only text content parts are supported")
+                if not isinstance(part.get("text"), str):
+                    raise ValueError(  # noqa: TRY004 (pydantic reports ValueError, not TypeError)
+                        "a text content part's `text` must be a string")
         return value
 
 
@@ -123,9 +148,6 @@ class ChatCompletionRequest(_SamplingRequest):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-
-    def token_limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
 
 
 class TopLogprob(BaseModel):
@@ -199,6 +221,8 @@ class CompletionRequest(_SamplingRequest):
     def _one_prompt(cls, value: str | list[str]) -> str | list[str]:
         if isinstance(value, list) and len(value) != 1:
             raise ValueError("exactly one prompt per request")
+        if (value if isinstance(value, str) else value[0]) == "":
+            raise ValueError("the prompt must not be empty")  # vLLM's answer too
         return value
 
     def prompt_text(self) -> str:

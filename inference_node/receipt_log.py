@@ -7,6 +7,15 @@ RFC 9162 consistency proof, ``anchor`` on the ExperienceLedger. The server calls
 every ``interval_s`` from a background task and once more on graceful shutdown (``flush``), so
 a receipt is anchored at most one interval after it was served.
 
+Durability: with a write-ahead file (``wal_path``, `inference_node.receipt_wal`; `gym node
+serve` always gives one) ``submit`` returns only once the receipt is on disk there, and the
+server hands out a receipt only after ``submit`` returned. A node that is killed or crashes
+appends what the file holds beyond its log when it starts again (``recover``), before it
+serves: every receipt a client holds reaches the log and gets its proof. The file is emptied
+whenever the append queue is empty (all of it is then in the log). Only this node appends to
+its receipt log, so the records of the file that are already in the log are the log's last
+leaves, and ``recover`` appends exactly the rest, never one twice.
+
 Appending is off the request path: the server ``submit``s each receipt to a queue, and one
 background thread, once the first receipt has waited ``linger_s`` (1 s), appends whatever has
 queued up in one ``append_entries`` call (one database transaction), so the answers of a second
@@ -14,13 +23,12 @@ cost one commit, not one each (0.2 ms a receipt in batches of 8 against 0.7 ms a
 The appender shares the interpreter with the engine, so batching saves request latency too: on
 the tiny benchmark model a 0.1 s linger (a batch per request) cost the signing node a few
 percent more. What reads the log first waits for the queue to drain (``flush_appends``):
-``anchor``, ``proof`` and the final anchor at shutdown; ``pending`` counts the queue. A failed append is logged and retried, the receipts stay
-queued. The cost: receipts still queued when the process is killed (not stopped gracefully)
-miss the log; their callers hold them, signed. Appends and anchors are serialised by one lock
-(SQL and RPC are blocking); a failed anchor is logged and retried at the next tick, the
-receipts stay appended. ``proof(cid)`` gives a client the inclusion proof document of its
-receipt (``ledger.proofs``) against the newest anchored checkpoint, which ``gym verify receipt``
-checks against ``rootAt``.
+``anchor``, ``proof`` and the final anchor at shutdown; ``pending`` counts the queue. A failed
+append is logged and retried, the receipts stay queued (and in the write-ahead file). Appends
+and anchors are serialised by one lock (SQL and RPC are blocking); a failed anchor is logged and
+retried at the next tick, the receipts stay appended. ``proof(cid)`` gives a client the
+inclusion proof document of its receipt (``ledger.proofs``) against the newest anchored
+checkpoint, which ``gym verify receipt`` checks against ``rootAt``.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ import contextlib
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inference_node.receipt_wal import ReceiptWAL
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError, NotFoundError
 from ledger.logstore import LogStore
@@ -54,7 +64,8 @@ class ReceiptLog:
     """Log ``name`` in ``store`` (created if missing) holding this node's receipts."""
 
     def __init__(self, store: LogStore, content: ContentStore, contract: LedgerContract | None,
-                 name: str, *, interval_s: float = 60.0, linger_s: float = 1.0) -> None:
+                 name: str, *, interval_s: float = 60.0, linger_s: float = 1.0,
+                 wal_path: str | Path | None = None) -> None:
         self.store, self.content, self.contract, self.name = store, content, contract, name
         self.interval_s, self.linger_s = interval_s, linger_s
         self._flushing = 0  # threads waiting in flush_appends: the appender lingers no more
@@ -69,17 +80,40 @@ class ReceiptLog:
             store.get_log(name)
         except NotFoundError:
             store.create_log(name)
+        self.wal = ReceiptWAL(wal_path) if wal_path is not None else None
+        self.recovered = self.recover() if self.wal is not None else 0
+
+    def recover(self) -> int:
+        """Append the write-ahead file's receipts that the log lacks (a node that died before
+        appending them), then empty the file; how many were appended."""
+        records = self.wal.records()
+        if not records:
+            self.wal.clear()
+            return 0
+        cids = [entry_cid(data) for data in records]
+        size = self.store.get_log(self.name).size
+        tail = [leaf.cid for leaf in self.store.leaves(self.name, max(0, size - len(cids)), size)]
+        # The file's records already appended are its first ones, and the log's last leaves.
+        done = next(n for n in range(len(tail), -1, -1) if tail[len(tail) - n:] == cids[:n])
+        missing = list(zip(cids[done:], records[done:], strict=True))
+        if missing:
+            self._append_batch(missing)
+            log.warning("receipt log %r: appended %d receipts left in %s by a node that "
+                        "stopped before appending them", self.name, len(missing), self.wal.path)
+        self.wal.clear()
+        return len(missing)
 
     def append(self, receipt: ReceiptEntry) -> str:
-        """Store and append ``receipt`` now (after anything queued); its CID."""
-        self.flush_appends(FLUSH_TIMEOUT_S)
-        data = encode_entry(receipt)
-        cid = entry_cid(data)
-        self._append_batch([(cid, data)])
+        """Store and append ``receipt`` now (after anything queued); its CID. Raises
+        ``LedgerError`` when the store keeps failing (the receipt stays queued)."""
+        cid = self.submit(receipt)
+        if not self.flush_appends(FLUSH_TIMEOUT_S):
+            raise LedgerError(f"receipt {cid} is not appended yet: {self.last_error}")
         return cid
 
     def submit(self, receipt: ReceiptEntry) -> str:
-        """Queue ``receipt`` for the background appender; its CID (at once)."""
+        """Queue ``receipt`` for the background appender; its CID, once the receipt is in the
+        write-ahead file (on disk) when there is one."""
         data = encode_entry(receipt)
         cid = entry_cid(data)
         self.submit_encoded(cid, data)
@@ -87,6 +121,12 @@ class ReceiptLog:
 
     def submit_encoded(self, cid: str, data: bytes) -> None:
         """`submit` for a receipt already encoded (``encode_entry``) with its ``entry_cid``."""
+        if self.wal is None:
+            self._enqueue(cid, data)
+        else:
+            self.wal.write(data, then=lambda: self._enqueue(cid, data))
+
+    def _enqueue(self, cid: str, data: bytes) -> None:
         with self._queued:
             self._queue.append((cid, data))
             self._queued.notify_all()
@@ -131,6 +171,9 @@ class ReceiptLog:
             with self._queued:
                 for _ in batch:
                     self._queue.popleft()
+            if self.wal is not None:  # everything written ahead is in the log now
+                self.wal.clear(when=lambda: not self._queue)
+            with self._queued:
                 self._queued.notify_all()
 
     def pending(self) -> int:

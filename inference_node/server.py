@@ -11,9 +11,23 @@ Server-Sent Events `data: {chunk}` … `data: [DONE]` with `"stream": true`), `G
 more on shutdown. A `ChainLibrarySource` is polled every `poll_s` while the app runs.
 
 Every error body has OpenAI's shape `{"error": {message, type, param, code}}`: 400 for invalid
-requests (FastAPI's 422 schema errors and malformed JSON included, as OpenAI answers them), 404
-for an unknown model or route, 429 when the engine's waiting queue is full, 500 for an engine
-failure.
+requests (schema errors, malformed or too deeply nested JSON, a prompt or `max_tokens` beyond the
+context), 404 for an unknown model or route, 413 for a body over `max_body_bytes`, 429 when the
+queue is full (`max_queue` waiting requests, streamed ones included), 500 for an engine failure
+or a bug (which the connection survives).
+
+Request bodies are read here, not by FastAPI: at most `settings.max_body_bytes` (a larger
+`Content-Length` is refused before the body is read), parsed by `ledger.json_input.parse_json`
+(nesting beyond `settings.max_json_depth` is refused before the decoder runs; CPython's decoder
+recurses per level, and deep input used to kill the process), then validated into the strict
+models of `inference_node.protocol`. Prompts are tokenized off the event loop (`serving`).
+
+A client that disconnects before its non-streamed answer is ready cancels the request in the
+engine (`until_disconnected`); a stream stops at its next token, when the chunk cannot be
+sent (the engine's `stream` is closed). Either is counted with status 499, nginx's "client
+closed request". `/metrics` counts every answer by
+route template (`/v1/receipts/{cid}/proof`, not each receipt id) and status, unhandled errors
+included.
 """
 
 from __future__ import annotations
@@ -21,14 +35,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inference_node.engine import Engine
 from inference_node.library import LibrarySource
@@ -41,12 +58,18 @@ from inference_node.protocol import (
 )
 from inference_node.receipt_log import ReceiptLog
 from inference_node.receipts import ReceiptSigner
-from inference_node.serving import APIError, OpenAIServing
+from inference_node.serving import APIError, OpenAIServing, Prepared
 from inference_node.settings import NodeSettings
 from inference_node.sync import ChainLibrarySource
 from ledger.errors import NotFoundError
+from ledger.json_input import JSONInputError, parse_json
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+ModelT = TypeVar("ModelT", bound=BaseModel)
+PARSE_OFF_LOOP_BYTES = 64 * 1024  # larger bodies are parsed on a worker thread
+MAX_ERRORS_SHOWN = 5  # validation errors named in one message
+CLIENT_CLOSED = 499  # nginx's status for a request whose client went away
 
 
 def get_serving(request: Request) -> OpenAIServing:
@@ -62,33 +85,137 @@ async def list_models(serving: Serving) -> ModelList:
     return serving.models()
 
 
-async def _request_json(raw: Request, serving: OpenAIServing) -> dict | None:
-    """The body as JSON, which a receipt's request digest is over (only when signing)."""
-    return await raw.json() if serving.receipts is not None else None
+async def read_json_body(request: Request, settings: NodeSettings) -> Any:
+    """The request's JSON body: 413 beyond ``max_body_bytes`` (by ``Content-Length`` before
+    reading, else as it arrives), 400 when it is not JSON or nests too deeply."""
+    limit = settings.max_body_bytes
+    too_large = APIError(413, f"The request body is larger than this node accepts "
+                         f"({limit} bytes).", code="request_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    try:
+        if len(data) > PARSE_OFF_LOOP_BYTES:
+            return await asyncio.to_thread(parse_json, data, max_bytes=limit,
+                                           max_depth=settings.max_json_depth,
+                                           what="the request body")
+        return parse_json(data, max_bytes=limit, max_depth=settings.max_json_depth,
+                          what="the request body")
+    except JSONInputError as exc:
+        raise APIError(400, f"We could not parse the JSON body of your request: {exc}",
+                       code="invalid_json") from None
+
+
+def validate_request(model: type[ModelT], body: Any) -> ModelT:
+    """``body`` as ``model`` (strict), or a 400 naming the first field at fault."""
+    if not isinstance(body, dict):
+        raise APIError(400, "The request body must be a JSON object.", code="invalid_value")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        where = [".".join(str(p) for p in e["loc"] if not _union_branch(p)) for e in errors]
+        message = "; ".join(f"{w}: {e['msg']}" for w, e in
+                            zip(where[:MAX_ERRORS_SHOWN], errors, strict=False))
+        if len(errors) > MAX_ERRORS_SHOWN:
+            message += f" (and {len(errors) - MAX_ERRORS_SHOWN} more)"
+        raise APIError(400, message, param=where[0] or None, code="invalid_value") from None
+
+
+def _union_branch(part: str | int) -> bool:
+    """A part of a pydantic error location that names a branch of a union (`str`,
+    `list[str]`, `function-after[...]`), not a field: left out of OpenAI's `param`."""
+    return isinstance(part, str) and (part in {"str", "int", "float", "bool", "none"}
+                                      or "[" in part)
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work`` in this task; if the client disconnects first, cancel it (the engine
+    drops the request) and raise Starlette's ``ClientDisconnect``. The body must have been
+    read."""
+    task = asyncio.current_task()
+    state = {"done": False, "gone": False}
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        if not state["done"]:
+            state["gone"] = True
+            task.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if state["gone"]:
+            task.uncancel()
+            raise ClientDisconnect from None
+        raise
+    finally:
+        state["done"] = True  # no await between the work's end and here: watch() cannot fire
+        watcher.cancel()
+
+
+class EngineStreamingResponse(StreamingResponse):
+    """A stream whose request leaves the admission count however the response ends (also when
+    the client is gone before the body starts, and the stream never reaches the engine); one
+    that Starlette stopped because the client went away raises ``ClientDisconnect`` (499)."""
+
+    def __init__(self, content: AsyncIterator[str], prepared: Prepared) -> None:
+        self.completed = False
+        super().__init__(self._to_the_end(content), media_type="text/event-stream",
+                         headers=prepared.headers())
+        self.prepared = prepared
+
+    async def _to_the_end(self, content: AsyncIterator[str]) -> AsyncIterator[str]:
+        async for chunk in content:
+            yield chunk
+        self.completed = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.prepared.handed_over()
+        if not self.completed:
+            raise ClientDisconnect
+
+
+async def _answer(raw: Request, prepared: Prepared, work: Awaitable[BaseModel]) -> Response:
+    try:
+        response = await until_disconnected(raw, work)
+    finally:
+        prepared.handed_over()  # a no-op once the engine has it
+    return JSONResponse(prepared.body(response), headers=prepared.headers())
 
 
 @router.post("/v1/chat/completions")
-async def create_chat_completion(body: ChatCompletionRequest, serving: Serving,
-                                 raw: Request) -> Response:
-    prepared = serving.prepare_chat(body)
-    request_json = await _request_json(raw, serving)
+async def create_chat_completion(raw: Request, serving: Serving) -> Response:
+    request_json = await read_json_body(raw, serving.settings)
+    body = validate_request(ChatCompletionRequest, request_json)
+    prepared = await serving.prepare_chat(body)
     if body.stream:
-        return StreamingResponse(serving.chat_stream(body, prepared, request_json),
-                                 media_type="text/event-stream", headers=prepared.headers())
-    response = await serving.chat(body, prepared, request_json)
-    return JSONResponse(prepared.body(response), headers=prepared.headers())
+        return EngineStreamingResponse(serving.chat_stream(body, prepared, request_json),
+                                       prepared)
+    return await _answer(raw, prepared, serving.chat(body, prepared, request_json))
 
 
 @router.post("/v1/completions")
-async def create_completion(body: CompletionRequest, serving: Serving, raw: Request
-                            ) -> Response:
-    prepared = serving.prepare_completion(body)
-    request_json = await _request_json(raw, serving)
+async def create_completion(raw: Request, serving: Serving) -> Response:
+    request_json = await read_json_body(raw, serving.settings)
+    body = validate_request(CompletionRequest, request_json)
+    prepared = await serving.prepare_completion(body)
     if body.stream:
-        return StreamingResponse(serving.completion_stream(body, prepared, request_json),
-                                 media_type="text/event-stream", headers=prepared.headers())
-    response = await serving.completion(body, prepared, request_json)
-    return JSONResponse(prepared.body(response), headers=prepared.headers())
+        return EngineStreamingResponse(serving.completion_stream(body, prepared, request_json),
+                                       prepared)
+    return await _answer(raw, prepared, serving.completion(body, prepared, request_json))
 
 
 @router.get("/v1/receipts/{cid}/proof")
@@ -121,27 +248,49 @@ async def _api_error(_: Request, exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body.model_dump(), status_code=exc.status)
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    if first.get("type") == "json_invalid":
-        return _error(400, f"The request body is not valid JSON: {first.get('msg')}",
-                      "invalid_request_error", code="invalid_json")
-    message = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: "
-                        f"{e.get('msg')}" for e in errors)
-    return _error(400, message or "invalid request", "invalid_request_error",
-                  param=".".join(loc) or None, code="invalid_value")
-
-
 async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     return _error(exc.status_code, str(exc.detail), kind)
 
 
-async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error")
-    return _error(500, f"internal error: {type(exc).__name__}", "server_error")
+class RequestMetrics:
+    """ASGI middleware: counts every answer by route template and status, and turns an
+    unhandled exception into OpenAI's 500 on a connection that stays open (Starlette's own
+    handler re-raises, and the server then drops the keep-alive connection)."""
+
+    def __init__(self, app: ASGIApp, serving: OpenAIServing) -> None:
+        self.app, self.serving = app, serving
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status: int | None = None
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        except ClientDisconnect:  # reading the body or sending a stream: nobody to answer
+            self._count(scope, CLIENT_CLOSED)
+            return
+        except Exception as exc:
+            log.exception("unhandled error")
+            if status is not None:  # the answer has begun: only closing the connection is left
+                self._count(scope, 500)
+                raise
+            await _error(500, f"internal error: {type(exc).__name__}", "server_error")(
+                scope, receive, send_status)
+        self._count(scope, status or 500)
+
+    def _count(self, scope: Scope, status: int) -> None:
+        route = scope.get("route")
+        template = getattr(route, "path", None) or "(unmatched)"
+        self.serving.metrics.requests.labels(template, str(status)).inc()
 
 
 def create_app(engine: Engine, library_source: LibrarySource,
@@ -172,15 +321,6 @@ def create_app(engine: Engine, library_source: LibrarySource,
     app.state.serving = serving
     app.include_router(router)
     app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected_error)
-
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next):
-        response = await call_next(request)
-        if request.url.path.startswith("/v1/"):
-            serving.metrics.requests.labels(request.url.path, str(response.status_code)).inc()
-        return response
-
+    app.add_middleware(RequestMetrics, serving=serving)
     return app

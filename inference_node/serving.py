@@ -1,9 +1,11 @@
 """The logic behind the node's OpenAI-compatible routes (the routers in `server.py` stay thin).
 
-One request: check the model name and `n`, refuse with 429 when the engine's waiting queue is
-full, take the library snapshot *once* (the request keeps it even if the library is swapped while
-it runs), inject it (`inference_node.injection`), run the engine, and shape the answer as OpenAI
-does. Every answer names the library it was prompted with in `system_fingerprint`
+One request: check the model name and `n`, take the library snapshot *once* (the request keeps
+it even if the library is swapped while it runs), inject it (`inference_node.injection`) and
+tokenize on the one tokenizer thread (off the event loop), check that prompt and `max_tokens` fit
+the context, admit it (429 when `max_queue` requests are waiting: admitted ones not yet handed to
+the engine, streamed or not, plus the engine's own queue), run the engine, and shape the answer
+as OpenAI does. Every answer names the library it was prompted with in `system_fingerprint`
 (`library-<version>`) and in the `x-gym-library-*` headers.
 
 Receipts (`inference_node.receipts`), when the node has a `ReceiptSigner`: a non-streaming answer
@@ -30,6 +32,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from inference_node.engine import Engine, EngineError, Generation, SamplingParams, TokenLogprob
@@ -89,6 +92,14 @@ class Prepared:
     receipt: ReceiptEntry | None = None  # set once the answer is signed
     receipt_json: dict | None = None  # its canonical JSON
     evidence: dict | None = None  # what a verifier needs beside the receipt
+    # ends the request's admission (it then waits in the engine's queue, or is gone)
+    release: Callable[[], None] | None = None
+
+    def handed_over(self) -> None:
+        """The request left the node's admission count (idempotent)."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
     @property
     def snapshot(self) -> LibrarySnapshot:
@@ -142,11 +153,16 @@ class OpenAIServing:
         self.settings = settings
         self.model_name = settings.served_model_name or engine.model_name
         self.injector = LibraryInjector(engine.tokenizer)
+        # One thread builds and tokenizes prompts: off the event loop, and never two at once (a
+        # Hugging Face fast tokenizer is not safe to call from several threads).
+        self._tokenizing = ThreadPoolExecutor(1, thread_name_prefix="gym-tokenize")
+        self._admitted = 0  # admitted requests not yet handed to the engine
         cache = getattr(engine, "prefix_cache", None)
         self.metrics = NodeMetrics(
-            queue_depth=engine.queue_depth,
+            queue_depth=self.queue_depth,
             library_size=lambda: len(library_source.current().experiences),
-            prefix_computations=lambda: cache.computations if cache is not None else 0)
+            prefix_computations=lambda: cache.computations if cache is not None else 0,
+            running=engine.running)
 
     # ---------------------------------------------------------------- models and health
 
@@ -160,7 +176,7 @@ class OpenAIServing:
             "model": self.model_name,
             "engine": getattr(self.engine, "kind", type(self.engine).__name__),
             "adapter": self.adapter_cid,
-            "queue_depth": self.engine.queue_depth(),
+            "queue_depth": self.queue_depth(),
             "library": {"version": snapshot.version, "log_id": snapshot.log_id,
                         "size": snapshot.size, "root": snapshot.root,
                         "experiences": len(snapshot.experiences),
@@ -173,9 +189,23 @@ class OpenAIServing:
 
     # ---------------------------------------------------------------- shared checks
 
-    def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
-                 injected_for: Callable[[LibrarySnapshot], InjectedPrompt], max_tokens: int | None, logprobs: bool,
-                 top_logprobs: int) -> Prepared:
+    def _check_queue(self) -> None:
+        if self.queue_depth() >= self.settings.max_queue:
+            raise APIError(429, f"The request queue is full ({self.settings.max_queue} waiting); "
+                           "retry later.", type="rate_limit_error", code="queue_full")
+
+    def queue_depth(self) -> int:
+        """Requests waiting: admitted but not yet handed to the engine, plus the engine's own
+        queue (what `--max-queue` bounds, streamed requests included)."""
+        return self._admitted + self.engine.queue_depth()
+
+    async def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
+                       injected_for: Callable[[LibrarySnapshot], InjectedPrompt],
+                       max_tokens: tuple[str, int | None], logprobs: bool, top_logprobs: int,
+                       prompt_param: str) -> Prepared:
+        """Checks, then the prompt built and tokenized on the tokenizer thread (a large prompt
+        must not stall the event loop), then admission: the request counts as waiting from
+        here until `Prepared.handed_over`, when the engine's queue takes over."""
         started = time.perf_counter()
         if request.model != self.model_name:
             raise APIError(404, f"The model `{request.model}` does not exist; this node serves "
@@ -183,16 +213,6 @@ class OpenAIServing:
         if request.n != 1:
             raise APIError(400, "Only n=1 is supported: a node answers (and signs) one sample "
                            "per request.", param="n", code="unsupported_value")
-        if self.engine.queue_depth() >= self.settings.max_queue:
-            raise APIError(429, f"The request queue is full ({self.settings.max_queue} waiting); "
-                           "retry later.", type="rate_limit_error", code="queue_full")
-        injected = injected_for(self.library_source.current())
-        room = self.engine.max_model_len - len(injected.prompt)
-        if room <= 0:
-            raise APIError(400, f"The prompt ({len(injected.prompt)} tokens with the library) "
-                           f"leaves no room in the model's {self.engine.max_model_len}-token "
-                           "context.", param="messages", code="context_length_exceeded")
-        limit = max_tokens or self.settings.default_max_tokens
         seed = request.seed
         if self.receipts is not None:
             if seed is not None and not 0 <= seed < 2**53:  # RFC 8785 integers
@@ -200,22 +220,51 @@ class OpenAIServing:
                                "be between 0 and 2**53 - 1.", param="seed", code="invalid_value")
             if seed is None:  # the receipt names the seed, so the answer can be reproduced
                 seed = secrets.randbits(52)
-        params = SamplingParams(max_tokens=min(limit, room), temperature=request.temperature,
-                                top_p=request.top_p, seed=seed,
-                                stop=tuple(request.stop_list()), logprobs=logprobs,
+        self._check_queue()  # cheap refusal before tokenizing
+        snapshot = self.library_source.current()
+        injected = await asyncio.get_running_loop().run_in_executor(
+            self._tokenizing, injected_for, snapshot)
+        prompt_len, context = len(injected.prompt), self.engine.max_model_len
+        room = context - prompt_len
+        if room <= 0:
+            raise APIError(400, f"The prompt ({prompt_len} tokens with the library) leaves no "
+                           f"room in the model's {context}-token context.", param=prompt_param,
+                           code="context_length_exceeded")
+        limit_param, limit = max_tokens
+        if limit is not None and limit > room:
+            raise APIError(400, f"This model's maximum context length is {context} tokens. "
+                           f"However, you requested {prompt_len + limit} tokens ({prompt_len} "
+                           f"in the {prompt_param} with the library, {limit} in the "
+                           f"completion). Please reduce the length of the {prompt_param} or "
+                           "completion.", param=limit_param, code="context_length_exceeded")
+        params = SamplingParams(max_tokens=min(limit or self.settings.default_max_tokens, room),
+                                temperature=request.temperature, top_p=request.top_p,
+                                seed=seed, stop=tuple(request.stop_list()), logprobs=logprobs,
                                 top_logprobs=top_logprobs,
                                 capture_activations=self.receipts is not None)
-        return Prepared(injected, params, started)
+        self._check_queue()  # no await from here until the engine (or the stream) takes it
+        self._admitted += 1
+        return Prepared(injected, params, started, release=self._release_admission)
+
+    def _release_admission(self) -> None:
+        self._admitted -= 1
 
     async def _generate(self, route: str, prepared: Prepared) -> Generation:
+        text, ids, logprobs = [], [], [] if prepared.params.logprobs else None
         try:
-            result = await self.engine.generate(prepared.injected.prompt, prepared.params)
+            async for delta in self._deltas(route, prepared):
+                text.append(delta.text)
+                ids.extend(delta.token_ids)
+                if logprobs is not None and delta.logprobs:
+                    logprobs.extend(delta.logprobs)
+                if delta.finish_reason is not None:
+                    return Generation("".join(text), ids, logprobs, delta.finish_reason,
+                                      delta.prompt_tokens, delta.completion_tokens,
+                                      delta.activations)
         except EngineError as exc:
             raise APIError(500, str(exc), type="server_error", code="engine_error") from exc
-        elapsed = time.perf_counter() - prepared.started
-        self.metrics.latency.labels(route).observe(elapsed)
-        self._count_tokens(result.prompt_tokens, result.completion_tokens)
-        return result
+        raise APIError(500, "the engine ended the request without a finish reason",
+                       type="server_error", code="engine_error")
 
     async def sign(self, prepared: Prepared, request_json: dict | None, result: Generation
                    ) -> None:
@@ -256,7 +305,11 @@ class OpenAIServing:
     async def _deltas(self, route: str, prepared: Prepared):
         """The engine's deltas with TTFT, latency and token metrics recorded on the way."""
         first = True
-        async for delta in self.engine.stream(prepared.injected.prompt, prepared.params):
+        deltas = self.engine.stream(prepared.injected.prompt, prepared.params)
+        # The engine queues the request in the first step of `stream`, before it awaits
+        # anything: handing the admission over here leaves no moment uncounted.
+        prepared.handed_over()
+        async for delta in deltas:
             if first:
                 self.metrics.ttft.labels(route).observe(time.perf_counter() - prepared.started)
                 first = False
@@ -267,12 +320,15 @@ class OpenAIServing:
 
     # ---------------------------------------------------------------- chat
 
-    def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
+    async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
         messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-        return self._prepare(
-            request, lambda snapshot: self.injector.chat(messages, snapshot),
-            request.token_limit(), request.logprobs,
-            (request.top_logprobs or 0) if request.logprobs else 0)
+        limit = (("max_completion_tokens", request.max_completion_tokens)
+                 if request.max_completion_tokens is not None
+                 else ("max_tokens", request.max_tokens))
+        return await self._prepare(
+            request, lambda snapshot: self.injector.chat(messages, snapshot), limit,
+            request.logprobs, (request.top_logprobs or 0) if request.logprobs else 0,
+            "messages")
 
     async def chat(self, request: ChatCompletionRequest, prepared: Prepared,
                    request_json: dict | None = None) -> ChatCompletionResponse:
@@ -327,11 +383,12 @@ class OpenAIServing:
 
     # ---------------------------------------------------------------- completions
 
-    def prepare_completion(self, request: CompletionRequest) -> Prepared:
+    async def prepare_completion(self, request: CompletionRequest) -> Prepared:
         text = request.prompt_text()
-        return self._prepare(
+        return await self._prepare(
             request, lambda snapshot: self.injector.completion(text, snapshot),
-            request.max_tokens, request.logprobs is not None, request.logprobs or 0)
+            ("max_tokens", request.max_tokens), request.logprobs is not None,
+            request.logprobs or 0, "prompt")
 
     async def completion(self, request: CompletionRequest, prepared: Prepared,
                          request_json: dict | None = None) -> CompletionResponse:

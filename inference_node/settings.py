@@ -13,6 +13,12 @@ class NodeSettings(BaseSettings):
         default=None, description="model id in /v1/models and responses; default: the engine's")
     max_queue: int = Field(default=64, ge=1, description="waiting requests before 429")
     default_max_tokens: int = Field(default=256, ge=1, description="when a request sets none")
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, description="request bodies above this are refused "
+        "with 413 before they are read in full (GYM_NODE_MAX_BODY_BYTES)")
+    max_json_depth: int = Field(
+        default=32, ge=4, description="JSON nesting beyond this is refused with 400 before the "
+        "decoder runs (an OpenAI request nests 5 levels; JSON schemas in tools a few more)")
     host: str = "127.0.0.1"
     port: int = 8000
     registry: str | None = Field(

@@ -68,6 +68,7 @@ from inference_node.engine import (
     deltas_until_finished,
 )
 from inference_node.injection import Prompt
+from inference_node.protocol import SEED_MAX, SEED_MIN
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,9 @@ class VLLMEngine(Engine):
     def queue_depth(self) -> int:
         return len(self._waiting)
 
+    def running(self) -> int:
+        return max(0, len(self._tasks) - len(self._waiting))
+
     # ---------------------------------------------------------------- requests
 
     async def stream(self, prompt: Prompt, params: SamplingParams
@@ -288,6 +292,10 @@ class VLLMEngine(Engine):
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        # vLLM checks few values before its engine core sees them: a seed beyond 64 bits failed
+        # every request scheduled with it there. Refused here, it fails this request alone.
+        if params.seed is not None and not SEED_MIN <= params.seed <= SEED_MAX:
+            raise EngineError(f"seed {params.seed} is not a 64-bit signed integer")
         return VLLMSamplingParams(
             max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
             seed=params.seed, stop=list(params.stop) or None,

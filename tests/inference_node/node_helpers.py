@@ -114,6 +114,7 @@ class RunningServer:
     root_url: str
     source: StaticLibrarySource
     engine: object
+    app: object  # the FastAPI app (`app.state.serving`: its OpenAIServing)
 
 
 @contextlib.contextmanager
@@ -153,8 +154,9 @@ def run_server(engine, source, settings: NodeSettings | None = None, **app_kwarg
     """Serve `create_app(engine, source, settings, **app_kwargs)` (receipts=, receipt_log=)
     with uvicorn on loopback until the block ends."""
     port = free_port()
-    config = uvicorn.Config(create_app(engine, source, settings, **app_kwargs), host="127.0.0.1",
-                            port=port, log_level="warning", lifespan="on")
+    app = create_app(engine, source, settings, **app_kwargs)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -165,7 +167,7 @@ def run_server(engine, source, settings: NodeSettings | None = None, **app_kwarg
         time.sleep(0.01)
     try:
         root = f"http://127.0.0.1:{port}"
-        yield RunningServer(f"{root}/v1", root, source, engine)
+        yield RunningServer(f"{root}/v1", root, source, engine, app)
     finally:
         server.should_exit = True
         thread.join(timeout=30)

@@ -64,6 +64,14 @@ class FailingStubEngine(Engine):
         raise EngineError("device on fire")
 
 
+class BuggyStubEngine(FailingStubEngine):
+    """An engine with a bug: it raises something that is not an `EngineError`."""
+
+    async def stream(self, prompt, params):
+        raise KeyError("a bug")
+        yield  # an async generator
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
@@ -130,3 +138,22 @@ def test_health_degraded_when_library_fails_verification(tokenizer, tmp_path):
         assert "library file" in health["library"]["error"]
         assert health["library"]["version"] == good.version  # still serving the last good one
         assert source.current() is good
+
+
+def test_unhandled_error_is_500_counted_and_keeps_the_connection(tokenizer):
+    """A bug answers OpenAI's 500 on the same keep-alive connection (Starlette's own handler
+    re-raised, and uvicorn dropped the connection), and /metrics counts it."""
+    with run_server(BuggyStubEngine(tokenizer), StaticLibrarySource()) as server, \
+            httpx.Client(base_url=server.base_url) as client:
+        body = {"model": MODEL_NAME, "messages": USER}
+        ports = []
+        for _ in range(2):
+            reply = client.post("/chat/completions", json=body)
+            assert reply.status_code == 500
+            assert reply.json()["error"] == {"message": "internal error: KeyError",
+                                             "type": "server_error", "param": None,
+                                             "code": None}
+            ports.append(reply.extensions["network_stream"].get_extra_info("client_addr"))
+        assert ports[0] == ports[1]  # one connection for both
+        metrics = httpx.get(f"{server.root_url}/metrics").text
+    assert 'gym_node_requests_total{route="/v1/chat/completions",status="500"} 2.0' in metrics

@@ -1,21 +1,25 @@
 """Schema fuzz of the OpenAI routes (hypothesis; schemathesis is not installed): any request body,
 well-formed or not, gets a valid answer or an OpenAI-shaped error with a 4xx status, never a 500,
 and the server stays up. Bodies are drawn from strategies built on the request models in
-`inference_node.protocol`: each field takes a value of its own type, an edge value or any JSON,
-plus unknown fields, non-object bodies and bytes that are not JSON.
+`inference_node.protocol`: each field takes a value of its own type, an edge value or any JSON
+(edge numbers: 2**63, 2**64, -0.0, 1e308, the smallest float; strings of 16,000 to 300,000 characters;
+arrays and objects nested up to 120 levels), plus unknown fields, non-object bodies, bodies
+nested 100,000 levels deep, duplicate members and bytes that are not JSON or not UTF-8.
 
-The node runs the tiny model with a 96-token context and signs receipts, so every accepted
-request decodes at most a few dozen tokens and the receipt path (seed range, activations) is
-fuzzed too.
+The node runs the tiny model with a 96-token context, a 64 KiB body limit (so huge values meet
+the 413 path) and signs receipts, so every accepted request decodes at most a few dozen tokens
+and the receipt path (seed range, activations) is fuzzed too. Every error must be OpenAI's
+`{"error": {message, type, param, code}}` with a 4xx status.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from node_helpers import (
     DOMAIN,
@@ -30,18 +34,33 @@ from node_helpers import (
 from inference_node.library import StaticLibrarySource
 from inference_node.protocol import MAX_STOP_SEQUENCES, ChatMessage
 from inference_node.receipts import ReceiptSigner, model_digest
+from inference_node.settings import NodeSettings
+
+MAX_BODY = 64 * 1024
 
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
+edge_numbers = st.sampled_from([2**63 - 1, 2**63, -(2**63) - 1, 2**64, 2**53, -0.0, 1e308,
+                                -1e308, 5e-324, 0.5, 1.0, 0, -1])
+huge_strings = st.sampled_from([16_000, 70_000, 300_000]).map(lambda n: "one " * (n // 4))
+
+
+def nested(depth: int, leaf, as_object: bool):
+    for _ in range(depth):
+        leaf = {"a": leaf} if as_object else [leaf]
+    return leaf
+
+
+deep_values = st.builds(nested, st.integers(20, 120), st.just(1), st.booleans())
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70)
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | edge_numbers
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=4),
-    max_leaves=12)
+    max_leaves=12) | huge_strings | deep_values
 words = st.text(alphabet=st.sampled_from(list("abc xyz.,?!\n[]é🙂\x00")), max_size=40)
 
 
@@ -52,10 +71,11 @@ content_parts = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text":
                          max_size=3)
 COMMON = {
     "model": (st.just(MODEL_NAME), words),
-    "max_tokens": (st.integers(1, 40), st.integers(-2, 0) | st.integers(2**31, 2**64)),
+    "max_tokens": (st.integers(1, 40), st.integers(-2, 0) | st.integers(2**31, 2**64)
+                   | edge_numbers | st.sampled_from(["4", 4.0, True])),
     "temperature": (st.floats(0, 2), st.sampled_from([-0.1, 2.5, 1e308])),
     "top_p": (st.floats(0.01, 1), st.sampled_from([0, -1, 1.5])),
-    "seed": (st.integers(0, 2**53 - 1), st.integers(-2**64, 2**64)),
+    "seed": (st.integers(0, 2**53 - 1), st.integers(-2**64, 2**64) | edge_numbers),
     "stop": (words | st.lists(words, max_size=MAX_STOP_SEQUENCES),
              st.lists(words, min_size=MAX_STOP_SEQUENCES + 1) | st.just("")),
     "stream": (st.booleans(), st.sampled_from(["yes", 2])),
@@ -108,6 +128,7 @@ def request_bodies(fields: dict, required: tuple[str, ...]):
         keys = st.sampled_from(sorted(fields))
         return st.one_of(
             st.builds(mutate, st.just(body), keys, st.just(0), json_values),
+            st.builds(mutate, st.just(body), keys, st.integers(0, 2), huge_strings | deep_values),
             keys.flatmap(lambda k: fields[k][1].map(lambda v: mutate(body, k, 0, v))),
             st.builds(mutate, st.just(body), keys, st.integers(1, 2), json_values))
 
@@ -123,13 +144,18 @@ def node(tmp_path_factory):
     model_dir = build_tiny_model(tmp_path_factory.mktemp("short") / "model", max_positions=96)
     engine = make_engine(model_dir)
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(model_dir))
-    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as running, \
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), NodeSettings(max_body_bytes=MAX_BODY),
+                    receipts=signer) as running, \
             httpx.Client(base_url=running.base_url, timeout=120) as client:
         yield client
 
 
+SEEN: collections.Counter[int] = collections.Counter()  # statuses answered, to show coverage
+
+
 def check_answer(reply: httpx.Response, body) -> None:
-    assert reply.status_code < 500, (body, reply.status_code, reply.text)
+    SEEN[reply.status_code] += 1
+    assert reply.status_code < 500, (str(body)[:500], reply.status_code, reply.text[:500])
     if reply.status_code != 200:
         assert 400 <= reply.status_code < 500
         error = reply.json()["error"]
@@ -152,21 +178,30 @@ def check_answer(reply: httpx.Response, body) -> None:
 def test_fuzzed_bodies_never_500(node, route):
     @FUZZ
     @given(body=bodies[route])
+    @example(body={"model": MODEL_NAME, "padding": "one " * (MAX_BODY // 4)})  # just too large
     def run(body):
         check_answer(node.post(f"/{route}", json=body), body)
 
     run()
     assert node.get("/models").status_code == 200  # still up
+    assert {200, 400, 413} <= set(SEEN), SEEN  # answers, refusals, and bodies too large
+
+
+deep_raw = st.builds(lambda n, obj: (b'{"a":' * n + b"1" + b"}" * n) if obj
+                     else b"[" * n + b"]" * n, st.integers(1, 100_000), st.booleans())
+unbalanced = st.builds(lambda n, tail: b"[" * n + tail, st.integers(1, 100_000),
+                       st.sampled_from([b"", b"]", b"}", b'"]']))
+duplicates = st.builds(lambda key: json.dumps({"model": MODEL_NAME, "prompt": "a"})[:-1].encode()
+                       + f', "{key}": 1, "{key}": 2}}'.encode(), st.sampled_from(["seed", "n", "x"]))
 
 
 @FUZZ
-@given(body=json_values | st.binary(max_size=40).map(lambda raw: raw.decode("latin-1")))
+@given(body=json_values.map(lambda value: json.dumps(value).encode())
+       | st.binary(max_size=40) | deep_raw | unbalanced | duplicates)
 def test_bodies_that_are_not_requests(node, body):
     for route in bodies:
-        raw = body if isinstance(body, str) else json.dumps(body)
-        reply = node.post(f"/{route}", content=raw.encode("utf-8", "surrogatepass"),
-                          headers={"content-type": "application/json"})
-        check_answer(reply, body)
+        reply = node.post(f"/{route}", content=body, headers={"content-type": "application/json"})
+        check_answer(reply, body[:200])
 
 
 def test_tiny_temperature_is_sampled_safely(node):

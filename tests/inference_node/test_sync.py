@@ -4,6 +4,7 @@ tampering, and stays up; receipts logged, anchored and verified end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def test_happy_path_follows_updates_and_ignores_unanchored(chain, tiny_model_dir
         assert health["status"] == "ok"
         assert (health["library"]["size"], health["library"]["root"]) == (2, snapshot.root)
         serving = OpenAIServing(node.engine, source, NodeSettings())
-        prepared = serving.prepare_chat(ChatCompletionRequest.model_validate(REQUEST))
+        prepared = asyncio.run(serving.prepare_chat(ChatCompletionRequest.model_validate(REQUEST)))
         assert all(text in prepared.injected.prompt.prefix.text for text in TEXTS)
 
         held = source.current()  # an in-flight request's snapshot

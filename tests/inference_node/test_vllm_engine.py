@@ -246,6 +246,23 @@ def test_closing_a_stream_aborts_the_request(engine, injector):
 
 
 @needs_vllm
+def test_a_seed_vllm_cannot_take_fails_alone(engine, injector):
+    """A seed beyond 64 bits failed in vLLM's engine core, with every request scheduled with
+    it; the engine now refuses it for its own request only (the server answers 400 before)."""
+    prompt = prompts(injector)[0]
+
+    async def together():
+        good = [engine.generate(prompt, SamplingParams(max_tokens=4, seed=i)) for i in range(3)]
+        bad = engine.generate(prompt, SamplingParams(max_tokens=4, seed=2**64))
+        return await asyncio.gather(*good, bad, return_exceptions=True)
+
+    *answers, failure = run(together())
+    assert [a.completion_tokens for a in answers] == [4, 4, 4]
+    assert isinstance(failure, EngineError) and "seed" in str(failure)
+    assert run(engine.generate(prompt, GREEDY)).completion_tokens == 16  # still serving
+
+
+@needs_vllm
 def test_openai_sdk_against_a_node_served_by_vllm(engine, injector, library_file):
     source = StaticLibrarySource.from_file(library_file)
     messages = [{"role": "user", "content": QUESTIONS[0]}]
@@ -294,3 +311,34 @@ def test_receipt_of_a_vllm_answer_verifies_with_gym_verify_receipt(engine, vllm_
     assert "activations" in verified.stdout and "FAILS" not in verified.stdout
     tampered = gym_env.run("verify", "receipt", str(bad), "--offline", timeout=300)
     assert tampered.returncode == 1 and "response_digest" in tampered.stdout + tampered.stderr
+
+
+@needs_vllm
+def test_abandoned_requests_are_aborted_in_vllm(engine):
+    """A non-streamed request whose client leaves is aborted in vLLM: the engine is idle again
+    without having finished it, the server counts it as 499 and answers the next request."""
+    engine.start()  # a previous test's server stopped it
+    with run_server(engine, StaticLibrarySource()) as node:
+        serving = node.app.state.serving
+
+        async def scenario() -> str:
+            async with httpx.AsyncClient(base_url=node.base_url, timeout=300) as client:
+                body = {"model": MODEL_NAME, "max_tokens": 3000,
+                        "messages": [{"role": "user", "content": QUESTIONS[0]}]}
+                tasks = [asyncio.create_task(client.post("/chat/completions", json=body))
+                         for _ in range(4)]
+                while engine.running() + serving.queue_depth() < 4 or engine.running() == 0:
+                    assert not any(t.done() for t in tasks)
+                    await asyncio.sleep(0.01)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                while engine.running() or serving.queue_depth():
+                    await asyncio.sleep(0.05)
+                reply = await client.post("/chat/completions", json={**body, "max_tokens": 4})
+                assert reply.status_code == 200
+                return (await client.get(f"{node.root_url}/metrics")).text
+
+        metrics = run(asyncio.wait_for(scenario(), 300))
+    assert 'route="/v1/chat/completions",status="499"} 4.0' in metrics
+    assert "gym_node_generation_tokens_total 4.0" in metrics  # only the last request
