@@ -676,7 +676,7 @@ def _check_registration(receipt: ReceiptEntry, registry: Any) -> tuple[ReceiptCh
 
 def _check_inclusion(receipt: ReceiptEntry, doc: Any, contract: Any,
                      receipt_log_id: int | None = None) -> list[ReceiptCheck]:
-    from ledger.proofs import check_anchored_root, verify_proof_document
+    from ledger.proofs import check_anchored_root, verify_proof_document, verify_proof_entry
 
     if doc is None:
         return [ReceiptCheck("inclusion", None, "the bundle has no receipt-log proof")]
@@ -684,10 +684,15 @@ def _check_inclusion(receipt: ReceiptEntry, doc: Any, contract: Any,
         proof = verify_proof_document(doc)
     except VerificationError as exc:
         raise ReceiptError("not_included", str(exc)) from None
-    cid = entry_cid(encode_entry(receipt))
+    data = encode_entry(receipt)
+    cid = entry_cid(data)
     if proof.entry_cid != cid:
         raise ReceiptError("not_included", "the proof is for another entry", expected=cid,
                            computed=proof.entry_cid)
+    try:  # the document's entry_cid is a claim: the proven leaf must hash from these bytes
+        proof = verify_proof_entry(proof, data)
+    except VerificationError as exc:
+        raise ReceiptError("not_included", str(exc)) from None
     if receipt_log_id is not None and proof.log_id != receipt_log_id:
         raise ReceiptError("receipt_log", "the proof is for another log than the node's "
                            "registered receipt log", expected=receipt_log_id,

@@ -159,9 +159,16 @@ def test_receipts_logged_anchored_and_verified(chain, tiny_model_dir):
     with run_server(engine, source, receipts=signer, receipt_log=receipt_log) as node:
         body = httpx.post(f"{node.base_url}/chat/completions", json=REQUEST, timeout=60).json()
         assert receipt_log.pending() == 1
+        other = httpx.post(f"{node.base_url}/chat/completions", json=REQUEST, timeout=60).json()
         receipt_log.flush()
         cid = body["receipt_evidence"]["receipt_cid"]
         proof = httpx.get(f"{node.base_url}/receipts/{cid}/proof").json()
+        other_cid = other["receipt_evidence"]["receipt_cid"]
+        other_proof = httpx.get(f"{node.base_url}/receipts/{other_cid}/proof").json()
+    # Another receipt's genuine proof that names this receipt's CID: the CID is only a claim,
+    # the proven leaf hash is not this receipt's.
+    borrowed = {key: value for key, value in other_proof.items() if key != "entry"}
+    borrowed["entry_cid"] = cid
     bundle = {**bundle_of(body), "inclusion": proof}
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -183,7 +190,8 @@ def test_receipts_logged_anchored_and_verified(chain, tiny_model_dir):
     for bad, reason in ((resigned(experience_ids=cids[:1]), "library_state"),
                         (resigned(library=LibraryRef(log_id=log_id, size=2,
                                                      root="0x" + "22" * 32)), "library_root"),
-                        ({**bundle, "inclusion": {**proof, "index": 1}}, "not_included")):
+                        ({**bundle, "inclusion": {**proof, "index": 1}}, "not_included"),
+                        ({**bundle, "inclusion": borrowed}, "not_included")):
         with pytest.raises(ReceiptError) as failure:
             verify_receipt_bundle(bad, **kwargs)
         assert failure.value.reason == reason
