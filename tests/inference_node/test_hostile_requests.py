@@ -172,15 +172,17 @@ def test_a_request_that_fails_in_the_engine_fails_alone(tiny_model_dir):
     broken = Prompt(None, (*prompt.token_ids, 10**6))  # no such token: the embedding fails
 
     async def scenario(bad_prompt, bad_seed):
-        # a long request first keeps the worker busy while the four queue: they form one batch
-        busy = asyncio.create_task(engine.generate(prompt, SamplingParams(max_tokens=300)))
-        while engine.running() == 0:
-            await asyncio.sleep(0.001)
-        good = [engine.generate(prompt, SamplingParams(max_tokens=3, seed=i)) for i in range(3)]
-        bad = engine.generate(bad_prompt, SamplingParams(max_tokens=3, seed=bad_seed))
-        results = await asyncio.gather(*good, bad, return_exceptions=True)
-        await busy
-        return results
+        # The worker takes a batch under the engine's queue lock: holding it (a reentrant lock,
+        # so this thread can still queue) until all four wait makes them one batch, whatever
+        # the machine's load.
+        with engine._wakeup:
+            tasks = [asyncio.create_task(engine.generate(prompt, SamplingParams(
+                max_tokens=3, seed=i))) for i in range(3)]
+            tasks.append(asyncio.create_task(engine.generate(bad_prompt, SamplingParams(
+                max_tokens=3, seed=bad_seed))))
+            while engine.queue_depth() < len(tasks):
+                await asyncio.sleep(0.001)
+        return await asyncio.gather(*tasks, return_exceptions=True)
 
     engine.start()
     try:
