@@ -32,6 +32,7 @@ from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
 from devnet.settings import DEVNET_DIR, GymSettings
 from governance.errors import GovernanceError
+from inference_node.errors import InferenceNodeError
 from ledger.errors import LedgerError
 from trainer.errors import TrainerError
 
@@ -77,6 +78,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     LedgerError,
     TrainerError,
     GovernanceError,
+    InferenceNodeError,
 )
 
 SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"

@@ -67,8 +67,8 @@ anchoring; with the model, its digest and the activation commitment (rebuilding 
 the node's own injector; for a receipt that names an adapter, the caller passes the base with
 that adapter merged, ``inference_node.adapters.load_verifier_adapter``).
 
-Verification raises ``ReceiptError`` (a ``ledger`` ``VerificationError``) whose ``reason`` is
-one of ``REASONS``.
+Verification raises ``ReceiptError`` (``inference_node.errors``; also a ``ledger``
+``VerificationError``) whose ``reason`` is one of ``REASONS``.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ from eth_keys.exceptions import BadSignature
 from eth_keys.exceptions import ValidationError as KeysValidationError
 from eth_utils import keccak
 
+from inference_node.errors import ReceiptError
 from ledger.entries import (
     LibraryRef,
     ReceiptEntry,
@@ -117,41 +118,6 @@ DECODE_BATCH = 32  # decode positions per polynomial (TOPLOC's default)
 MAX_EXP_MISMATCH_SHARE = 0.25
 MAX_MANT_ERR_MEAN = 10.0
 MAX_MANT_ERR_MEDIAN = 8.0
-
-
-REASONS = (
-    "malformed",  # not a receipt / bundle, or a field is unusable
-    "bad_signature",  # absent or not a valid secp256k1 signature over the typed data
-    "wrong_signer",  # valid signature, but by another address than ``node``
-    "wrong_domain",  # signed for another chain or contract than the verifier's
-    "request_digest",  # the request does not hash to ``request_digest``
-    "response_digest",  # the response does not hash to ``response_digest``
-    "token_counts",  # prompt / completion token counts disagree with the evidence
-    "experience_ids",  # the experiences offered are not the ones the receipt names
-    "experience_content",  # an experience's text cannot be fetched or is not its CID's
-    "library_root",  # ``library`` is not the root anchored on chain at that size
-    "library_state",  # the experiences are not the active set of the library at that size
-    "not_included",  # the receipt-log inclusion proof fails or is for another entry
-    "not_anchored",  # the receipt log's root at that size is not the one on chain
-    "model_digest",  # the model given to the verifier is not the receipt's model
-    "adapter",  # the receipt's adapter cannot be fetched, fails its CIDs, or has another base
-    "activation_mismatch",  # the prefill's top-k activations disagree with the commitment
-    "not_registered",  # no node in the NodeRegistry signs with the receipt's key
-    "node_deregistered",  # the signer's node has left the registry (unbonding)
-    "node_slashed",  # the signer's node was slashed below the minimum stake: not active
-    "registered_model",  # the node is registered with another model digest
-    "receipt_log",  # the inclusion proof is not in the node's registered receipt log
-)
-
-
-class ReceiptError(VerificationError):
-    """A receipt does not check out; ``reason`` is one of ``REASONS``."""
-
-    def __init__(self, reason: str, message: str, *, expected: object = None,
-                 computed: object = None):
-        assert reason in REASONS, reason
-        super().__init__(f"{reason}: {message}", expected=expected, computed=computed)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
