@@ -42,9 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 log = logging.getLogger(__name__)
-# Files a user hands the CLI are JSON from outside (ledger.json_input): a bundle holds the
-# request body (at most the node's 4 MiB default) and the answer; a keystore is ~500 bytes.
-MAX_BUNDLE_BYTES = 16 * 1024 * 1024
+# A keystore is JSON from outside (ledger.json_input), ~500 bytes.
 MAX_KEYSTORE_BYTES = 64 * 1024
 
 app = typer.Typer(help="Run an inference node: an OpenAI-compatible server over a frozen model.",
@@ -470,8 +468,9 @@ def challenge(
         receipt_hash,
         verify_receipt_signature,
     )
+    from inference_node.verify import read_bundle
 
-    bundle = _read_bundle(bundle_file)
+    bundle = read_bundle(bundle_file)
     if not isinstance(bundle, dict):
         raise NodeError(f"{bundle_file} is not a receipt bundle")
     receipt = parse_receipt(bundle.get("receipt"))
@@ -504,92 +503,6 @@ def challenge(
     print(challenge_id)
 
 
-def _read_bundle(path: Path) -> object:
-    """A receipt bundle file, parsed with `ledger.json_input` limits (size, depth)."""
-    from inference_node.errors import NodeError
-    from ledger.json_input import parse_json
-
-    try:
-        return parse_json(path.read_bytes(), max_bytes=MAX_BUNDLE_BYTES, what=str(path))
-    except (OSError, ValueError) as exc:
-        raise NodeError(f"cannot read {path}: {exc}") from None
-
-
-def load_verifier_model(model_dir: Path, *, adapter: str | None = None, content=None):
-    """The model and tokenizer a verifier prefills with (float32 on CPU, as CPU nodes run);
-    with ``adapter`` (an adapter entry's CID), that adapter fetched from ``content``, checked
-    and merged into the base in ``model_dir``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from inference_node.adapters import load_verifier_adapter
-
-    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    if adapter is not None:
-        model = load_verifier_adapter(content, adapter, model_dir, dtype)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
-
-
-def check_receipt_bundle(bundle: object, rt=None, *, registry: str | None = None,
-                         model_dir: Path | None = None, offline: bool = False,
-                         content=None):
-    """What `gym verify receipt` runs: ``verify_receipt_bundle`` with the deployment's chain,
-    content store and NodeRegistry (at ``registry``) unless ``offline``, and with the model in
-    ``model_dir`` when given: for a receipt that names an adapter, that base with the adapter
-    fetched from ``content`` (default: ``rt``'s content store) and merged. The checks, or the
-    first ``ReceiptError``."""
-    from inference_node.receipts import (
-        ReceiptCheck,
-        ReceiptDomain,
-        ReceiptError,
-        parse_receipt,
-        verify_receipt_bundle,
-    )
-    from inference_node.registry import NodeRegistry
-
-    kwargs: dict = {}
-    if not offline:
-        contract = rt.contract
-        kwargs = {"contract": contract, "content": rt.content,
-                  "from_block": rt.chain.deployment_block,
-                  "domain": ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower())}
-        if registry is not None:
-            kwargs["registry"] = NodeRegistry(contract.w3, registry,
-                                              from_block=rt.chain.deployment_block)
-    adapter_check = None
-    if model_dir is not None:
-        adapter = parse_receipt(bundle.get("receipt") if isinstance(bundle, dict) else None
-                                ).adapter_cid
-        if adapter is None:
-            model, tokenizer = load_verifier_model(model_dir)
-        else:
-            content = content if content is not None else getattr(rt, "content", None)
-            if content is None:
-                raise ReceiptError("adapter", f"the receipt names adapter {adapter}: checking "
-                                   "its activations needs the content store it is in")
-            model, tokenizer = load_verifier_model(model_dir, adapter=adapter, content=content)
-            adapter_check = ReceiptCheck("adapter", True, f"{adapter} fetched, every file "
-                                         "re-added to its CID, trained on this base; merged")
-        kwargs.update(model=model, tokenizer=tokenizer, model_dir=model_dir)
-    checks = verify_receipt_bundle(bundle, **kwargs)
-    if adapter_check is not None:
-        at = next((i for i, c in enumerate(checks) if c.name == "activations"), len(checks))
-        checks.insert(at, adapter_check)
-    return checks
-
-
-def checks_table(checks, title: str) -> Table:
-    table = Table("check", "result", "detail", title=title)
-    for check in checks:
-        result = {True: "[green]ok[/]", None: "[yellow]skipped[/]"}[check.passed]
-        table.add_row(check.name, result, check.detail)
-    return table
-
-
 def verify_receipt(
     ctx: typer.Context,
     bundle_file: Annotated[Path, typer.Argument(
@@ -605,14 +518,13 @@ def verify_receipt(
     """Check a receipt: signature, request/response digests, the signer's registration (a
     registered, active node serving the receipt's model), library root and state, log
     inclusion and anchoring, and with --model the activation commitment."""
-    from inference_node.receipts import ReceiptError
-    from ledger.json_input import parse_json
+    from inference_node.errors import NodeError, ReceiptError
+    from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
 
     try:
-        bundle = parse_json(bundle_file.read_bytes(), max_bytes=MAX_BUNDLE_BYTES,
-                            what=str(bundle_file))
-    except (OSError, ValueError) as exc:
-        console.print(f"[red]error:[/] cannot read {bundle_file}: {exc}")
+        bundle = read_bundle(bundle_file)
+    except NodeError as exc:
+        console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
     rt = None if offline else _runtime(ctx, "checking a receipt against the chain (else "
                                             "--offline)")

@@ -98,8 +98,9 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
     from openai import OpenAI
 
     from devnet.settings import ANVIL_DEV_KEYS  # the demo runs on the devnet only
-    from inference_node.cli import check_receipt_bundle, checks_table
-    from inference_node.receipts import ReceiptDomain, ReceiptError, bundle_json, parse_receipt
+    from inference_node.errors import ReceiptError
+    from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
+    from inference_node.verify import check_receipt_bundle, checks_table
 
     console.rule("6. inference node")
     key = ANVIL_DEV_KEYS[NODE_KEY_INDEX]

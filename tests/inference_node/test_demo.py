@@ -14,8 +14,8 @@ from web3 import Web3
 from devnet.cli import ledger_runtime
 from devnet.settings import ANVIL_DEV_KEYS, GymSettings
 from inference_node.demo import NODE_KEY_INDEX, demo_node
-from inference_node.receipts import verify_receipt_bundle
 from inference_node.registry import NodeRegistry
+from inference_node.verify import verify_receipt_bundle
 from ledger import rfc9162
 from ledger.blockstore import LocalBlockStore
 from ledger.chain import LogKind
