@@ -190,7 +190,7 @@ def test_verify_receipt_command_offline(answered, tmp_path):
 def test_key_from_env_or_keystore_never_printed(tmp_path, monkeypatch):
     from eth_account import Account
 
-    from inference_node.cli import _load_key as load_key
+    from inference_node.launch import load_key
 
     monkeypatch.setenv("GYM_NODE_KEY", NODE_KEY)
     assert load_key("GYM_NODE_KEY", None, "PW") == NODE_KEY
