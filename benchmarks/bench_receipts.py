@@ -55,6 +55,7 @@ from bench_node_concurrency import MODEL_NAME, NODE_KEY, messages_of, node_serve
 from eth_account import Account
 from eth_keys.backends import get_backend
 
+from inference_node.activations import commit_activations, decode_hidden_states, verify_activations
 from inference_node.engine import SamplingParams, TransformersEngine
 from inference_node.injection import LibraryInjector
 from inference_node.library import LibrarySnapshot
@@ -64,16 +65,13 @@ from inference_node.receipts import (
     ReceiptSigner,
     build_receipt,
     bundle_json,
-    commit_activations,
-    decode_hidden_states,
     library_ref,
     model_digest,
     parse_receipt,
     receipt_hash,
-    verify_activations,
-    verify_receipt_bundle,
     verify_receipt_signature,
 )
+from inference_node.verify import verify_receipt_bundle
 from ledger.blockstore import LocalBlockStore
 from ledger.logstore import LogStore
 

@@ -30,8 +30,9 @@ import trainer.gradient.cli
 from devnet.deploy import Deployment, GovernanceParams, connect
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
-from devnet.settings import DEVNET_DIR, GymSettings
+from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR, GymSettings
 from governance.errors import GovernanceError
+from inference_node.errors import InferenceNodeError
 from ledger.errors import LedgerError
 from trainer.errors import TrainerError
 
@@ -77,6 +78,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     LedgerError,
     TrainerError,
     GovernanceError,
+    InferenceNodeError,
 )
 
 SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"
@@ -306,8 +308,9 @@ def demo(
             from inference_node.demo import demo_node
             from trainer.backends import default_model_dir
 
+            # Anvil account 4: not the demo's publisher (0) nor its voters (1..3)
             demo_node(settings, rt, console, library_log_id=result.deployment.curated_log_id,
-                      curated=True, model_dir=default_model_dir())
+                      curated=True, model_dir=default_model_dir(), node_key=ANVIL_DEV_KEYS[4])
     finally:
         if result.started_anvil and not keep:
             devnet_down(settings)
@@ -352,7 +355,6 @@ def _demo_governance(gov: governance.cli.GovernanceRuntime, log_name: str,
     curated library's on-chain root against the RFC 9162 root of the curated leaves."""
     from eth_account import Account
 
-    from devnet.settings import ANVIL_DEV_KEYS
     from governance.devnet_time import is_devnet
     from ledger.rfc9162 import root as merkle_root
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference_node.errors import NodeError
+from inference_node.errors import NodeError, ReceiptError
 from ledger.entries import AdapterEntry
 
 
@@ -62,7 +62,6 @@ def load_verifier_adapter(content: Any, cid: str, base_dir: str | Path, dtype: A
     """The base in ``base_dir`` with adapter ``cid`` merged, as a verifier prefills with it
     (``dtype``); raises ``ReceiptError`` ``adapter`` when the adapter cannot be fetched,
     fails its CIDs, or was trained on another base."""
-    from inference_node.receipts import ReceiptError
     from trainer.adapters import AdapterError, check_base_model, fetch_adapter
     from trainer.adapters.merge import load_adapted
 

@@ -3,10 +3,10 @@
 ``demo_node`` runs after the DAO has curated a library on the devnet:
 
 1. starts ``gym node serve`` in a subprocess on a free loopback port, following the library log
-   (verified from chain + content store), signing with a public devnet key that the demo uses
-   for nothing else (Anvil account 4: the publisher is account 0, the voters 1 to 3), and
-   registering that key in the NodeRegistry (stake: the minimum) before it serves; it runs the
-   transformers engine, since one question does not repay vLLM's start-up (20 to 70 s on a
+   (verified from chain + content store), signing with the key the caller gives (``gym demo``:
+   a public devnet key that it uses for nothing else, Anvil account 4), and registering that
+   key in the NodeRegistry (stake: the minimum) before it serves; it runs the transformers
+   engine, since one question does not repay vLLM's start-up (20 to 70 s on a
    2-core CPU), where ``gym node serve`` by default picks vLLM when it can serve the model;
 2. waits until ``/health`` reports the library verified at its on-chain size;
 3. asks one question through the official ``openai`` SDK and prints the answer and how many
@@ -39,11 +39,10 @@ from typing import Any
 
 import httpx
 
-from inference_node.errors import NodeError
+from inference_node.errors import NodeError, ReceiptError
 
 QUESTION = ("A farmer has 12 apples and buys 3 boxes with 7 apples in each. How many apples "
             "does the farmer have now?")
-NODE_KEY_INDEX = 4  # Anvil account 4: not the demo's publisher (0) nor its voters (1..3)
 ANCHOR_INTERVAL_S = 2
 
 
@@ -90,19 +89,19 @@ def _wait_health(proc: subprocess.Popen, url: str, log_file: Path, until, timeou
 
 
 def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: int,
-              curated: bool, model_dir: str | Path) -> None:
+              curated: bool, model_dir: str | Path, node_key: str) -> None:
     """Serve log ``library_log_id`` with the model in ``model_dir``, ask, verify, stop (see the
-    module docstring). ``settings``: a ``devnet.settings.GymSettings``; ``ledger_rt``: the
-    ``ledger.cli.LedgerRuntime`` built from it."""
+    module docstring). ``settings``: the devnet's settings (``data_dir``, ``deployment_file``,
+    ``rpc_url``, ``db_url``, ``ipfs_api``); ``ledger_rt``: the ``ledger.cli.LedgerRuntime``
+    built from them; ``node_key``: the node's signing key (hex), holding GYM to stake."""
     from eth_account import Account
     from openai import OpenAI
 
-    from devnet.settings import ANVIL_DEV_KEYS  # the demo runs on the devnet only
-    from inference_node.cli import check_receipt_bundle, checks_table
-    from inference_node.receipts import ReceiptDomain, ReceiptError, bundle_json, parse_receipt
+    from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
+    from inference_node.verify import check_receipt_bundle, checks_table
 
     console.rule("6. inference node")
-    key = ANVIL_DEV_KEYS[NODE_KEY_INDEX]
+    key = node_key
     address = Account.from_key(key).address
     registry = _registry_address(Path(settings.deployment_file))
     expected_size = ledger_rt.contract.log_info(library_log_id).size
@@ -126,7 +125,8 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
                                                 and h["library"]["size"] == expected_size),
                 timeout_s=600, what="waiting for the library to verify")
         console.print(f"node {address} registered and serving {health['model']} "
-                      f"({health['engine']} engine): library log {library_log_id} verified at size {health['library']['size']}, "
+                      f"({health['engine']} engine): library log {library_log_id} verified at "
+                      f"size {health['library']['size']}, "
                       f"{health['library']['experiences']} active experiences (log {log_file})",
                       highlight=False)
 

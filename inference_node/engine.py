@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from inference_node.errors import InferenceNodeError
 from inference_node.injection import PrefixKVCache, Prompt
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ FinishReason = Literal["stop", "length"]
 GREEDY_BELOW = 1e-5  # temperatures under this decode greedily (vLLM's _SAMPLING_EPS)
 
 
-class EngineError(RuntimeError):
+class EngineError(InferenceNodeError, RuntimeError):
     """The engine failed while running a request (a bug or a device error, not the caller's)."""
 
 

@@ -1,4 +1,4 @@
-"""Proof-of-inference receipts: build, sign (EIP-712), commit to activations, verify.
+"""Proof-of-inference receipts, the wire format: build, sign and recover (EIP-712), bundle.
 
 Spec: DESIGN.md "Proof-of-inference receipts"; the entry is ``ledger.entries.ReceiptEntry``
 (type ``receipt``, v1), its canonical bytes RFC 8785 (``ledger.entries.encode_entry``). This
@@ -34,21 +34,10 @@ raw-codec sha2-256 CIDv1, so the digest determines the CID (``adapterCid`` is ze
 absent). Floats are signed as their RFC 8785 spelling (``"0.7"``), exact where a fixed-point
 integer would round. ``signature`` is the 65-byte ``r || s || v`` (v 27/28), lowercase hex.
 
-Activation commitment (TOPLOC, Ong et al. 2025, the ``toploc`` package): the final hidden
-states (the model body's output, after its final norm: ``hidden_states[-1]``) at the C positions
-that produced the C completion tokens (the "decode positions"), in bfloat16;
-``toploc.build_proofs_base64(..., skip_prefill=True)`` encodes the top-k values of each group
-of ``DECODE_BATCH`` positions as a polynomial. Written ``toploc1:<topk>:<batch>:<b64>.<b64>…``.
-As TOPLOC inside vLLM, the node takes these states from its own decoding
-(``SamplingParams.capture_activations``: the engine keeps the body's output of every forward
-pass), so a receipt costs no extra model pass; an engine that cannot capture them falls back to
-one prefill over ``prompt + completion[:-1]`` (``decode_hidden_states``). A verifier with the
-model runs that prefill and accepts when every group is within the ``toploc`` tolerances below:
-decoding with a KV cache, in a batch, gives states that differ from the prefill's only in float
-rounding, far inside them, while a different model, prompt, library or completion moves the
-top-k. The check is locality-sensitive, not a hash: a one-token edit of a long response can stay
-within the tolerances, so it is the signed response digest that binds the exact text, and the
-commitment that binds the computation to the model and the context.
+Activation commitment: ``activationCommitment`` is a TOPLOC commitment to the final hidden states
+at the decode positions, ``toploc1:<topk>:<batch>:<b64>.<b64>…``; ``inference_node.activations``
+builds and checks it. A ``ReceiptSigner`` commits to the activations its engine captured (else
+one prefill) and signs.
 
 Bundle: what ``gym verify receipt`` reads (``bundle_json``), the receipt with its evidence::
 
@@ -57,18 +46,8 @@ Bundle: what ``gym verify receipt`` reads (``bundle_json``), the receipt with it
      "response": {"text": …, "token_ids": […]},
      "inclusion": <ledger.proofs inclusion proof document from the node's receipt log> | null}
 
-``verify_receipt_bundle`` checks, in order: signature (and the domain, when the verifier names
-one), request and response digests, token counts; with the NodeRegistry
-(``inference_node.registry``) that the signer is a registered, active node serving the
-receipt's model (and that the inclusion proof is in its registered receipt log); with the chain
-and content store the library (``rootAt`` equals the receipt's root; the verified fold of the
-log at that size is exactly ``experience_ids``, in order), the inclusion proof and its
-anchoring; with the model, its digest and the activation commitment (rebuilding the prompt with
-the node's own injector; for a receipt that names an adapter, the caller passes the base with
-that adapter merged, ``inference_node.adapters.load_verifier_adapter``).
-
-Verification raises ``ReceiptError`` (a ``ledger`` ``VerificationError``) whose ``reason`` is
-one of ``REASONS``.
+``inference_node.verify`` checks a bundle. Parsing and signature checks raise
+``ReceiptError`` (``inference_node.errors``) whose ``reason`` is one of ``REASONS``.
 """
 
 from __future__ import annotations
@@ -91,6 +70,8 @@ from eth_keys.exceptions import BadSignature
 from eth_keys.exceptions import ValidationError as KeysValidationError
 from eth_utils import keccak
 
+from inference_node.activations import commit_activations, decode_hidden_states
+from inference_node.errors import ReceiptError
 from ledger.entries import (
     LibraryRef,
     ReceiptEntry,
@@ -98,60 +79,14 @@ from ledger.entries import (
     TokenCounts,
     decode_entry,
     encode_entry,
-    entry_cid,
     weights_digest,
 )
-from ledger.errors import EntryError, VerificationError
-from ledger.errors import LedgerError as LedgerErrorBase
+from ledger.errors import EntryError
 from ledger.multiformats import CID, MultiformatError
 
 DOMAIN_NAME = "GymLedger Receipt"
 DOMAIN_VERSION = "1"
 ZERO_ADDRESS = "0x" + "00" * 20
-
-COMMITMENT_SCHEME = "toploc1"
-TOPK = 128  # values committed per group (TOPLOC's default); capped by the hidden size
-DECODE_BATCH = 32  # decode positions per polynomial (TOPLOC's default)
-# Acceptance per group, from the TOPLOC paper's bf16 thresholds: share of top-k whose exponent
-# differs, and mean / median mantissa error of the others.
-MAX_EXP_MISMATCH_SHARE = 0.25
-MAX_MANT_ERR_MEAN = 10.0
-MAX_MANT_ERR_MEDIAN = 8.0
-
-
-REASONS = (
-    "malformed",  # not a receipt / bundle, or a field is unusable
-    "bad_signature",  # absent or not a valid secp256k1 signature over the typed data
-    "wrong_signer",  # valid signature, but by another address than ``node``
-    "wrong_domain",  # signed for another chain or contract than the verifier's
-    "request_digest",  # the request does not hash to ``request_digest``
-    "response_digest",  # the response does not hash to ``response_digest``
-    "token_counts",  # prompt / completion token counts disagree with the evidence
-    "experience_ids",  # the experiences offered are not the ones the receipt names
-    "experience_content",  # an experience's text cannot be fetched or is not its CID's
-    "library_root",  # ``library`` is not the root anchored on chain at that size
-    "library_state",  # the experiences are not the active set of the library at that size
-    "not_included",  # the receipt-log inclusion proof fails or is for another entry
-    "not_anchored",  # the receipt log's root at that size is not the one on chain
-    "model_digest",  # the model given to the verifier is not the receipt's model
-    "adapter",  # the receipt's adapter cannot be fetched, fails its CIDs, or has another base
-    "activation_mismatch",  # the prefill's top-k activations disagree with the commitment
-    "not_registered",  # no node in the NodeRegistry signs with the receipt's key
-    "node_deregistered",  # the signer's node has left the registry (unbonding)
-    "node_slashed",  # the signer's node was slashed below the minimum stake: not active
-    "registered_model",  # the node is registered with another model digest
-    "receipt_log",  # the inclusion proof is not in the node's registered receipt log
-)
-
-
-class ReceiptError(VerificationError):
-    """A receipt does not check out; ``reason`` is one of ``REASONS``."""
-
-    def __init__(self, reason: str, message: str, *, expected: object = None,
-                 computed: object = None):
-        assert reason in REASONS, reason
-        super().__init__(f"{reason}: {message}", expected=expected, computed=computed)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -395,70 +330,6 @@ def parse_receipt(data: bytes | str | dict) -> ReceiptEntry:
     return entry
 
 
-# --------------------------------------------------------------------------- activations
-
-
-def decode_hidden_states(model: Any, prompt_ids: Sequence[int],
-                         completion_ids: Sequence[int]) -> list[Any]:
-    """Final hidden states (bfloat16, CPU) at the positions that produced each completion
-    token: one prefill over ``prompt + completion[:-1]``."""
-    import torch
-
-    if not prompt_ids or not completion_ids:
-        raise ValueError("an activation commitment needs a prompt and at least one token")
-    device = next(model.parameters()).device
-    ids = torch.tensor([[*prompt_ids, *completion_ids[:-1]]], device=device)
-    with torch.inference_mode():  # the body only: the LM head's logits are not needed
-        hidden = model.base_model(input_ids=ids, use_cache=False)[0][0]
-    rows = hidden[len(prompt_ids) - 1:].to(torch.bfloat16).cpu()
-    return list(rows)
-
-
-def commit_activations(states: Sequence[Any]) -> str:
-    """The ``toploc1`` commitment to ``states`` (module docstring)."""
-    import toploc
-
-    topk = min(TOPK, states[0].numel())
-    proofs = toploc.build_proofs_base64(list(states), DECODE_BATCH, topk, skip_prefill=True)
-    null = toploc.ProofPoly.null(topk).to_base64()
-    if not proofs or null in proofs:  # toploc logs and returns null proofs on failure
-        raise RuntimeError("toploc could not build the activation proofs")
-    return f"{COMMITMENT_SCHEME}:{topk}:{DECODE_BATCH}:" + ".".join(proofs)
-
-
-def verify_activations(states: Sequence[Any], commitment: str) -> None:
-    """``ReceiptError`` activation_mismatch unless ``states`` match ``commitment``."""
-    import toploc
-    import torch
-
-    parts = commitment.split(":")
-    if len(parts) != 4 or parts[0] != COMMITMENT_SCHEME or not (parts[1] + parts[2]).isdigit():
-        raise ReceiptError("malformed", f"not a {COMMITMENT_SCHEME} commitment")
-    topk, batch, proofs = int(parts[1]), int(parts[2]), parts[3].split(".")
-    groups = -(-len(states) // batch)
-    if len(proofs) != groups or topk > states[0].numel() or topk < 1:
-        raise ReceiptError("activation_mismatch", f"the commitment has {len(proofs)} groups of "
-                           f"top-{topk}; the prefill gives {groups} groups",
-                           expected=len(proofs), computed=groups)
-    threads = torch.get_num_threads()
-    try:
-        results = toploc.verify_proofs_base64(list(states), proofs, batch, topk,
-                                              skip_prefill=True)
-    except (RuntimeError, ValueError) as exc:  # a corrupt proof, inside the C++ extension
-        raise ReceiptError("activation_mismatch", f"unreadable proofs ({exc})") from None
-    finally:  # toploc 0.1.6's verify resets torch to one thread per core: undo it
-        torch.set_num_threads(threads)
-    for group, result in enumerate(results):
-        share = result.exp_mismatches / topk
-        if (share > MAX_EXP_MISMATCH_SHARE or result.mant_err_mean > MAX_MANT_ERR_MEAN
-                or result.mant_err_median > MAX_MANT_ERR_MEDIAN):
-            raise ReceiptError(
-                "activation_mismatch",
-                f"group {group}: {result.exp_mismatches}/{topk} exponents differ, mantissa error "
-                f"mean {result.mant_err_mean:.1f} median {result.mant_err_median:.1f} (limits "
-                f"{MAX_EXP_MISMATCH_SHARE:.0%}, {MAX_MANT_ERR_MEAN}, {MAX_MANT_ERR_MEDIAN})")
-
-
 def bundle_json(receipt: ReceiptEntry, domain: ReceiptDomain, *, route: str, request: Any,
                 text: str, completion_token_ids: Sequence[int],
                 inclusion: dict | None = None) -> dict[str, Any]:
@@ -533,202 +404,3 @@ def _native_key(secret: bytes) -> Any:
     except ImportError:
         return None
     return coincurve.PrivateKey(secret)
-
-
-# --------------------------------------------------------------------------- full check
-
-
-@dataclass(frozen=True)
-class ReceiptCheck:
-    name: str  # signature, request, response, library, inclusion, anchoring, model, activations
-    passed: bool | None  # None: skipped
-    detail: str
-
-
-def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
-                          contract: Any = None, content: Any = None, model: Any = None,
-                          tokenizer: Any = None, model_dir: str | Path | None = None,
-                          from_block: int = 0, registry: Any = None) -> list[ReceiptCheck]:
-    """Check a receipt bundle (``bundle_json``); the checks passed and skipped, or the first
-    ``ReceiptError``. ``domain``: the one the verifier expects (else the bundle's is used);
-    ``registry`` (``inference_node.registry.NodeRegistry``): the signer is a registered, active
-    node serving the receipt's model; ``contract`` + ``content``: library root and state, log
-    inclusion anchoring; ``model`` + ``tokenizer`` (+ ``model_dir`` for its digest): the
-    activation commitment."""
-    if not isinstance(bundle, dict) or bundle.get("type") != "receipt-bundle" \
-            or bundle.get("v") != 1:
-        raise ReceiptError("malformed", "not a receipt-bundle v1 document")
-    receipt = parse_receipt(bundle.get("receipt"))
-    signed_domain = ReceiptDomain.from_json(bundle.get("domain"))
-    if domain is not None and domain != signed_domain:
-        raise ReceiptError("wrong_domain", "the receipt is signed for another deployment",
-                           expected=domain, computed=signed_domain)
-    signer = verify_receipt_signature(receipt, signed_domain)
-    checks = [ReceiptCheck("signature", True, f"signed by {signer}")]
-    request, response = bundle.get("request"), bundle.get("response")
-    if not isinstance(request, dict) or not isinstance(response, dict) \
-            or not isinstance(response.get("text"), str) \
-            or not isinstance(response.get("token_ids"), list):
-        raise ReceiptError("malformed", "the bundle needs request {…} and response {text, "
-                           "token_ids}")
-    computed = request_digest(request)
-    if computed != receipt.request_digest:
-        raise ReceiptError("request_digest", "the request is not the one the receipt signs",
-                           expected=receipt.request_digest, computed=computed)
-    token_ids = response["token_ids"]
-    computed = response_digest(response["text"], token_ids)
-    if computed != receipt.response_digest:
-        raise ReceiptError("response_digest", "the response is not the one the receipt signs",
-                           expected=receipt.response_digest, computed=computed)
-    if len(token_ids) != receipt.tokens.completion:
-        raise ReceiptError("token_counts", "completion token count",
-                           expected=receipt.tokens.completion, computed=len(token_ids))
-    checks.append(ReceiptCheck("request/response", True, "digests match"))
-
-    receipt_log_id = None
-    if registry is not None:
-        check, receipt_log_id = _check_registration(receipt, registry)
-        checks.append(check)
-    else:
-        checks.append(ReceiptCheck("registration", None, "needs the NodeRegistry"))
-
-    texts: dict[str, str] | None = {} if not receipt.experience_ids else None
-    if not receipt.library.log_id:
-        if receipt.experience_ids:
-            raise ReceiptError("experience_ids", "experiences named without a library (log 0)",
-                               expected=[], computed=list(receipt.experience_ids))
-        checks.append(ReceiptCheck("library", True, "none (log 0): no experiences injected"))
-    elif contract is not None and content is not None:
-        texts = _check_library(receipt, contract, content, from_block)
-        checks.append(ReceiptCheck("library", True, f"log {receipt.library.log_id} at size "
-                                   f"{receipt.library.size}: root anchored, "
-                                   f"{len(texts)} experiences are its active set"))
-    else:
-        checks.append(ReceiptCheck("library", None, "needs the chain and content store"))
-
-    checks.extend(_check_inclusion(receipt, bundle.get("inclusion"), contract, receipt_log_id))
-
-    if model is None:
-        checks.append(ReceiptCheck("activations", None, "needs --model"))
-        return checks
-    if model_dir is not None and model_digest(model_dir) != receipt.model_digest:
-        raise ReceiptError("model_digest", "the model given is not the receipt's",
-                           expected=receipt.model_digest, computed=model_digest(model_dir))
-    if texts is None:
-        raise ReceiptError("experience_content", "the experiences' texts need the chain and "
-                           "content store to rebuild the prompt")
-    prompt_ids = _rebuild_prompt(bundle.get("route"), request, receipt, texts, tokenizer)
-    if len(prompt_ids) != receipt.tokens.prompt:
-        raise ReceiptError("token_counts", "prompt tokens after injecting the library",
-                           expected=receipt.tokens.prompt, computed=len(prompt_ids))
-    verify_activations(decode_hidden_states(model, prompt_ids, token_ids),
-                       receipt.activation_commitment)
-    checks.append(ReceiptCheck("activations", True, "one prefill matches the TOPLOC commitment"))
-    return checks
-
-
-def _check_library(receipt: ReceiptEntry, contract: Any, content: Any, from_block: int
-                   ) -> dict[str, str]:
-    from inference_node.sync import LibrarySyncError, library_at
-
-    lib = receipt.library
-    anchored = "0x" + contract.root_at(lib.log_id, lib.size).hex()
-    if anchored != lib.root:
-        raise ReceiptError("library_root", f"log {lib.log_id} at size {lib.size} is anchored "
-                           "with another root", expected=anchored, computed=lib.root)
-    kind = contract.log_info(lib.log_id).kind
-    try:
-        state = library_at(contract, content, lib.log_id, kind, lib.size, from_block=from_block)
-    except LibrarySyncError as exc:
-        raise ReceiptError("experience_content", str(exc)) from None
-    if list(state) != list(receipt.experience_ids):
-        raise ReceiptError("library_state", "the experiences named are not the library's "
-                           "active set at that size", expected=list(state),
-                           computed=list(receipt.experience_ids))
-    return state
-
-
-def _check_registration(receipt: ReceiptEntry, registry: Any) -> tuple[ReceiptCheck, int]:
-    """The registry's record of the receipt's signer; the check and its receipt log id."""
-    from inference_node.registry import format_gym
-
-    operator = registry.operator_of_signer(receipt.node)
-    if operator is None:
-        raise ReceiptError("not_registered", f"no node in the NodeRegistry signs with "
-                           f"{receipt.node}")
-    node = registry.node_of(operator)
-    if node is None:  # withdrawn between the two reads
-        raise ReceiptError("not_registered", f"operator {operator} has no node any more")
-    if node.unbonding_ends:
-        raise ReceiptError("node_deregistered", f"node {operator} deregistered; its stake "
-                           f"unbonds at {node.unbonding_ends} (unix time)")
-    if not node.active:
-        raise ReceiptError("node_slashed", f"node {operator} stakes {format_gym(node.stake)} "
-                           f"GYM, below the minimum {format_gym(registry.min_stake())} GYM: "
-                           "slashed, and not active")
-    if node.model_digest != receipt.model_digest:
-        raise ReceiptError("registered_model", f"node {operator} is registered serving another "
-                           "model", expected=node.model_digest, computed=receipt.model_digest)
-    return (ReceiptCheck("registration", True, f"active node of operator {operator}, stake "
-                         f"{format_gym(node.stake)} GYM, receipt log {node.receipt_log_id}"),
-            node.receipt_log_id)
-
-
-def _check_inclusion(receipt: ReceiptEntry, doc: Any, contract: Any,
-                     receipt_log_id: int | None = None) -> list[ReceiptCheck]:
-    from ledger.proofs import check_anchored_root, verify_proof_document, verify_proof_entry
-
-    if doc is None:
-        return [ReceiptCheck("inclusion", None, "the bundle has no receipt-log proof")]
-    try:
-        proof = verify_proof_document(doc)
-    except VerificationError as exc:
-        raise ReceiptError("not_included", str(exc)) from None
-    data = encode_entry(receipt)
-    cid = entry_cid(data)
-    if proof.entry_cid != cid:
-        raise ReceiptError("not_included", "the proof is for another entry", expected=cid,
-                           computed=proof.entry_cid)
-    try:  # the document's entry_cid is a claim: the proven leaf must hash from these bytes
-        proof = verify_proof_entry(proof, data)
-    except VerificationError as exc:
-        raise ReceiptError("not_included", str(exc)) from None
-    if receipt_log_id is not None and proof.log_id != receipt_log_id:
-        raise ReceiptError("receipt_log", "the proof is for another log than the node's "
-                           "registered receipt log", expected=receipt_log_id,
-                           computed=proof.log_id)
-    checks = [ReceiptCheck("inclusion", True, f"leaf {proof.index} of log {proof.log_id} at "
-                           f"size {proof.size}")]
-    if contract is None:
-        return [*checks, ReceiptCheck("anchoring", None, "needs the chain")]
-    try:
-        check_anchored_root(contract, proof)
-    except (VerificationError, LedgerErrorBase) as exc:
-        raise ReceiptError("not_anchored", str(exc)) from None
-    return [*checks, ReceiptCheck("anchoring", True, "rootAt matches")]
-
-
-def _rebuild_prompt(route: Any, request: dict, receipt: ReceiptEntry, texts: dict[str, str],
-                    tokenizer: Any) -> list[int]:
-    from inference_node.injection import LibraryInjector
-    from inference_node.library import LibrarySnapshot
-    from inference_node.protocol import ChatCompletionRequest, CompletionRequest
-
-    snapshot = LibrarySnapshot("verify", str(receipt.library.log_id), receipt.library.size,
-                               receipt.library.root,
-                               tuple((eid, texts[eid]) for eid in receipt.experience_ids))
-    injector = LibraryInjector(tokenizer)
-    try:
-        if route == "chat":
-            chat = ChatCompletionRequest.model_validate(request)
-            messages = [{"role": m.role, "content": m.text()} for m in chat.messages]
-            injected = injector.chat(messages, snapshot)
-        elif route == "completion":
-            injected = injector.completion(CompletionRequest.model_validate(request)
-                                           .prompt_text(), snapshot)
-        else:
-            raise ReceiptError("malformed", f"route must be 'chat' or 'completion', got {route!r}")
-    except ValueError as exc:  # pydantic's ValidationError
-        raise ReceiptError("malformed", f"the request is not a valid {route} request ({exc})"
-                           ) from None
-    return injected.prompt.all_token_ids

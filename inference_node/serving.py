@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from inference_node.engine import Engine, EngineError, Generation, SamplingParams, TokenLogprob
+from inference_node.errors import InferenceNodeError
 from inference_node.injection import InjectedPrompt, LibraryInjector
 from inference_node.library import LibrarySnapshot, LibrarySource
 from inference_node.metrics import NodeMetrics
@@ -73,7 +74,7 @@ from ledger.errors import LedgerError
 MAX_RECEIPT_HEADER = 8 * 1024
 
 
-class APIError(Exception):
+class APIError(InferenceNodeError):
     """An error answer: HTTP status plus OpenAI's error fields."""
 
     def __init__(self, status: int, message: str, type: str = "invalid_request_error",

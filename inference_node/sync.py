@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from inference_node.errors import InferenceNodeError
 from inference_node.library import (
     EMPTY_LIBRARY,
     LibrarySnapshot,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LibrarySyncError(VerificationError):
+class LibrarySyncError(InferenceNodeError, VerificationError):
     """A followed log does not verify; ``leaf`` is the offending leaf index when there is one."""
 
     def __init__(self, message: str, *, leaf: int | None = None, expected: object = None,

@@ -12,14 +12,10 @@ import torch
 from node_helpers import MODEL_NAME, make_engine
 from test_receipts import SNAPSHOT, bundle_of, offline_verify
 
+from inference_node.activations import commit_activations, decode_hidden_states, verify_activations
 from inference_node.engine import SamplingParams
+from inference_node.errors import ReceiptError
 from inference_node.injection import LibraryInjector
-from inference_node.receipts import (
-    ReceiptError,
-    commit_activations,
-    decode_hidden_states,
-    verify_activations,
-)
 
 QUESTIONS = ["the farmer buys twelve apple", "count seven box and three box and one box",
              "verify", "north south east west and the red block of the chain"]

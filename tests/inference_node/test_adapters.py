@@ -35,17 +35,16 @@ from node_helpers import (
 )
 
 from inference_node.adapters import prepare_adapter
-from inference_node.cli import check_receipt_bundle
-from inference_node.errors import NodeError
+from inference_node.errors import NodeError, ReceiptError
 from inference_node.library import StaticLibrarySource
 from inference_node.receipts import (
     ReceiptDomain,
-    ReceiptError,
     ReceiptSigner,
     bundle_json,
     model_digest,
     parse_receipt,
 )
+from inference_node.verify import check_receipt_bundle
 from ledger import LocalBlockStore, LogStore, decode_entry
 from ledger.multiformats import CID, raw_cid
 from ledger.proofs import proof_document

@@ -13,15 +13,16 @@ from web3 import Web3
 
 from devnet.cli import ledger_runtime
 from devnet.settings import ANVIL_DEV_KEYS, GymSettings
-from inference_node.demo import NODE_KEY_INDEX, demo_node
-from inference_node.receipts import verify_receipt_bundle
+from inference_node.demo import demo_node
 from inference_node.registry import NodeRegistry
+from inference_node.verify import verify_receipt_bundle
 from ledger import rfc9162
 from ledger.blockstore import LocalBlockStore
 from ledger.chain import LogKind
 from ledger.entries import entry_cid
 
 pytestmark = [pytest.mark.slow, pytest.mark.anvil]
+NODE_KEY = ANVIL_DEV_KEYS[4]  # as `gym demo`: holds GYM to stake, signs nothing else
 
 
 def test_demo_node_serves_answers_and_verifies(ledger_devnet, tiny_model_dir):
@@ -39,7 +40,7 @@ def test_demo_node_serves_answers_and_verifies(ledger_devnet, tiny_model_dir):
 
     console = Console(record=True, width=200)
     demo_node(settings, rt, console, library_log_id=log_id, curated=True,
-              model_dir=tiny_model_dir)
+              model_dir=tiny_model_dir, node_key=NODE_KEY)
     text = console.export_text()
     assert "library log" in text and "verified at size 2, 2 active experiences" in text
     assert "injected 2 experiences" in text and "A:" in text
@@ -48,7 +49,7 @@ def test_demo_node_serves_answers_and_verifies(ledger_devnet, tiny_model_dir):
     bundles = list((gym.data_dir / "receipts").glob("*.json"))
     assert len(bundles) == 1
     bundle = json.loads(bundles[0].read_text())
-    node = Web3().eth.account.from_key(ANVIL_DEV_KEYS[NODE_KEY_INDEX]).address
+    node = Web3().eth.account.from_key(NODE_KEY).address
     assert bundle["receipt"]["node"] == node.lower()
     assert bundle["receipt"]["experience_ids"] == [entry_cid(e) for e in entries]
     manifest = json.loads(gym.deployment_file.read_text())

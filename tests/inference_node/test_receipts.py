@@ -12,10 +12,10 @@ import pytest
 from node_helpers import CIDS, DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, make_engine, run_server
 
 from devnet.settings import ANVIL_DEV_KEYS
+from inference_node.errors import ReceiptError
 from inference_node.library import StaticLibrarySource
 from inference_node.receipts import (
     ReceiptDomain,
-    ReceiptError,
     ReceiptSigner,
     bundle_json,
     library_ref,
@@ -23,9 +23,9 @@ from inference_node.receipts import (
     parse_receipt,
     receipt_hash,
     sign_receipt,
-    verify_receipt_bundle,
     verify_receipt_signature,
 )
+from inference_node.verify import verify_receipt_bundle
 from ledger.entries import encode_entry
 
 OTHER_KEY = ANVIL_DEV_KEYS[0]  # a public devnet key
@@ -59,18 +59,18 @@ def offline_verify(bundle, weights_dir, **kwargs):
     """The bundle checked with the model, its experiences' texts taken as the node's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from inference_node import receipts
+    from inference_node import verify
 
     texts = dict(SNAPSHOT.experiences)
-    original = receipts._check_library
-    receipts._check_library = lambda *a: texts  # the chain's part is test_sync's
+    original = verify._check_library
+    verify._check_library = lambda *a: texts  # the chain's part is test_sync's
     try:
         return verify_receipt_bundle(
             bundle, contract=object(), content=object(),
             model=AutoModelForCausalLM.from_pretrained(weights_dir),
             tokenizer=AutoTokenizer.from_pretrained(weights_dir), **kwargs)
     finally:
-        receipts._check_library = original
+        verify._check_library = original
 
 
 def test_receipt_in_body_and_header_signature_round_trip(answered):
@@ -190,17 +190,17 @@ def test_verify_receipt_command_offline(answered, tmp_path):
 def test_key_from_env_or_keystore_never_printed(tmp_path, monkeypatch):
     from eth_account import Account
 
-    from inference_node.cli import _load_key
+    from inference_node.launch import load_key
 
     monkeypatch.setenv("GYM_NODE_KEY", NODE_KEY)
-    assert _load_key("GYM_NODE_KEY", None, "PW") == NODE_KEY
+    assert load_key("GYM_NODE_KEY", None, "PW") == NODE_KEY
     keystore = tmp_path / "node.json"
     keystore.write_text(json.dumps(Account.encrypt(NODE_KEY, "s3cret")))
     monkeypatch.setenv("PW", "s3cret")
-    assert _load_key(None, keystore, "PW") == NODE_KEY
+    assert load_key(None, keystore, "PW") == NODE_KEY
     monkeypatch.setenv("PW", "wrong")
     with pytest.raises(Exception) as failure:
-        _load_key(None, keystore, "PW")
+        load_key(None, keystore, "PW")
     assert "wrong" not in str(failure.value) and NODE_KEY[4:] not in str(failure.value)
 
 

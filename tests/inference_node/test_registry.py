@@ -18,16 +18,16 @@ from test_receipts import REQUEST, bundle_of
 from web3 import Web3
 
 from devnet.settings import ANVIL_DEV_KEYS
+from inference_node.errors import ReceiptError
 from inference_node.receipts import (
     ReceiptDomain,
-    ReceiptError,
     model_digest,
     parse_receipt,
     receipt_hash,
     sign_receipt,
-    verify_receipt_bundle,
 )
 from inference_node.registry import TOKEN, NodeRegistry, RegistryError, gym_amount
+from inference_node.verify import verify_receipt_bundle
 from ledger.blockstore import LocalBlockStore
 from ledger.chain import ContractRevertError
 from ledger.entries import encode_entry

@@ -10,7 +10,8 @@ import pytest
 from node_helpers import MODEL_NAME
 from test_receipts import bundle_of, offline_verify
 
-from inference_node.receipts import ReceiptDomain, ReceiptError, bundle_json, parse_receipt
+from inference_node.errors import ReceiptError
+from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
 
 MESSAGES = [{"role": "user", "content": "the farmer buys twelve apple"}]
 

@@ -13,20 +13,20 @@ import pytest
 from node_helpers import make_engine
 from test_receipts import NODE_KEY, REQUEST, bundle_of, run_server
 
+from inference_node.errors import ReceiptError
 from inference_node.protocol import ChatCompletionRequest
 from inference_node.receipt_log import ReceiptLog
 from inference_node.receipts import (
     ReceiptDomain,
-    ReceiptError,
     ReceiptSigner,
     model_digest,
     parse_receipt,
     sign_receipt,
-    verify_receipt_bundle,
 )
 from inference_node.serving import OpenAIServing
 from inference_node.settings import NodeSettings
 from inference_node.sync import ChainLibrarySource
+from inference_node.verify import verify_receipt_bundle
 from ledger import rfc9162
 from ledger.batches import BatchManifest, store_batch
 from ledger.blockstore import LocalBlockStore
