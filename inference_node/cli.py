@@ -381,18 +381,19 @@ def _serve(ctx, model: Path, served_dir: Path, adapter: str | None, source, sett
 def _register(ctx: typer.Context, key: str, signer, receipts_log, stake: str | None,
               endpoint: str) -> None:
     """``serve --register``: the receipt log on chain, then register or update the node."""
-    from inference_node.registry import format_gym, gym_amount
+    from contracts.gym_token import format_gym, parse_gym
+    from inference_node.registry import RegistryError
     from ledger.publish import ensure_chain_log
 
     registry = node_registry(ctx, key)
     with console.status("registering the node in the NodeRegistry"):
         log_id = ensure_chain_log(receipts_log.store, receipts_log.contract, receipts_log.name)
-        amount = gym_amount(stake) if stake is not None else registry.min_stake()
+        amount = parse_gym(stake, "--stake", RegistryError) if stake is not None else registry.min_stake()
         action, node = registry.ensure_registered(
             signer=signer.address, model_digest=signer.model_digest, endpoint=endpoint,
             stake=amount, receipt_log_id=log_id)
     console.print(f"NodeRegistry {registry.address}: {action} operator {node.operator}, "
-                  f"stake {format_gym(node.stake)} GYM, endpoint {node.endpoint}, receipt log "
+                  f"stake {format_gym(node.stake)}, endpoint {node.endpoint}, receipt log "
                   f"{node.receipt_log_id}, {'active' if node.active else 'NOT active'}",
                   highlight=False)
 
@@ -425,11 +426,11 @@ def serve_until_stopped(app_, host: str, port: int) -> None:
 def list_nodes(ctx: typer.Context) -> None:
     """List the nodes registered in the NodeRegistry: operator, signer, endpoint, model digest,
     stake, receipt log and whether each is active (bonded, staking at least the minimum)."""
-    from inference_node.registry import format_gym
+    from contracts.gym_token import format_gym
 
     registry = node_registry(ctx)
     nodes = registry.nodes()
-    table = Table("operator", "signer", "endpoint", "model digest", "stake (GYM)", "receipt log",
+    table = Table("operator", "signer", "endpoint", "model digest", "stake", "receipt log",
                   "active", title=f"NodeRegistry {registry.address}: {len(nodes)} "
                   f"node{'s' if len(nodes) != 1 else ''}")
     for node in nodes:
