@@ -142,3 +142,12 @@ def test_a_mined_revert_is_decoded_from_each_contract(devnet, monkeypatch, trace
         assert type(error) is ChainError
         assert str(error) == (f"transaction {receipt['transactionHash'].to_0x_hex()} reverted "
                               f"in block {receipt['blockNumber']}")
+
+
+@pytest.mark.anvil
+def test_ledger_contract_reads_is_curated_and_decodes_through_the_layer(ledger_devnet):
+    deployment = Deployment.load(ledger_devnet.gym.deployment_file)
+    contract = ledger_devnet.contract()
+    assert contract.is_curated(deployment.curated_log_id, b"\1" * 32) is False
+    with pytest.raises(ContractRevertError, match=r"ExperienceLedgerUnknownLog\(logId=999\)"):
+        contract.transfer_log_ownership(999, OTHER)
