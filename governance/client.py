@@ -46,7 +46,6 @@ from governance.errors import (
     NotProposerError,
     ProposalStateError,
     SignatureError,
-    SlashError,
     VotingPowerError,
 )
 from governance.proposals import (
@@ -58,12 +57,11 @@ from governance.proposals import (
     ProposalState,
     SlashProposal,
     VoteType,
-    check_slash_amount,
     plan_params_change,
-    plan_slash,
 )
 from governance.reverts import format_revert_value, governance_error
-from inference_node.registry import ChallengeInfo, ChallengeStatus, NodeRegistry, RegisteredNode
+from governance.slashing import build_slash, checksum_address
+from inference_node.registry import ChallengeInfo, NodeRegistry, RegisteredNode
 from ledger.chain import LedgerContract
 from ledger.evm import ChainError, EvmConnection, TxResult
 
@@ -142,7 +140,8 @@ class GovernanceClient:
                                          abi=node_registry_abi)
         registry_abi = self.registry.contract.abi if self.registry is not None else []
         self.evm = EvmConnection(w3, [governor_abi, ledger.abi, token_abi, timelock_abi or [],
-                                      registry_abi], format_value=format_revert_value)
+                                      registry_abi], format_value=format_revert_value,
+                                 own_errors=(GovernanceError,))
         known = {self.governor.address: ("GymGovernor", governor_abi),
                  self.timelock_address: ("TimelockController", timelock_abi or _MIN_DELAY_ABI),
                  self.token.address: ("GymToken", token_abi),
@@ -247,7 +246,7 @@ class GovernanceClient:
 
     def node(self, operator: str) -> RegisteredNode:
         """The NodeRegistry's record of ``operator`` (``exists`` is False when it has none)."""
-        operator = _address(operator, "node")
+        operator = checksum_address(operator, "node")
         with self.rpc_errors():
             return self._registry().node_record(operator)
 
@@ -258,62 +257,19 @@ class GovernanceClient:
 
     def challenges_against(self, operator: str) -> list[ChallengeInfo]:
         """Every challenge opened against ``operator``, oldest first, with its status now."""
-        operator = _address(operator, "node")
+        operator = checksum_address(operator, "node")
         with self.rpc_errors():
             return self._registry().challenges_against(operator)
 
     def build_slash(self, operator: str, amount: int, reason: str, *,
                     challenge_id: int | None = None,
                     beneficiary: str | None = None) -> SlashProposal:
-        """A proposal that slashes ``amount`` (token base units) of node ``operator``'s stake.
-
-        ``challenge_id`` defaults to the one open challenge against the node. ``beneficiary``
-        receives the slashed GYM: an address, ``"challenger"`` (whoever opened the challenge),
-        or by default the DAO timelock (the treasury). Raises ``SlashError`` before anything is
-        sent for what ``NodeRegistry.slash`` would refuse when the timelock executes it.
-        """
-        registry = self._registry()
+        """A proposal that slashes ``amount`` (token base units) of node ``operator``'s stake
+        (``governance.slashing.build_slash``: ``SlashError`` for what the registry would refuse;
+        ``challenge_id`` defaults to the one open challenge, ``beneficiary`` to the timelock)."""
         with self.rpc_errors():
-            governance = registry.governance()
-            min_stake = registry.min_stake()
-        if governance != self.timelock_address:
-            raise SlashError(f"the NodeRegistry at {registry.address} is governed by {governance}, "
-                             f"not by this DAO's timelock {self.timelock_address}: a proposal "
-                             "could never slash there")
-        node = self.node(operator)
-        if not node.exists:
-            with self.rpc_errors():
-                operator_of = registry.operator_of_signer(node.operator)
-            if operator_of is not None:
-                raise SlashError(f"{node.operator} is the receipt signer of node {operator_of}, "
-                                 "not an operator: name the operator address")
-        check_slash_amount(node, amount)
-        if challenge_id is None:
-            against = self.challenges_against(node.operator)
-            open_ = [c for c in against if c.status == ChallengeStatus.OPEN]
-            if not open_:
-                upheld = [f"#{c.challenge_id}" for c in against
-                          if c.status == ChallengeStatus.UPHELD]
-                raise SlashError(
-                    f"no open challenge against node {node.operator}: slashing answers a "
-                    "challenge (anyone opens one against a receipt the node signed: `gym node "
-                    "challenge BUNDLE --reason ...`)" + (f"; upheld ones: {', '.join(upheld)}, name "
-                                                    "one with --challenge ID" if upheld else ""))
-            if len(open_) > 1:
-                raise SlashError(f"{len(open_)} challenges against node {node.operator} are open "
-                                 f"({', '.join(f'#{c.challenge_id}' for c in open_)}): pick one "
-                                 "with --challenge ID")
-            found = open_[0]
-        else:
-            found = self.challenge(challenge_id)
-        if beneficiary is None:
-            paid_to, label = self.timelock_address, "the DAO timelock, its treasury"
-        elif beneficiary.strip().lower() == "challenger":
-            paid_to, label = found.challenger, f"the challenger of #{found.challenge_id}"
-        else:
-            paid_to, label = _address(beneficiary, "beneficiary"), ""
-        return plan_slash(node, found, amount, reason, registry_address=registry.address,
-                          beneficiary=paid_to, beneficiary_label=label, min_stake=min_stake)
+            return build_slash(self._registry(), self.timelock_address, operator, amount, reason,
+                               challenge_id=challenge_id, beneficiary=beneficiary)
 
     # -- reading proposals --------------------------------------------------------------------
 
@@ -548,13 +504,6 @@ class GovernanceClient:
         """The error that revert ``data`` encodes, decoded against every contract involved."""
         return governance_error(self.evm.decode_revert(data))
 
-
-def _address(text: str, what: str) -> str:
-    try:
-        return to_checksum_address(text.strip())
-    except (ValueError, TypeError):
-        raise GovernanceError(f"the {what} is an address (0x and 40 hex digits), not "
-                              f"{text!r}") from None
 
 
 __all__ = ["CurationProposal", "GovernanceClient", "Proposal", "ProposalState", "SourcedLeaf",

@@ -131,14 +131,21 @@ class ErrorTable:
 
 
 class EvmConnection:
-    """A web3 connection and the errors of the contracts a client talks to through it."""
+    """A web3 connection and the errors of the contracts a client talks to through it.
+
+    ``own_errors`` are the client package's error bases: raised on purpose inside
+    ``rpc_errors()``, they pass through as ``LedgerError`` does (a ``ValueError`` among them
+    is not a transport failure).
+    """
 
     def __init__(self, w3: Web3, abis: Iterable[Iterable[dict]], *,
                  format_value: ValueFormatter = plain_value,
-                 receipt_timeout: float = RECEIPT_TIMEOUT_S):
+                 receipt_timeout: float = RECEIPT_TIMEOUT_S,
+                 own_errors: tuple[type[Exception], ...] = ()):
         self.w3 = w3
         self.errors = ErrorTable(abis, format_value)
         self.receipt_timeout = receipt_timeout
+        self.own_errors = (LedgerError, *own_errors)
 
     def decode_revert(self, data: bytes | str | None) -> ChainError:
         return self.errors.decode(data)
@@ -153,7 +160,7 @@ class EvmConnection:
 
         try:
             yield
-        except (LedgerError, TransactionNotFound):
+        except (*self.own_errors, TransactionNotFound):
             raise
         except ContractLogicError as exc:
             data = exc.data if isinstance(exc.data, str) else None
