@@ -365,8 +365,8 @@ def _demo_governance(gov: governance.cli.GovernanceRuntime, log_name: str,
         return
     store, content, curated = gov.ledger.store, gov.ledger.content, client.curated_log_id
     leaves = list(store.leaves(log_name))
-    is_curated = client.ledger.contract.functions.isCurated
-    indices = [leaf.index for leaf in leaves if not is_curated(curated, leaf.leaf_hash).call()]
+    indices = [leaf.index for leaf in leaves
+               if not client.ledger.is_curated(curated, leaf.leaf_hash)]
     if not indices:  # a kept devnet that ran the demo before already holds these entries
         console.print("the curated library already holds every sample experience")
         return

@@ -37,6 +37,7 @@ from web3.exceptions import Web3Exception
 from contracts import load_artifact
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
+from ledger.evm import ZERO_ADDRESS, ChainError, EvmConnection
 from ledger.json_input import parse_json
 
 MANIFEST_VERSION = 3  # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry
@@ -47,7 +48,6 @@ _MISSING_SINCE = {
 }
 CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "NodeRegistry")
 CURATED_LIBRARY_NAME = "gym/curated"
-ZERO_ADDRESS = "0x" + "00" * 20
 MAX_MANIFEST_BYTES = 1024 * 1024  # deployment.json is ~3 KB
 CURATED_LOG_KIND = 1  # IExperienceLedger.LogKind.Curated
 
@@ -147,12 +147,14 @@ def connect(rpc_url: str, timeout: float = 10.0) -> Web3:
 
 class Deployer:
     """Signs and sends the deployment transactions (from the deployer, or a devnet holder
-    acting for itself), waiting for each receipt."""
+    acting for itself) through ``ledger.evm``, waiting for each receipt."""
 
     def __init__(self, w3: Web3, private_key: str):
         self.w3 = w3
         self.account = Account.from_key(private_key)
         self.chain_id = w3.eth.chain_id
+        self.evm = EvmConnection(w3, [load_artifact(name).abi for name in CONTRACT_NAMES],
+                                 receipt_timeout=60)
 
     def deploy(self, name: str, *args) -> DeployedContract:
         artifact = load_artifact(name)
@@ -175,17 +177,10 @@ class Deployer:
         Signs with the deployer's key, or with ``key`` (a devnet holder acting for itself).
         """
         account = self.account if key is None else Account.from_key(key)
-        tx = call.build_transaction({
-            "from": account.address,
-            "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
-            "chainId": self.chain_id,
-        })
-        signed = account.sign_transaction(tx)
-        tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
-        receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=60)
-        if receipt["status"] != 1:
-            raise DevnetError(f"transaction {tx_hash.to_0x_hex()} reverted during deployment")
-        return receipt
+        try:
+            return self.evm.send(call, account)
+        except ChainError as exc:
+            raise DevnetError(f"a deployment transaction failed: {exc}") from None
 
 
 def deploy_all(

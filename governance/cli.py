@@ -38,10 +38,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
 
+from contracts.gym_token import format_gym, parse_gym
 from governance.client import GovernanceClient, Proposal, ProposalState, VoteType
 from governance.devnet_time import DEVNET_CHAIN_ID
-from governance.errors import GovernanceError
-from governance.proposals import format_gym, format_parameter, parse_gym
+from governance.errors import GovernanceError, ParameterError
+from governance.proposals import format_parameter
 from ledger.cli import LedgerRuntime
 
 console = Console()
@@ -138,8 +139,8 @@ def _when(timestamp: int, now: int) -> str:
     return f"{at} ({'in ' + span if delta > 0 else span + ' ago' if delta else 'now'})"
 
 
-def _gym(amount: int) -> str:
-    return f"{amount / 10**18:,.4g} GYM"
+def _gym(amount: int) -> str:  # tallies and vote weights, as the dashboard shows them
+    return format_gym(amount, rounded=True)
 
 
 def _next_step(proposal: Proposal, now: int, devnet: bool) -> str:
@@ -265,7 +266,7 @@ def propose_params(
     """
     client = runtime_of(ctx).client(account)
     threshold = (None if proposal_threshold is None
-                 else parse_gym(proposal_threshold, "--proposal-threshold"))
+                 else parse_gym(proposal_threshold, "--proposal-threshold", ParameterError))
     plan = client.build_params_change(
         voting_delay=voting_delay, voting_period=voting_period, proposal_threshold=threshold,
         quorum_numerator=quorum_percent, timelock_delay=timelock_delay, description=description)
@@ -293,7 +294,7 @@ def propose_slash(
     that is unknown, against another node or dismissed.
     """
     client = runtime_of(ctx).client(account)
-    plan = client.build_slash(node, parse_gym(amount, "--amount"), reason,
+    plan = client.build_slash(node, parse_gym(amount, "--amount", ParameterError), reason,
                               challenge_id=challenge, beneficiary=beneficiary)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)

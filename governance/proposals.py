@@ -23,14 +23,13 @@ token, ledger, node registry) and saying plainly when it does not know one.
 The planners are pure: the client (``GovernanceClient.build_params_change`` and
 ``build_slash``) reads the chain and hands them what it read.
 
->>> format_gym(parse_gym("12.5", "--amount")), format_duration(5400)
+>>> format_parameter("proposal_threshold", 12_500_000_000_000_000_000), format_duration(5400)
 ('12.5 GYM', '5400 s (1 h 30 min)')
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from decimal import Decimal, InvalidOperation
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -39,13 +38,14 @@ from eth_utils import keccak, to_checksum_address
 from web3 import Web3
 from web3.exceptions import Web3Exception
 
-from governance.errors import ParameterError, SlashError
+from contracts.gym_token import format_gym
+from governance.errors import GovernanceError, ParameterError, SlashError
+from inference_node.registry import ChallengeInfo, ChallengeStatus, RegisteredNode
+from ledger.evm import ZERO_ADDRESS
 
-GYM = 10**18  # token base units per GYM (18 decimals)
 UINT32_MAX = 2**32 - 1
 UINT48_MAX = 2**48 - 1
 QUORUM_DENOMINATOR = 100  # GovernorVotesQuorumFraction's default: the numerator is a percent
-ZERO_ADDRESS = "0x" + "00" * 20
 
 
 class ProposalPlan(Protocol):
@@ -55,28 +55,6 @@ class ProposalPlan(Protocol):
 
     @property
     def actions(self) -> tuple[list[str], list[int], list[bytes]]: ...
-
-
-def parse_gym(text: str, option: str) -> int:
-    """``text`` GYM (a decimal such as ``12.5``) in token base units; ``option`` names it in errors."""
-    try:
-        amount = Decimal(text.strip().replace("_", ""))
-    except InvalidOperation:
-        raise ParameterError(f"{option} is an amount of GYM such as 50 or 12.5, not {text!r}") from None
-    if not amount.is_finite() or amount < 0:
-        raise ParameterError(f"{option} must be a non-negative amount of GYM, not {text!r}")
-    units = amount * GYM
-    if units != units.to_integral_value():
-        raise ParameterError(f"{option} {text} has more than 18 decimals, GYM's precision")
-    return int(units)
-
-
-def format_gym(amount: int) -> str:
-    """Token base units as exact GYM: ``12.5 GYM``."""
-    text = format(Decimal(amount) / GYM, "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return f"{text} GYM"
 
 
 def format_duration(seconds: int) -> str:
@@ -93,6 +71,43 @@ def format_duration(seconds: int) -> str:
 
 def _call(signature: str, types: list[str], args: list) -> bytes:
     return keccak(text=signature)[:4] + abi_encode(types, args)
+
+
+# -- proposal states and votes ----------------------------------------------------------------
+
+
+class ProposalState(IntEnum):
+    """IGovernor.ProposalState, in the contract's order."""
+
+    PENDING = 0
+    ACTIVE = 1
+    CANCELED = 2
+    DEFEATED = 3
+    SUCCEEDED = 4
+    QUEUED = 5
+    EXPIRED = 6
+    EXECUTED = 7
+
+    @property
+    def label(self) -> str:
+        return self.name.capitalize()
+
+
+class VoteType(IntEnum):
+    """GovernorCountingSimple's support values."""
+
+    AGAINST = 0
+    FOR = 1
+    ABSTAIN = 2
+
+    @classmethod
+    def parse(cls, value: str | int) -> VoteType:
+        if isinstance(value, int):
+            return cls(value)
+        try:
+            return cls[value.strip().upper()]
+        except KeyError:
+            raise GovernanceError(f"a vote is for, against or abstain, not {value!r}") from None
 
 
 # -- governance parameters --------------------------------------------------------------------
@@ -221,50 +236,6 @@ def plan_params_change(current: GovernanceParameters, wanted: dict[str, int | No
 # -- node slashing ----------------------------------------------------------------------------
 
 
-class ChallengeStatus(IntEnum):
-    """INodeRegistry.ChallengeStatus."""
-
-    NONE = 0
-    OPEN = 1
-    UPHELD = 2
-    DISMISSED = 3
-
-    @property
-    def label(self) -> str:
-        return self.name.capitalize()
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """INodeRegistry.Node of ``operator``; ``registered_at`` is 0 when it has none."""
-
-    operator: str
-    signer: str
-    registered_at: int
-    unbonding_ends: int  # 0 while bonded
-    model_digest: bytes
-    stake: int
-    receipt_log_id: int
-    endpoint: str
-
-    @property
-    def exists(self) -> bool:
-        return self.registered_at != 0
-
-
-@dataclass(frozen=True)
-class ChallengeInfo:
-    """INodeRegistry.Challenge ``challenge_id``, with the evidence CID from its event."""
-
-    challenge_id: int
-    operator: str
-    challenger: str
-    opened_at: int
-    status: ChallengeStatus
-    receipt_hash: bytes
-    evidence_cid: str | None = None
-
-
 @dataclass(frozen=True)
 class SlashProposal:
     """What ``propose`` sends to slash a node: one ``NodeRegistry.slash`` call."""
@@ -287,7 +258,7 @@ class SlashProposal:
         return [self.registry_address], [0], [self.calldata]
 
 
-def check_slash_amount(node: NodeInfo, amount: int) -> None:
+def check_slash_amount(node: RegisteredNode, amount: int) -> None:
     """Refuse an unknown node, and an amount the registry would refuse for its stake."""
     if not node.exists:
         raise SlashError(f"unknown node {node.operator}: the NodeRegistry has no node for this "
@@ -299,7 +270,7 @@ def check_slash_amount(node: NodeInfo, amount: int) -> None:
                          f"{format_gym(node.stake)}")
 
 
-def plan_slash(node: NodeInfo, challenge: ChallengeInfo, amount: int, reason: str, *,
+def plan_slash(node: RegisteredNode, challenge: ChallengeInfo, amount: int, reason: str, *,
                registry_address: str, beneficiary: str, beneficiary_label: str = "",
                min_stake: int = 0) -> SlashProposal:
     """A proposal to slash ``amount`` of ``node``'s stake for ``challenge``, paid to ``beneficiary``.
@@ -335,7 +306,7 @@ def plan_slash(node: NodeInfo, challenge: ChallengeInfo, amount: int, reason: st
         reason.strip(),
         "",
         (f"Node: operator {node.operator}, signer {node.signer}, endpoint {node.endpoint}, "
-         f"model digest 0x{node.model_digest.hex()}, receipt log {node.receipt_log_id}, {status}"),
+         f"model digest 0x{node.model_digest.removeprefix('sha256:')}, receipt log {node.receipt_log_id}, {status}"),
         f"Stake: {format_gym(node.stake)} -> {format_gym(left)}{below}",
         (f"Challenge #{challenge.challenge_id} ({challenge.status.label}) by "
          f"{challenge.challenger} against receipt 0x{challenge.receipt_hash.hex()}{evidence}"),

@@ -40,11 +40,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from contracts.gym_token import format_gym
 from inference_node.challenges import challenged_receipt, open_challenge
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
 from inference_node.launch import NodeLaunch, load_key, open_registry, start_node
 from inference_node.receipts import ReceiptDomain
-from inference_node.registry import format_gym
 from inference_node.settings import NodeSettings
 from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
 
@@ -230,7 +230,7 @@ def list_nodes(ctx: typer.Context) -> None:
     stake, receipt log and whether each is active (bonded, staking at least the minimum)."""
     registry = node_registry(ctx)
     nodes = registry.nodes()
-    table = Table("operator", "signer", "endpoint", "model digest", "stake (GYM)", "receipt log",
+    table = Table("operator", "signer", "endpoint", "model digest", "stake", "receipt log",
                   "active", title=f"NodeRegistry {registry.address}: {len(nodes)} "
                   f"node{'s' if len(nodes) != 1 else ''}")
     for node in nodes:

@@ -301,18 +301,20 @@ def register_node(registry: Any, signer: Any, receipts_log: Any, stake: str | No
     """Put the node's receipt log on chain, then register the node in ``registry`` (or update
     its model digest, endpoint and stake): ``signer``'s address signs, the registry's key (the
     operator's) stakes ``stake`` GYM (default: the minimum). The node's record."""
-    from inference_node.registry import format_gym, gym_amount
+    from contracts.gym_token import format_gym, parse_gym
+    from inference_node.registry import RegistryError
     from ledger.publish import ensure_chain_log
 
     console = console if console is not None else Console(quiet=True)
     with console.status("registering the node in the NodeRegistry"):
         log_id = ensure_chain_log(receipts_log.store, receipts_log.contract, receipts_log.name)
-        amount = gym_amount(stake) if stake is not None else registry.min_stake()
+        amount = (parse_gym(stake, "--stake", RegistryError) if stake is not None
+                  else registry.min_stake())
         action, node = registry.ensure_registered(
             signer=signer.address, model_digest=signer.model_digest, endpoint=endpoint,
             stake=amount, receipt_log_id=log_id)
     console.print(f"NodeRegistry {registry.address}: {action} operator {node.operator}, "
-                  f"stake {format_gym(node.stake)} GYM, endpoint {node.endpoint}, receipt log "
+                  f"stake {format_gym(node.stake)}, endpoint {node.endpoint}, receipt log "
                   f"{node.receipt_log_id}, {'active' if node.active else 'NOT active'}",
                   highlight=False)
     return node

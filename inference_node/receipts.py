@@ -82,11 +82,11 @@ from ledger.entries import (
     weights_digest,
 )
 from ledger.errors import EntryError
+from ledger.evm import ZERO_ADDRESS
 from ledger.multiformats import CID, MultiformatError
 
 DOMAIN_NAME = "GymLedger Receipt"
 DOMAIN_VERSION = "1"
-ZERO_ADDRESS = "0x" + "00" * 20
 
 
 @dataclass(frozen=True)

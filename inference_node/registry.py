@@ -1,4 +1,4 @@
-"""The NodeRegistry contract from Python: register a node, read nodes, open challenges.
+"""The NodeRegistry contract from Python: register a node, read nodes and challenges, open one.
 
 ``contracts/src/INodeRegistry.sol`` is the reference. A node's *operator* is the address that
 sends ``register``: it stakes GYM (approve, then ``register`` pulls it), owns the receipt log it
@@ -12,28 +12,29 @@ receipt log cannot change while registered: the contract keeps the first one).
 A node is *active* (``isActive``) while it is bonded and stakes at least ``minStake``:
 ``deregister`` starts unbonding, and a slash can leave the stake below the minimum. Challenges
 (``challenge``) need no bond and change nothing on chain by themselves; governance judges them
-(``gym gov propose-slash``). Reverts surface as ``ledger.chain.ContractRevertError`` naming the
-contract's custom error and its values; transport failures as ``ChainError``.
+(``gym gov propose-slash``, whose client reads nodes and challenges through this one).
+
+This is the repository's only client of the NodeRegistry. It lives with the nodes it
+registers, and the governance package imports it (``inference_node`` imports nothing of
+``governance``), rather than in ``contracts``, whose build-output loader depends on nothing of
+ours and would then depend on ``ledger.evm``. Transactions go through ``ledger.evm``: reverts
+surface as ``ledger.evm.ContractRevertError`` naming the contract's custom error and its
+values (the token's too, for ``approve``); transport failures as ``ChainError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
-from eth_abi import decode as abi_decode
-from eth_abi.exceptions import DecodingError
 from eth_account import Account
-from eth_utils import function_abi_to_4byte_selector, to_checksum_address
+from eth_utils import to_checksum_address
 from web3 import Web3
-from web3.exceptions import ContractLogicError, Web3Exception
 
-from ledger.chain import ChainError, ContractRevertError
+from ledger.evm import ChainError, EvmConnection
 
-ZERO_ADDRESS = "0x" + "00" * 20
-TOKEN = 10**18  # GYM base units per token
 PAGE_BLOCKS = 10_000  # eth_getLogs range per call (many RPCs cap it)
-RECEIPT_TIMEOUT_S = 120
 
 
 class RegistryError(ChainError):
@@ -42,7 +43,8 @@ class RegistryError(ChainError):
 
 @dataclass(frozen=True)
 class RegisteredNode:
-    """A node as ``nodeOf`` returns it, with its operator and ``isActive``."""
+    """A node as ``nodeOf`` returns it, with its operator and ``isActive``; ``registered_at``
+    is 0 when the operator has no node (never registered, or withdrawn)."""
 
     operator: str  # checksummed
     signer: str  # checksummed
@@ -54,24 +56,35 @@ class RegisteredNode:
     endpoint: str
     active: bool
 
-
-def gym_amount(tokens: str | float) -> int:
-    """Whole (or decimal) GYM as base units: ``gym_amount("100.5") == 100.5 * 10**18``."""
-    from decimal import Decimal, InvalidOperation
-
-    try:
-        value = Decimal(str(tokens)) * TOKEN
-    except InvalidOperation:
-        raise RegistryError(f"not an amount of GYM: {tokens!r}") from None
-    if value < 0 or value != value.to_integral_value():
-        raise RegistryError(f"not an amount of GYM (at most 18 decimals, not negative): "
-                            f"{tokens!r}")
-    return int(value)
+    @property
+    def exists(self) -> bool:
+        return self.registered_at != 0
 
 
-def format_gym(amount: int) -> str:
-    whole, fraction = divmod(amount, TOKEN)
-    return f"{whole}" + (f".{fraction:018d}".rstrip("0") if fraction else "")
+class ChallengeStatus(IntEnum):
+    """INodeRegistry.ChallengeStatus."""
+
+    NONE = 0
+    OPEN = 1
+    UPHELD = 2
+    DISMISSED = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.capitalize()
+
+
+@dataclass(frozen=True)
+class ChallengeInfo:
+    """INodeRegistry.Challenge ``challenge_id``, with the evidence CID from its event."""
+
+    challenge_id: int
+    operator: str
+    challenger: str
+    opened_at: int
+    status: ChallengeStatus
+    receipt_hash: bytes
+    evidence_cid: str | None = None
 
 
 def _digest_bytes(model_digest: str) -> bytes:
@@ -82,50 +95,37 @@ def _digest_bytes(model_digest: str) -> bytes:
 
 
 class NodeRegistry:
-    """NodeRegistry at ``address``; ``private_key`` (the operator's) only to send transactions."""
+    """NodeRegistry at ``address``; ``private_key`` (the operator's) only to send transactions.
+
+    ``abi`` defaults to the project's build of ``NodeRegistry``; ``from_block`` is where event
+    scans start (the deployment block).
+    """
 
     def __init__(self, w3: Web3, address: str, private_key: str | None = None, *,
-                 from_block: int = 0) -> None:
+                 from_block: int = 0, abi: list[dict] | None = None) -> None:
         from contracts import load_artifact
 
         self.w3 = w3
         self.address = to_checksum_address(address)
-        abi = load_artifact("NodeRegistry").abi
+        abi = abi if abi is not None else load_artifact("NodeRegistry").abi
         self.contract = w3.eth.contract(address=self.address, abi=abi)
         self.account = Account.from_key(private_key) if private_key else None
         self.from_block = from_block
-        self._errors = {function_abi_to_4byte_selector(item): item
-                        for item in abi if item["type"] == "error"}
-
-    def _revert(self, exc: ContractLogicError) -> ChainError:
-        """The custom error (``NodeRegistry…`` with its values) that ``exc`` carries."""
-        data = exc.data if isinstance(exc.data, str) else ""
-        raw = bytes.fromhex(data.removeprefix("0x")) if data.startswith("0x") else b""
-        item = self._errors.get(raw[:4])
-        if item is None:
-            return ChainError(f"the NodeRegistry reverted: {exc.message or exc}")
-        try:
-            values = abi_decode([i["type"] for i in item["inputs"]], raw[4:])
-        except DecodingError:
-            return ChainError(f"the NodeRegistry reverted with malformed {item['name']} data")
-        return ContractRevertError(item["name"], {
-            i["name"]: (to_checksum_address(v) if i["type"] == "address"
-                        else "0x" + v.hex() if isinstance(v, bytes) else v)
-            for i, v in zip(item["inputs"], values, strict=True)})
+        self._token_abi = load_artifact("GymToken").abi
+        self.evm = EvmConnection(w3, [abi, self._token_abi])
 
     # ---------------------------------------------------------------- views
 
     def _call(self, fn: Any) -> Any:
-        try:
+        with self.evm.rpc_errors():
             return fn.call()
-        except ContractLogicError as exc:
-            raise self._revert(exc) from None
-        except (OSError, Web3Exception, ValueError) as exc:
-            raise ChainError(f"NodeRegistry call failed ({str(exc).splitlines()[0]}): is the "
-                             "devnet up? run `gym devnet up`") from None
 
     def min_stake(self) -> int:
         return self._call(self.contract.functions.minStake())
+
+    def governance(self) -> str:
+        """The address that may slash and resolve challenges (the DAO timelock)."""
+        return to_checksum_address(self._call(self.contract.functions.governance()))
 
     def operator_of_signer(self, signer: str) -> str | None:
         operator = self._call(self.contract.functions.operatorOfSigner(
@@ -135,39 +135,61 @@ class NodeRegistry:
     def is_active(self, operator: str) -> bool:
         return self._call(self.contract.functions.isActive(to_checksum_address(operator)))
 
-    def node_of(self, operator: str) -> RegisteredNode | None:
-        """``operator``'s node; None when it has none (never registered, or withdrawn)."""
+    def node_record(self, operator: str) -> RegisteredNode:
+        """``operator``'s record as the contract holds it: all zeros when it has no node."""
         operator = to_checksum_address(operator)
         (signer, registered_at, unbonding_ends, digest, stake, log_id, endpoint
          ) = self._call(self.contract.functions.nodeOf(operator))
-        if registered_at == 0:
-            return None
+        active = registered_at != 0 and self.is_active(operator)
         return RegisteredNode(operator, to_checksum_address(signer), registered_at,
                               unbonding_ends, "sha256:" + bytes(digest).hex(), stake, log_id,
-                              endpoint, self.is_active(operator))
+                              endpoint, active)
+
+    def node_of(self, operator: str) -> RegisteredNode | None:
+        """``operator``'s node; None when it has none (never registered, or withdrawn)."""
+        node = self.node_record(operator)
+        return node if node.exists else None
 
     def nodes(self) -> list[RegisteredNode]:
         """Every node registered now, in order of first registration (from the events)."""
-        event = self.contract.events.NodeRegistered
         operators: dict[str, None] = {}
-        head = self._call_head()
-        start = self.from_block
-        while start <= head:
-            end = min(start + PAGE_BLOCKS - 1, head)
-            try:
-                for log in event.get_logs(from_block=start, to_block=end):
-                    operators.setdefault(to_checksum_address(log["args"]["operator"]))
-            except (OSError, Web3Exception, ValueError) as exc:
-                raise ChainError(f"reading NodeRegistered events failed: {exc}") from None
-            start = end + 1
+        for args in self._events(self.contract.events.NodeRegistered):
+            operators.setdefault(to_checksum_address(args["operator"]))
         found = (self.node_of(operator) for operator in operators)
         return [node for node in found if node is not None]
 
-    def _call_head(self) -> int:
-        try:
-            return self.w3.eth.block_number
-        except (OSError, Web3Exception, ValueError) as exc:
-            raise ChainError(f"EVM RPC unreachable ({exc}): is the devnet up?") from None
+    def challenge_of(self, challenge_id: int) -> ChallengeInfo:
+        """Challenge ``challenge_id`` (status ``NONE`` when it does not exist)."""
+        c = self._call(self.contract.functions.challengeOf(challenge_id))
+        evidence = (self.challenge_evidence(challengeId=challenge_id).get(challenge_id)
+                    if c[3] else None)
+        return ChallengeInfo(challenge_id, to_checksum_address(c[0]), to_checksum_address(c[1]),
+                             c[2], ChallengeStatus(c[3]), bytes(c[4]), evidence)
+
+    def challenges_against(self, operator: str) -> list[ChallengeInfo]:
+        """Every challenge opened against ``operator``, oldest first, with its status now."""
+        opened = self.challenge_evidence(operator=to_checksum_address(operator))
+        return [self.challenge_of(challenge_id) for challenge_id in sorted(opened)]
+
+    def challenge_evidence(self, **filters: Any) -> dict[int, str]:
+        """Challenge id -> evidence CID of the ``ChallengeOpened`` events matching ``filters``
+        (indexed arguments: ``challengeId``, ``operator``, ``challenger``)."""
+        return {args["challengeId"]: args["evidenceCid"]
+                for args in self._events(self.contract.events.ChallengeOpened, filters)}
+
+    def _events(self, event: Any, filters: dict[str, Any] | None = None) -> list[Any]:
+        """The arguments of every ``event`` from ``from_block`` to the head, in chain order,
+        read ``PAGE_BLOCKS`` blocks at a time."""
+        found = []
+        with self.evm.rpc_errors():
+            head = self.w3.eth.block_number
+            start = self.from_block
+            while start <= head:
+                end = min(start + PAGE_BLOCKS - 1, head)
+                found += [log["args"] for log in event.get_logs(
+                    from_block=start, to_block=end, argument_filters=filters)]
+                start = end + 1
+        return found
 
     # ---------------------------------------------------------------- transactions
 
@@ -175,28 +197,11 @@ class NodeRegistry:
         """Sign and send ``fn`` from the operator's key; its receipt (status 1)."""
         if self.account is None:
             raise RegistryError("no key to send NodeRegistry transactions with")
-        sender = self.account.address
-        try:
-            tx = fn.build_transaction({  # estimates gas: a revert surfaces here
-                "from": sender, "chainId": self.w3.eth.chain_id,
-                "nonce": self.w3.eth.get_transaction_count(sender, "pending")})
-            signed = self.account.sign_transaction(tx)
-            tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
-            receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
-        except ContractLogicError as exc:
-            raise self._revert(exc) from None
-        except (OSError, Web3Exception, ValueError) as exc:
-            raise ChainError(f"NodeRegistry transaction failed ({str(exc).splitlines()[0]})"
-                             ) from None
-        if receipt["status"] != 1:
-            raise ChainError(f"transaction {tx_hash.to_0x_hex()} reverted")
-        return receipt
+        return self.evm.send(fn, self.account)
 
     def _approve(self, amount: int) -> None:
-        from contracts import load_artifact
-
         token = self.w3.eth.contract(address=self._call(self.contract.functions.stakeToken()),
-                                     abi=load_artifact("GymToken").abi)
+                                     abi=self._token_abi)
         self._send(token.functions.approve(self.address, amount))
 
     def register(self, *, signer: str, model_digest: str, endpoint: str, stake: int,
@@ -261,4 +266,4 @@ class NodeRegistry:
         return int(events[0]["args"]["challengeId"])
 
 
-__all__ = ["NodeRegistry", "RegisteredNode", "RegistryError", "format_gym", "gym_amount"]
+__all__ = ["ChallengeInfo", "ChallengeStatus", "NodeRegistry", "RegisteredNode", "RegistryError"]

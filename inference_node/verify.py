@@ -165,7 +165,7 @@ def _check_library(receipt: ReceiptEntry, contract: Any, content: Any, from_bloc
 
 def _check_registration(receipt: ReceiptEntry, registry: Any) -> tuple[ReceiptCheck, int]:
     """The registry's record of the receipt's signer; the check and its receipt log id."""
-    from inference_node.registry import format_gym
+    from contracts.gym_token import format_gym
 
     operator = registry.operator_of_signer(receipt.node)
     if operator is None:
@@ -178,14 +178,14 @@ def _check_registration(receipt: ReceiptEntry, registry: Any) -> tuple[ReceiptCh
         raise ReceiptError("node_deregistered", f"node {operator} deregistered; its stake "
                            f"unbonds at {node.unbonding_ends} (unix time)")
     if not node.active:
-        raise ReceiptError("node_slashed", f"node {operator} stakes {format_gym(node.stake)} "
-                           f"GYM, below the minimum {format_gym(registry.min_stake())} GYM: "
+        raise ReceiptError("node_slashed", f"node {operator} stakes {format_gym(node.stake)}, "
+                           f"below the minimum {format_gym(registry.min_stake())}: "
                            "slashed, and not active")
     if node.model_digest != receipt.model_digest:
         raise ReceiptError("registered_model", f"node {operator} is registered serving another "
                            "model", expected=node.model_digest, computed=receipt.model_digest)
     return (ReceiptCheck("registration", True, f"active node of operator {operator}, stake "
-                         f"{format_gym(node.stake)} GYM, receipt log {node.receipt_log_id}"),
+                         f"{format_gym(node.stake)}, receipt log {node.receipt_log_id}"),
             node.receipt_log_id)
 
 

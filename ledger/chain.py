@@ -5,11 +5,10 @@ the key that signs transactions (``ledger`` imports nothing of the repository ou
 itself; the CLI root reads them from the deployment). Transactions are signed locally and
 sent raw, so any JSON-RPC node works, an L2 included.
 
-Reverts: the contract reverts with custom errors that carry the offending values. Their
-revert data is decoded against the ABI into ``ContractRevertError``, whose message reads
-like the Solidity that raised it, ``ExperienceLedgerStaleCheckpoint(logId=1, size=5,
-anchoredSize=5)``, never a hex blob. A transaction that passed gas estimation but reverted
-when mined is replayed with ``eth_call`` at its block to recover the same error.
+Transactions and reverts go through ``ledger.evm``, the repository's one transaction path:
+the contract's custom errors come back as ``ContractRevertError``, whose message reads like
+the Solidity that raised it, ``ExperienceLedgerStaleCheckpoint(logId=1, size=5,
+anchoredSize=5)``, never a hex blob, also for a transaction that reverted once mined.
 
 Events: ``eth_getLogs`` is paged in block ranges (``page_blocks``, halved on a node's
 "range too large" or "too many results" refusal), from a start block to the head, so the
@@ -37,14 +36,13 @@ from eth_abi.exceptions import DecodingError
 from eth_account import Account
 from eth_utils import event_abi_to_log_topic, function_abi_to_4byte_selector, to_checksum_address
 from web3 import Web3
-from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception
+from web3.exceptions import TransactionNotFound, Web3Exception
 
-from ledger.errors import LedgerError
+from ledger.evm import ChainError, ContractRevertError, EvmConnection, TxResult, plain_value
 from ledger.logstore import ChainBinding
 from ledger.multiformats import CID, MultiformatError
 
 DEFAULT_PAGE_BLOCKS = 10_000  # many L2 RPCs cap eth_getLogs at 10k blocks or fewer
-RECEIPT_TIMEOUT_S = 120
 
 
 class LogKind(IntEnum):
@@ -52,31 +50,8 @@ class LogKind(IntEnum):
     CURATED = 1  # leaves appended on-chain
 
 
-class ChainError(LedgerError, RuntimeError):
-    """Talking to the chain failed: unreachable node, no signing key, reverted transaction."""
-
-
 class TracingUnavailableError(ChainError):
     """The node refused ``debug_traceTransaction``: calls made through a contract are hidden."""
-
-
-class ContractRevertError(ChainError):
-    """The contract refused a call; ``name`` is its custom error and ``values`` its arguments."""
-
-    def __init__(self, name: str, values: dict[str, Any], hint: str = ""):
-        self.name, self.values, self.hint = name, values, hint
-        args = ", ".join(f"{key}={value}" for key, value in values.items())
-        super().__init__(f"the contract refused: {name}({args})" + (f"; {hint}" if hint else ""))
-
-    def with_hint(self, hint: str) -> ContractRevertError:
-        return ContractRevertError(self.name, self.values, hint)
-
-
-@dataclass(frozen=True)
-class TxResult:
-    tx_hash: str  # 0x-prefixed
-    block_number: int
-    gas_used: int
 
 
 @dataclass(frozen=True)
@@ -154,14 +129,10 @@ def _cid_text(data: bytes) -> str | None:
         return None
 
 
-def _format_value(value: Any, abi_input: dict) -> Any:
+def _format_value(error: str, abi_input: dict, value: Any) -> Any:
     if abi_input.get("internalType", "").endswith(".LogKind") and value in (0, 1):
         return LogKind(value).name.capitalize()
-    if abi_input["type"] == "address":
-        return to_checksum_address(value)
-    if isinstance(value, bytes):
-        return "0x" + value.hex()
-    return value
+    return plain_value(error, abi_input, value)
 
 
 class LedgerContract:
@@ -175,8 +146,7 @@ class LedgerContract:
         self.contract = w3.eth.contract(address=self.address, abi=abi)
         self.account = Account.from_key(private_key) if private_key else None
         self.page_blocks = page_blocks
-        self._errors = {function_abi_to_4byte_selector(item): item
-                        for item in abi if item["type"] == "error"}
+        self.evm = EvmConnection(w3, [abi], format_value=_format_value)
         self._events = {item["name"]: item for item in abi if item["type"] == "event"}
         self._topics = {name: event_abi_to_log_topic(item) for name, item in self._events.items()}
         self._anchor_selector = function_abi_to_4byte_selector(
@@ -213,23 +183,8 @@ class LedgerContract:
     def _send(self, call) -> tuple[Any, TxResult]:
         if self.account is None:
             raise ChainError("no signing key: set GYM_PUBLISHER_KEY to the log owner's key")
-        sender = self.account.address
-        with self._rpc_errors():
-            tx = call.build_transaction({  # estimates gas: a revert surfaces here, decoded
-                "from": sender,
-                "nonce": self.w3.eth.get_transaction_count(sender, "pending"),
-                "chainId": self.w3.eth.chain_id,
-            })
-            signed = self.account.sign_transaction(tx)
-            tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
-            receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
-        result = TxResult(tx_hash.to_0x_hex(), receipt["blockNumber"], receipt["gasUsed"])
-        if receipt["status"] != 1:
-            with self._rpc_errors():  # replay to learn why: the state moved since estimation
-                call.call({"from": sender}, block_identifier=receipt["blockNumber"] - 1)
-            raise ChainError(f"transaction {result.tx_hash} reverted in block "
-                             f"{result.block_number}")
-        return receipt, result
+        receipt = self.evm.send(call, self.account)
+        return receipt, TxResult.of(receipt)
 
     # -- views ----------------------------------------------------------------------------
 
@@ -252,6 +207,11 @@ class LedgerContract:
     def log_count(self) -> int:
         with self._rpc_errors():
             return self.contract.functions.logCount().call()
+
+    def is_curated(self, log_id: int, leaf_hash: bytes) -> bool:
+        """Whether curated log ``log_id`` holds a leaf of hash ``leaf_hash``."""
+        with self._rpc_errors():
+            return self.contract.functions.isCurated(log_id, leaf_hash).call()
 
     def verify_inclusion(self, leaf_hash: bytes, index: int, size: int, proof: list[bytes],
                          root: bytes) -> bool:
@@ -417,51 +377,13 @@ class LedgerContract:
     # -- errors ---------------------------------------------------------------------------
 
     def decode_revert(self, data: bytes | str | None) -> ChainError:
-        """The error that revert ``data`` encodes: a ``ContractRevertError`` for a custom
-        error, ``Error(string)`` or ``Panic(uint256)``, else a ``ChainError`` saying so."""
-        if isinstance(data, str):
-            data = bytes.fromhex(data.removeprefix("0x"))
-        if not data:
-            return ChainError("the contract reverted without reason data")
-        selector, body = data[:4], data[4:]
-        try:
-            if selector in self._errors:
-                item = self._errors[selector]
-                decoded = abi_decode([i["type"] for i in item["inputs"]], body)
-                return ContractRevertError(item["name"], {
-                    i["name"]: _format_value(v, i) for i, v in zip(item["inputs"], decoded)})
-            if selector == bytes.fromhex("08c379a0"):
-                return ContractRevertError("Error", {"message": abi_decode(["string"], body)[0]})
-            if selector == bytes.fromhex("4e487b71"):
-                return ContractRevertError("Panic", {"code": hex(abi_decode(["uint256"], body)[0])})
-        except (DecodingError, ValueError):
-            return ChainError(f"the contract reverted with malformed error data 0x{data.hex()[:72]}")
-        return ChainError(f"the contract reverted with unknown error data 0x{data.hex()[:72]}")
+        """The error that revert ``data`` encodes (see ``ledger.evm.ErrorTable.decode``)."""
+        return self.evm.decode_revert(data)
 
     def _rpc_errors(self):
-        return _RpcErrors(self)
+        return self.evm.rpc_errors()
 
 
-class _RpcErrors:
-    """Context manager: turns web3's revert and transport errors into ``ChainError``."""
-
-    def __init__(self, contract: LedgerContract):
-        self.contract = contract
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc is None or isinstance(exc, LedgerError | TransactionNotFound):
-            return False
-        if isinstance(exc, ContractLogicError):
-            data = exc.data if isinstance(exc.data, str) else None
-            if data and data.startswith("0x") and len(data) >= 10:
-                raise self.contract.decode_revert(data) from None
-            raise ChainError(f"the contract reverted: {exc.message or exc}") from None
-        if isinstance(exc, OSError | Web3Exception | ValueError):
-            url = getattr(self.contract.w3.provider, "endpoint_uri", "the RPC endpoint")
-            reason = (str(exc) or type(exc).__name__).splitlines()[0]
-            raise ChainError(f"EVM RPC call to {url} failed ({reason}): is the devnet up? "
-                             "run `gym devnet up`") from None
-        return False
+__all__ = ["AnchorCall", "AnchoredEvent", "ChainError", "ContractRevertError", "CuratedCheckpointEvent",
+           "LeafAppendedEvent", "LedgerContract", "LogCreatedEvent", "LogKind", "LogState",
+           "TracingUnavailableError", "TxResult"]

@@ -149,7 +149,7 @@ def execute(rt: Runtime, proposal_id: str, body: SenderRequest) -> dict:
 def account(rt: Runtime, address: str) -> dict:
     address = _input(parse_address, address)
     token = rt.client.token.functions
-    with rt.client._calls():
+    with rt.client.rpc_errors():
         balance = token.balanceOf(address).call()
         delegate_to = token.delegates(address).call()
     return {"address": address, "balance": str(balance), "votes": str(rt.client.votes(address)),

@@ -70,4 +70,4 @@ def relay_ballot(client: GovernanceClient, relayer_key: str, proposal_id: int,
                                        verify=False)
     call = client.governor.functions.castVoteWithReasonAndParamsBySig(
         proposal_id, int(support), voter, reason, b"", signature)
-    return client._send(call, Account.from_key(relayer_key))[1]
+    return client.send(call, Account.from_key(relayer_key))[1]

@@ -144,8 +144,7 @@ def check_leaf(ledger: LedgerContract, content: ContentStore, curated_log_id: in
         return LeafCheck(leaf, False, reason, **found)
 
     try:
-        found["curated"] = bool(ledger.contract.functions.isCurated(curated_log_id,
-                                                                     leaf.leaf_hash).call())
+        found["curated"] = ledger.is_curated(curated_log_id, leaf.leaf_hash)
         if not 1 <= leaf.source_log_id <= ledger.log_count():
             return failed(f"unknown log {leaf.source_log_id}: no log with this id exists on chain")
         info = ledger.log_info(leaf.source_log_id)

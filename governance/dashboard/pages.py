@@ -3,6 +3,7 @@ curated library as the chain holds it."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -10,12 +11,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from contracts.gym_token import format_gym
 from governance.client import ProposalState
 from governance.dashboard.curation import check_curated_leaves
 from governance.dashboard.errors import DashboardInputError, UnknownProposalError
 from governance.dashboard.indexer import IndexedProposal
 from governance.dashboard.runtime import DashboardRuntime
-from governance.dashboard.views import SUPPORT_LABELS, gym_amount, proposal_view, when
+from governance.dashboard.views import SUPPORT_LABELS, proposal_view, when
 from ledger.rfc9162 import root as merkle_root
 
 router = APIRouter()
@@ -54,7 +56,7 @@ def _render(request: Request, rt: DashboardRuntime, template: str, context: dict
             ) -> HTMLResponse:
     now = rt.client.now()
     base = {"rt": rt, "head": rt.indexer.last_block, "now": now, "chain_id": rt.chain_id,
-            "csrf_token": request.state.csrf_token, "gym": gym_amount,
+            "csrf_token": request.state.csrf_token, "gym": partial(format_gym, rounded=True),
             "when": lambda t: when(t, now), "States": ProposalState,
             "support_labels": SUPPORT_LABELS}
     return templates.TemplateResponse(request, template, {**base, **context})

@@ -26,7 +26,7 @@ def _tx(sender: str, contract, function: str, args: list) -> dict:
 
 
 def _preflight(client: GovernanceClient, call, sender: str) -> None:
-    with client._calls():
+    with client.rpc_errors():
         call.call({"from": to_checksum_address(sender)})
 
 
@@ -55,7 +55,7 @@ def propose_curation_tx(client: GovernanceClient, store: LogStore, content: Cont
 
     The proposer's votes are checked first, so a refused proposal stores nothing."""
     sender = to_checksum_address(sender)
-    with client._calls():
+    with client.rpc_errors():
         threshold = client.governor.functions.proposalThreshold().call()
     votes = client.votes(sender)
     if votes < threshold:

@@ -68,10 +68,6 @@ class ProposalView:
                 ("executed", p.executed_at), ("canceled", p.canceled_at)]
 
 
-def gym_amount(amount: int) -> str:
-    return f"{amount / 10**18:,.4g} GYM"
-
-
 def when(timestamp: int | None, now: int) -> str:
     if timestamp is None:
         return "-"
@@ -86,7 +82,7 @@ def proposal_view(dash: DashboardRuntime, proposal: IndexedProposal, now: int, *
     """State and quorum from the governor; with ``verify`` the actions decoded and every
     proposed leaf checked (``check_leaf``)."""
     functions = dash.client.governor.functions
-    with dash.client._calls():
+    with dash.client.rpc_errors():
         state = ProposalState(functions.state(proposal.proposal_id).call())
         final = proposal.snapshot < now
         quorum = functions.quorum(proposal.snapshot if final else now - 1).call()

@@ -15,6 +15,7 @@ from web3 import Web3
 
 import governance.proposals
 from contracts import load_artifact
+from contracts.gym_token import GYM, parse_gym
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS
 from governance import (
@@ -27,13 +28,11 @@ from governance import (
 from governance.cli import devnet_account_key
 from governance.errors import NotProposerError, ParameterError, SlashError
 from governance.proposals import (
-    GYM,
     ActionDecoder,
     ChallengeStatus,
     GovernanceParameters,
     format_duration,
     format_gym,
-    parse_gym,
     plan_params_change,
 )
 from ledger.chain import LedgerContract
@@ -60,7 +59,7 @@ def test_gym_amounts_and_durations_read_and_print_exactly():
     for bad, why in (("ten", "not 'ten'"), ("-1", "non-negative"), ("1e-19", "18 decimals"),
                      ("inf", "non-negative")):
         with pytest.raises(ParameterError, match=why):
-            parse_gym(bad, "--amount")
+            parse_gym(bad, "--amount", ParameterError)
     assert format_duration(59) == "59 s"
     assert format_duration(90061) == "90061 s (1 d 1 h 1 min 1 s)"
 

@@ -17,6 +17,8 @@ from node_helpers import MODEL_NAME, NODE_KEY, free_port, wait_for_health
 from test_receipts import REQUEST, bundle_of
 from web3 import Web3
 
+from contracts.gym_token import GYM as TOKEN
+from contracts.gym_token import parse_gym
 from devnet.settings import ANVIL_DEV_KEYS
 from inference_node.errors import ReceiptError
 from inference_node.receipts import (
@@ -26,7 +28,7 @@ from inference_node.receipts import (
     receipt_hash,
     sign_receipt,
 )
-from inference_node.registry import TOKEN, NodeRegistry, RegistryError, gym_amount
+from inference_node.registry import NodeRegistry, RegistryError
 from inference_node.verify import verify_receipt_bundle
 from ledger.blockstore import LocalBlockStore
 from ledger.chain import ContractRevertError
@@ -176,13 +178,13 @@ def test_register_serve_verify_list_challenge(deployed, tiny_model_dir, other_mo
     failed = gym.run("verify", "receipt", str(bundle_file), extra_env=extra_env)
     assert failed.returncode == 1 and "node_slashed" in failed.stdout + failed.stderr
     # Topped up, then deregistered (unbonding).
-    owner.add_stake(gym_amount(100))
+    owner.add_stake(parse_gym("100", "stake"))
     assert registry.is_active(operator)
     owner.deregister()
     fails(bundle, "node_deregistered")
     with pytest.raises(RegistryError, match="unbonding"):
         owner.ensure_registered(signer=signer, model_digest=node.model_digest,
-                                endpoint=node.endpoint, stake=gym_amount(100),
+                                endpoint=node.endpoint, stake=parse_gym("100", "stake"),
                                 receipt_log_id=node.receipt_log_id)
     # The contract's custom errors come back named, with their values.
     newcomer = NodeRegistry(w3, address, ANVIL_DEV_KEYS[3])

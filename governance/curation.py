@@ -1,0 +1,204 @@
+"""Curation proposals: leaves of a local publisher log, proven against its anchored checkpoint.
+
+A curation proposal is one action: ``ExperienceLedger.appendManyFromLog(curatedLogId,
+leaves)`` on the curated library the timelock owns. ``build_curation`` makes it from a local
+publisher log (``ledger.LogStore``): it takes the log's last anchored checkpoint covering the
+requested indices, checks that the chain holds that checkpoint's root, fetches every entry
+from the content store, computes each RFC 9162 inclusion proof against the checkpoint and
+verifies it locally (the ledger verifies it again on-chain when the timelock executes). The
+entry bodies go into one JSON document on the content store, whose CID the proposal's
+description names beside a human summary, so voters read what they vote on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from eth_abi import encode as abi_encode
+from eth_utils import keccak
+
+from governance.errors import CurationError
+from governance.reverts import governance_error
+from ledger.chain import LedgerContract, LogKind
+from ledger.entries import MAX_ENTRY_BYTES
+from ledger.errors import LedgerError, NotFoundError, VerificationError
+from ledger.evm import ChainError
+from ledger.json_input import JSONInputError, parse_json
+from ledger.multiformats import CID
+from ledger.publish import PublishError, check_chain_binding
+from ledger.rfc9162 import verify_inclusion
+
+if TYPE_CHECKING:
+    from ledger.content import ContentStore
+    from ledger.logstore import LogStore
+
+DOCUMENT_TYPE = "curation-proposal"
+_DOCUMENT_LINE = re.compile(r"^Proposal document: ipfs://(\S+)$", re.MULTILINE)
+_APPEND_MANY = "appendManyFromLog(uint256,(uint256,uint64,uint64,bytes32,bytes,bytes32[])[])"
+_APPEND_MANY_TYPES = ["uint256", "(uint256,uint64,uint64,bytes32,bytes,bytes32[])[]"]
+
+
+@dataclass(frozen=True)
+class SourcedLeaf:
+    """IExperienceLedger.SourcedLeaf: leaf ``leaf_index`` of publisher log ``source_log_id``
+    at its anchored checkpoint ``source_size``, with its audit path."""
+
+    source_log_id: int
+    source_size: int
+    leaf_index: int
+    leaf_hash: bytes
+    entry_cid: str
+    inclusion_proof: tuple[bytes, ...]
+
+    def as_abi(self) -> tuple:
+        return (self.source_log_id, self.source_size, self.leaf_index, self.leaf_hash,
+                CID.parse(self.entry_cid).to_bytes(), list(self.inclusion_proof))
+
+
+@dataclass(frozen=True)
+class CurationProposal:
+    """What ``propose`` sends: one ``appendManyFromLog`` call on the curated library."""
+
+    ledger_address: str
+    curated_log_id: int
+    leaves: tuple[SourcedLeaf, ...]
+    description: str
+    document_cid: str  # the JSON document with the entry bodies, on the content store
+    source_log: str  # local name of the publisher log
+
+    @property
+    def calldata(self) -> bytes:
+        selector = keccak(text=_APPEND_MANY)[:4]
+        return selector + abi_encode(_APPEND_MANY_TYPES,
+                                     [self.curated_log_id, [leaf.as_abi() for leaf in self.leaves]])
+
+    @property
+    def actions(self) -> tuple[list[str], list[int], list[bytes]]:
+        """(targets, values, calldatas) as the governor takes them."""
+        return [self.ledger_address], [0], [self.calldata]
+
+
+def document_cid_of(description: str) -> str | None:
+    """The CID of the proposal document that a curation proposal's description names."""
+    found = _DOCUMENT_LINE.search(description)
+    return found.group(1) if found else None
+
+
+def _entry_summary(index: int, cid: str, obj: dict) -> str:
+    kind = obj.get("type", "?")
+    if kind == "experience":
+        text = obj.get("text", "")
+        text = text if len(text) <= 120 else text[:117] + "..."
+        return f"- leaf {index}: experience {obj.get('op')} [{obj.get('domain')}] {text!r} ({cid})"
+    return f"- leaf {index}: {kind} entry ({cid})"
+
+
+def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
+                   content: ContentStore, log_name: str, indices: Sequence[int],
+                   description: str = "") -> CurationProposal:
+    """A proposal to curate leaves ``indices`` of local publisher log ``log_name`` into curated
+    log ``curated_log_id`` of ``ledger``.
+
+    Raises ``CurationError`` for an unknown or unpublished log, an index beyond the last
+    anchored checkpoint, a checkpoint the chain does not hold, an entry the content store
+    lacks, a proof that does not verify, or a leaf already curated.
+    """
+    if not indices:
+        raise CurationError("name at least one leaf index to curate")
+    if len(set(indices)) != len(indices):
+        raise CurationError(f"leaf indices repeat: {list(indices)}")
+    try:
+        log = store.get_log(log_name)
+    except NotFoundError:
+        known = ", ".join(info.name for info in store.list_logs()) or "none"
+        raise CurationError(f"unknown log {log_name!r} (logs here: {known}); see "
+                            "`gym ledger list`") from None
+    try:  # a log created before a chain reset names another chain's log id
+        chain_log_id = check_chain_binding(store, ledger, log_name)
+    except PublishError as exc:
+        raise CurationError(str(exc)) from None
+    checkpoints = store.checkpoints(log_name)
+    anchored = checkpoints[-1].size if checkpoints else 0
+    bad = [i for i in indices if not 0 <= i < anchored]
+    if bad:
+        raise CurationError(
+            f"leaf {bad[0]} of log {log_name!r} is not anchored: its last anchored checkpoint "
+            f"has {anchored} leaves (the log has {log.size}); run `gym ledger publish "
+            f"{log_name}` to anchor what was appended since")
+    checkpoint = checkpoints[-1]
+    try:
+        info = ledger.log_info(chain_log_id)
+        chain_root = ledger.root_at(chain_log_id, checkpoint.size)
+    except LedgerError as exc:
+        raise CurationError(f"cannot read log {log_name!r} from the chain: {exc}") from None
+    if info.kind != LogKind.PUBLISHER:
+        raise CurationError(f"log {log_name!r} is on-chain log {chain_log_id}, a "
+                            "curated log: only publisher logs can be curated from")
+    if chain_root != checkpoint.root:
+        raise CurationError(
+            f"the chain does not hold checkpoint {checkpoint.size} of log {log_name!r} as "
+            f"recorded here (chain root 0x{chain_root.hex()}, local 0x{checkpoint.root.hex()}); "
+            f"check with `gym audit {log_name}`")
+
+    leaves, bodies, lines = [], [], []
+    for index in indices:
+        leaf = store.leaf(log_name, index)
+        try:
+            data = content.cat(leaf.cid)
+        except LedgerError as exc:
+            raise CurationError(f"leaf {index} of {log_name!r}: entry {leaf.cid} cannot be "
+                                f"read from the content store ({exc})") from None
+        proof = store.inclusion_proof(log_name, index, checkpoint.size)
+        try:
+            verify_inclusion(leaf.leaf_hash, index, checkpoint.size, proof, checkpoint.root)
+        except VerificationError as exc:
+            raise CurationError(f"leaf {index} of {log_name!r}: its inclusion proof does not "
+                                f"verify against the anchored root ({exc})") from None
+        try:
+            curated = ledger.is_curated(curated_log_id, leaf.leaf_hash)
+        except ChainError as exc:
+            raise governance_error(exc) from None
+        if curated:
+            raise CurationError(f"leaf {index} of {log_name!r} ({leaf.cid}) is already in "
+                                "the curated library")
+        try:
+            body = parse_json(data, max_bytes=MAX_ENTRY_BYTES, what=f"entry {leaf.cid}")
+        except JSONInputError as exc:
+            raise CurationError(f"leaf {index} of {log_name!r}: {exc}") from None
+        if not isinstance(body, dict):
+            raise CurationError(f"leaf {index} of {log_name!r}: entry {leaf.cid} is not a "
+                                "JSON object")
+        leaves.append(SourcedLeaf(chain_log_id, checkpoint.size, index, leaf.leaf_hash,
+                                  leaf.cid, tuple(proof)))
+        bodies.append({"index": index, "cid": leaf.cid, "leaf_hash": "0x" + leaf.leaf_hash.hex(),
+                       "entry": body})
+        lines.append(_entry_summary(index, leaf.cid, body))
+
+    document = {
+        "type": DOCUMENT_TYPE, "v": 1,
+        "curated_log_id": curated_log_id,
+        "source": {"log": log_name, "log_id": chain_log_id, "size": checkpoint.size,
+                   "root": "0x" + checkpoint.root.hex()},
+        "entries": bodies,
+    }
+    document_cid = content.add_file(json.dumps(document, sort_keys=True, indent=1).encode(),
+                                    pin=True)
+    n = len(leaves)
+    text = "\n".join([
+        f"# Curate {n} entr{'y' if n == 1 else 'ies'} from {log_name}",
+        "",
+        *([description.strip(), ""] if description.strip() else []),
+        (f"Source: publisher log {log_name} (on-chain log {chain_log_id}), anchored "
+         f"checkpoint of size {checkpoint.size}, root 0x{checkpoint.root.hex()}"),
+        f"Target: curated library (on-chain log {curated_log_id})",
+        "Entries:",
+        *lines,
+        "",
+        f"Proposal document: ipfs://{document_cid}",
+    ])
+    return CurationProposal(ledger.address, curated_log_id, tuple(leaves), text,
+                            document_cid, log_name)
