@@ -7,36 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from ledger_helpers import experience, ok, one_error_line
 
 from ledger.entries import entry_cid
 from ledger.multiformats import raw_cid
 from ledger.publish import entry_from_json
 
 LOG = "alice/math"
-
-
-def experience(step: int, op: str = "add", target: str | None = None, text: str | None = None
-               ) -> dict:
-    entry = {"type": "experience", "v": 1, "op": op, "domain": "math",
-             "text": text or f"Rule {step}: draw a diagram before you compute.",
-             "provenance": {"method": "tfgrpo", "base_model": "SmolLM2-135M-Instruct",
-                            "step": step}}
-    if target is not None:
-        entry["target"] = target
-    return entry
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def one_error_line(result) -> str:
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture

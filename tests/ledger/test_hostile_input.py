@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ledger_helpers
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,11 +27,7 @@ def deep(prefix: bytes = b"", suffix: bytes = b"") -> bytes:
 
 
 def one_error_line(result) -> str:
-    assert result.returncode in (1, 2), (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
-    return lines[0]
+    return ledger_helpers.one_error_line(result, codes=(1, 2))
 
 
 @pytest.fixture

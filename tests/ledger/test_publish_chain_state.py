@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from ledger_helpers import experience, ok, one_error_line
 from sqlalchemy import update
 
 from devnet.settings import ANVIL_DEV_KEYS
@@ -18,26 +19,6 @@ from ledger.schema import logs
 pytestmark = pytest.mark.anvil
 
 LOG = "alice/math"
-
-
-def experience(step: int) -> dict:
-    return {"type": "experience", "v": 1, "op": "add", "domain": "math",
-            "text": f"Rule {step}: draw a diagram before you compute.",
-            "provenance": {"method": "tfgrpo", "base_model": "SmolLM2-135M-Instruct",
-                           "step": step}}
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def one_error_line(result) -> str:
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "Traceback" not in result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def entries_file(tmp_path, steps) -> str:
