@@ -120,17 +120,10 @@ class Engine(abc.ABC):
         """
 
     async def generate(self, prompt: Prompt, params: SamplingParams) -> Generation:
-        text, ids, logprobs = [], [], [] if params.logprobs else None
-        async for delta in self.stream(prompt, params):
-            text.append(delta.text)
-            ids.extend(delta.token_ids)
-            if logprobs is not None and delta.logprobs:
-                logprobs.extend(delta.logprobs)
-            if delta.finish_reason is not None:
-                return Generation("".join(text), ids, logprobs, delta.finish_reason,
-                                  delta.prompt_tokens, delta.completion_tokens,
-                                  delta.activations)
-        raise EngineError("stream ended without a finish reason")
+        generation = await collect_generation(self.stream(prompt, params), params.logprobs)
+        if generation is None:
+            raise EngineError("stream ended without a finish reason")
+        return generation
 
     @abc.abstractmethod
     def queue_depth(self) -> int:
@@ -482,6 +475,22 @@ class TransformersEngine(Engine):
             sorted_probs[outside] = 0.0
             probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
         return int(torch.multinomial(probs, 1, generator=generator))
+
+
+async def collect_generation(deltas: AsyncIterator[GenerationDelta], logprobs: bool
+                             ) -> Generation | None:
+    """One ``Generation`` from a request's deltas, through the one with a finish reason; None
+    when they end without one. Exceptions from ``deltas`` propagate."""
+    text, ids, kept = [], [], [] if logprobs else None
+    async for delta in deltas:
+        text.append(delta.text)
+        ids.extend(delta.token_ids)
+        if kept is not None and delta.logprobs:
+            kept.extend(delta.logprobs)
+        if delta.finish_reason is not None:
+            return Generation("".join(text), ids, kept, delta.finish_reason,
+                              delta.prompt_tokens, delta.completion_tokens, delta.activations)
+    return None
 
 
 async def deltas_until_finished(events: asyncio.Queue) -> AsyncIterator[GenerationDelta]:

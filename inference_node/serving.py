@@ -35,7 +35,14 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from inference_node.engine import Engine, EngineError, Generation, SamplingParams, TokenLogprob
+from inference_node.engine import (
+    Engine,
+    EngineError,
+    Generation,
+    SamplingParams,
+    TokenLogprob,
+    collect_generation,
+)
 from inference_node.errors import InferenceNodeError
 from inference_node.injection import InjectedPrompt, LibraryInjector
 from inference_node.library import LibrarySnapshot, LibrarySource
@@ -251,21 +258,15 @@ class OpenAIServing:
         self._admitted -= 1
 
     async def _generate(self, route: str, prepared: Prepared) -> Generation:
-        text, ids, logprobs = [], [], [] if prepared.params.logprobs else None
         try:
-            async for delta in self._deltas(route, prepared):
-                text.append(delta.text)
-                ids.extend(delta.token_ids)
-                if logprobs is not None and delta.logprobs:
-                    logprobs.extend(delta.logprobs)
-                if delta.finish_reason is not None:
-                    return Generation("".join(text), ids, logprobs, delta.finish_reason,
-                                      delta.prompt_tokens, delta.completion_tokens,
-                                      delta.activations)
+            generation = await collect_generation(self._deltas(route, prepared),
+                                                  prepared.params.logprobs)
         except EngineError as exc:
             raise APIError(500, str(exc), type="server_error", code="engine_error") from exc
-        raise APIError(500, "the engine ended the request without a finish reason",
-                       type="server_error", code="engine_error")
+        if generation is None:
+            raise APIError(500, "the engine ended the request without a finish reason",
+                           type="server_error", code="engine_error")
+        return generation
 
     async def sign(self, prepared: Prepared, request_json: dict | None, result: Generation
                    ) -> None:
