@@ -30,10 +30,13 @@ import trainer.gradient.cli
 from devnet.deploy import Deployment, GovernanceParams, connect
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
+from devnet.runtime import deployed_address, governance_runtime, ledger_runtime
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR, GymSettings
 from governance.errors import GovernanceError
+from governance.runtime import GovernanceRuntime
 from inference_node.errors import InferenceNodeError
 from ledger.errors import LedgerError
+from ledger.runtime import LedgerRuntime
 from trainer.errors import TrainerError
 
 app = typer.Typer(
@@ -90,59 +93,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-def ledger_runtime(settings: GymSettings) -> ledger.cli.LedgerRuntime:
-    """The ledger commands' dependencies; the deployment is read only when one needs the chain."""
-
-    def chain_config() -> ledger.cli.ChainConfig:
-        deployment = Deployment.load(settings.deployment_file)
-        ledger_contract = deployment.contracts.get("ExperienceLedger")
-        if ledger_contract is None:
-            raise DevnetError(f"{settings.deployment_file} has no ExperienceLedger: run "
-                              "`gym devnet up --redeploy`")
-        return ledger.cli.ChainConfig(
-            rpc_url=settings.rpc_url or deployment.rpc_url,
-            address=ledger_contract.address,
-            abi=contracts.load_artifact("ExperienceLedger").abi,
-            private_key=settings.publisher_key.get_secret_value(),
-            chain_id=deployment.chain_id,
-            deployment_block=deployment.deployment_block,
-        )
-
-    return ledger.cli.LedgerRuntime(
-        database_url=settings.database_url,
-        content_dir=settings.data_dir / "ipfs",
-        ipfs_api=settings.ipfs_api,
-        chain_config=chain_config,
-    )
-
-
-def governance_runtime(settings: GymSettings, ledger_rt: ledger.cli.LedgerRuntime
-                       ) -> governance.cli.GovernanceRuntime:
-    """The gov commands' dependencies: the ledger's, plus the DAO from the deployment."""
-
-    def config() -> governance.cli.GovernanceConfig:
-        deployment = Deployment.load(settings.deployment_file)
-        missing = [name for name in ("GymGovernor", "GymToken", "TimelockController")
-                   if name not in deployment.contracts]
-        if missing or deployment.curated_log_id is None:
-            lacking = ", ".join(missing) or "no curated library"
-            raise DevnetError(f"{settings.deployment_file} has no DAO ({lacking}): run "
-                              "`gym devnet up --redeploy`")
-        return governance.cli.GovernanceConfig(
-            governor_address=deployment.contracts["GymGovernor"].address,
-            governor_abi=contracts.load_artifact("GymGovernor").abi,
-            token_address=deployment.contracts["GymToken"].address,
-            token_abi=contracts.load_artifact("GymToken").abi,
-            timelock_address=deployment.contracts["TimelockController"].address,
-            timelock_abi=contracts.load_artifact("TimelockController").abi,
-            curated_log_id=deployment.curated_log_id,
-            node_registry_address=(deployment.contracts["NodeRegistry"].address
-                                   if "NodeRegistry" in deployment.contracts else None),
-        )
-
-    return governance.cli.GovernanceRuntime(ledger_rt, config)
-
-
 @app.callback()
 def root(
     ctx: typer.Context,
@@ -159,16 +109,7 @@ def root(
     ctx.obj = ledger_runtime(settings)
     # Commands outside `gym gov` that need the DAO (the dashboard) build it on demand.
     ctx.meta["governance_runtime"] = lambda: governance_runtime(settings, ctx.obj)
-    ctx.meta["node_registry_address"] = lambda: _deployed_address(settings, "NodeRegistry")
-
-
-def _deployed_address(settings: GymSettings, name: str) -> str:
-    """The address of contract ``name`` in the deployment."""
-    deployment = Deployment.load(settings.deployment_file)
-    if name not in deployment.contracts:
-        raise DevnetError(f"{settings.deployment_file} has no {name}: run "
-                          "`gym devnet up --redeploy`")
-    return deployment.contracts[name].address
+    ctx.meta["node_registry_address"] = lambda: deployed_address(settings, "NodeRegistry")
 
 
 def _print_deployment(deployment: Deployment, rpc_url: str) -> None:
@@ -318,7 +259,7 @@ def demo(
     console.rule("demo finished")
 
 
-def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> str:
+def _demo_ledger(rt: LedgerRuntime, samples: Path) -> str:
     """Create a log, publish the samples in two checkpoints (the second with a consistency
     proof), then audit the log from chain events and the content store; returns its name."""
     from ledger.audit import audit_log
@@ -348,7 +289,7 @@ def _demo_ledger(rt: ledger.cli.LedgerRuntime, samples: Path) -> str:
     return name
 
 
-def _demo_governance(gov: governance.cli.GovernanceRuntime, log_name: str,
+def _demo_governance(gov: GovernanceRuntime, log_name: str,
                      params: GovernanceParams) -> None:
     """The DAO curates the demo log: propose, three votes (one a relayed EIP-712 signature),
     skip the voting period and the timelock delay on the devnet, queue, execute, and check the
@@ -400,7 +341,7 @@ def _demo_governance(gov: governance.cli.GovernanceRuntime, log_name: str,
     console.print("[green]on-chain root matches the RFC 9162 root of the curated leaves[/green]")
 
 
-def _demo_training(rt: ledger.cli.LedgerRuntime, runs_dir: Path) -> None:
+def _demo_training(rt: LedgerRuntime, runs_dir: Path) -> None:
     """A demo-sized Training-Free GRPO run (trainer/configs/tfgrpo_demo.yaml), published to
     its own log with one experience entry per applied operation, then audited."""
     from ledger.audit import audit_log

@@ -13,19 +13,12 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts.devnet_accounts import ANVIL_DEFAULT_KEY, ANVIL_DEV_KEYS
+
 DEVNET_DIR = Path(__file__).resolve().parent
 
-# PUBLIC DEVNET KEYS. Anvil's default accounts 0..4, derived from its well-known dev mnemonic
-# "test test test test test test test test test test test junk" at m/44'/60'/0'/0/i. Everyone
-# knows them: worthless outside a devnet, never to hold anything of value.
-ANVIL_DEV_KEYS = (
-    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
-    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
-    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
-    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
-    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
-)
-ANVIL_DEFAULT_KEY = ANVIL_DEV_KEYS[0]  # Anvil's first default account
+# Anvil's public dev keys, re-exported for the devnet's modules (defined once in contracts).
+__all__ = ["ANVIL_DEFAULT_KEY", "ANVIL_DEV_KEYS", "DEVNET_DIR", "GymSettings"]
 
 
 class GymSettings(BaseSettings):

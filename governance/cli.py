@@ -1,7 +1,7 @@
 """``gym gov``: the DAO from the command line, thin over ``GovernanceClient``.
 
-Commands take their dependencies from ``ctx.obj``, a ``GovernanceRuntime`` that the CLI root
-builds (the ledger runtime plus the governor, token and timelock of the deployment). Keys:
+Commands take their dependencies from ``ctx.obj``, a ``governance.runtime.GovernanceRuntime``
+(the ledger runtime plus the DAO of the deployment), built by the CLI root. Keys:
 ``GYM_VOTER_KEY`` signs; on the devnet (chain id 31337) ``--account N`` picks Anvil's public
 dev account N instead. Times are the chain's (the governor's clock), shown in UTC and relative
 to the chain's now, which on the devnet runs ahead of the wall clock once time was skipped.
@@ -27,14 +27,10 @@ names another.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.table import Table
 
@@ -43,79 +39,9 @@ from governance.client import GovernanceClient, Proposal, ProposalState, VoteTyp
 from governance.devnet_time import DEVNET_CHAIN_ID
 from governance.errors import GovernanceError, ParameterError
 from governance.proposals import format_parameter
-from ledger.cli import LedgerRuntime
+from governance.runtime import runtime_of
 
 console = Console()
-
-ANVIL_MNEMONIC = "test test test test test test test test test test test junk"  # public
-
-
-class GovernanceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GYM_", extra="ignore")
-
-    voter_key: SecretStr | None = None  # GYM_VOTER_KEY: signs votes, proposals, delegations
-    node_registry: str | None = None  # GYM_NODE_REGISTRY: overrides the deployment's registry
-
-
-@dataclass(frozen=True)
-class GovernanceConfig:
-    """Where the DAO lives (read from the deployment)."""
-
-    governor_address: str
-    governor_abi: list[dict]
-    token_address: str
-    token_abi: list[dict]
-    timelock_address: str
-    timelock_abi: list[dict]
-    curated_log_id: int
-    node_registry_address: str | None = None  # NodeRegistry governed by the timelock
-
-
-@dataclass
-class GovernanceRuntime:
-    ledger: LedgerRuntime
-    config: Callable[[], GovernanceConfig]  # reads the deployment when called
-
-    def client(self, account: int | None = None) -> GovernanceClient:
-        ledger_contract = self.ledger.contract
-        config = self.config()
-        w3 = ledger_contract.w3
-        key = _voter_key(w3.eth.chain_id, account)
-        registry = GovernanceSettings().node_registry or config.node_registry_address
-        return GovernanceClient(
-            w3, config.governor_address, config.governor_abi, config.token_address,
-            config.token_abi, ledger_contract, config.timelock_address, config.timelock_abi,
-            curated_log_id=config.curated_log_id, private_key=key,
-            from_block=self.ledger.chain.deployment_block, node_registry_address=registry)
-
-
-def devnet_account_key(index: int) -> str:
-    """Anvil's public dev account ``index`` (from its well-known mnemonic): devnet only."""
-    from eth_account import Account
-
-    Account.enable_unaudited_hdwallet_features()
-    return Account.from_mnemonic(ANVIL_MNEMONIC,
-                                 account_path=f"m/44'/60'/0'/0/{index}").key.to_0x_hex()
-
-
-def _voter_key(chain_id: int, account: int | None) -> str | None:
-    if account is not None:
-        if chain_id != DEVNET_CHAIN_ID:
-            raise GovernanceError(f"--account picks a public devnet key, and chain {chain_id} is "
-                                  "not the devnet: set GYM_VOTER_KEY instead")
-        if not 0 <= account < 20:
-            raise GovernanceError(f"--account is one of Anvil's accounts 0..19, not {account}")
-        return devnet_account_key(account)
-    key = GovernanceSettings().voter_key
-    return key.get_secret_value() if key else None
-
-
-def runtime_of(ctx: typer.Context) -> GovernanceRuntime:
-    if not isinstance(ctx.obj, GovernanceRuntime):
-        raise GovernanceError("the gov commands need a GovernanceRuntime in ctx.obj (run them "
-                              "via gym)")
-    return ctx.obj
-
 
 def _resolve_id(client: GovernanceClient, text: str) -> int:
     """A proposal id, from the full id (decimal or 0x hex) or its number in `gym gov list`."""

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from web3 import Web3
 
+from contracts.devnet_accounts import DEVNET_CHAIN_ID
 from governance.errors import GovernanceError
 
-DEVNET_CHAIN_ID = 31337
+__all__ = ["DEVNET_CHAIN_ID", "NotDevnetError", "advance_time", "ensure_time_after", "is_devnet"]
 
 
 class NotDevnetError(GovernanceError):

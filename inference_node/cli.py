@@ -16,7 +16,7 @@
 
 Mount with ``app.add_typer(inference_node.cli.app, name="node")`` and
 ``verify_app.command("receipt")(inference_node.cli.verify_receipt)``. They take the chain and
-content store from ``ctx.obj`` (a ``ledger.cli.LedgerRuntime``) when they need them, and the
+content store from ``ctx.obj`` (a ``ledger.runtime.LedgerRuntime``) when they need them, and the
 NodeRegistry's address from ``GYM_NODE_REGISTRY`` or else from
 ``ctx.meta["node_registry_address"]()`` (the root reads it from the deployment).
 

@@ -92,7 +92,7 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
               curated: bool, model_dir: str | Path, node_key: str) -> None:
     """Serve log ``library_log_id`` with the model in ``model_dir``, ask, verify, stop (see the
     module docstring). ``settings``: the devnet's settings (``data_dir``, ``deployment_file``,
-    ``rpc_url``, ``db_url``, ``ipfs_api``); ``ledger_rt``: the ``ledger.cli.LedgerRuntime``
+    ``rpc_url``, ``db_url``, ``ipfs_api``); ``ledger_rt``: the ``ledger.runtime.LedgerRuntime``
     built from them; ``node_key``: the node's signing key (hex), holding GYM to stake."""
     from eth_account import Account
     from openai import OpenAI

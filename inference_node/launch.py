@@ -1,7 +1,7 @@
 """Starting a node: what `gym node serve` runs, as ``start_node(launch, ledger) -> RunningNode``.
 
 ``start_node`` takes the options (``NodeLaunch``) and the ledger runtime (a
-``ledger.cli.LedgerRuntime``: chain, content store, log store; needed to follow a log, serve an
+``ledger.runtime.LedgerRuntime``: chain, content store, log store; needed to follow a log, serve an
 adapter or sign receipts) and, in order:
 
 1. opens the library: a static JSON file, or a log followed from chain + content store
@@ -182,7 +182,7 @@ def load_engine(kind: str, model: Path, *, device: str | None, max_batch: int,
 def start_node(launch: NodeLaunch, ledger: Any = None, *, console: Console | None = None
                ) -> RunningNode:
     """Start the node ``launch`` describes (module docstring); ``ledger``: the ledger runtime
-    (``ledger.cli.LedgerRuntime``), needed to follow a log, serve an adapter or sign."""
+    (``ledger.runtime.LedgerRuntime``), needed to follow a log, serve an adapter or sign."""
     console = console if console is not None else Console(quiet=True)
     settings = launch.server
     if launch.adapter is not None and settings.served_model_name is None:

@@ -273,7 +273,7 @@ def check_receipt_bundle(bundle: object, rt: Any = None, *, registry: str | None
                          model_dir: Path | None = None, offline: bool = False,
                          content: Any = None) -> list[ReceiptCheck]:
     """What `gym verify receipt` runs: ``verify_receipt_bundle`` with the deployment's chain,
-    content store and NodeRegistry (at ``registry``) from ``rt`` (a ``ledger.cli.LedgerRuntime``)
+    content store and NodeRegistry (at ``registry``) from ``rt`` (a ``ledger.runtime.LedgerRuntime``)
     unless ``offline``, and with the model in ``model_dir`` when given: for a receipt that names
     an adapter, that base with the adapter fetched from ``content`` (default: ``rt``'s content
     store) and merged. The checks, or the first ``ReceiptError``."""

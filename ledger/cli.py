@@ -1,10 +1,9 @@
 """``gym ledger``, ``gym verify`` and ``gym audit``: the ledger's commands, thin over the library.
 
-Commands take their dependencies from ``ctx.obj``, a ``LedgerRuntime`` that the CLI root
-builds from settings. Its members are built on first use, so a command that needs only the
-database never opens the content store or the chain, and none of them needs a deployment
-until it talks to the chain. Expected failures raise ``LedgerError`` subclasses whose
-one-line message names what to run; the root turns them into ``error: ...`` and exit 1.
+Commands take their dependencies from ``ctx.obj``, a ``ledger.runtime.LedgerRuntime`` that
+the CLI root builds from settings (each member built on first use). Expected failures raise
+``LedgerError`` subclasses whose one-line message names what to run; the root turns them into
+``error: ...`` and exit 1.
 
     gym ledger create alice/math            # local log + createLog on chain (--offline: local)
     gym ledger append alice/math a.json b.jsonl
@@ -25,11 +24,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -40,7 +36,6 @@ from ledger.audit import AuditReport, audit_log
 from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.json_input import parse_json
-from ledger.logstore import LogStore
 from ledger.proofs import (
     check_anchored_root,
     proof_document,
@@ -55,67 +50,10 @@ from ledger.publish import (
     read_entry_files,
     rebind_log,
 )
-
-if TYPE_CHECKING:
-    from ledger.chain import LedgerContract
-    from ledger.content import ContentStore
+from ledger.runtime import LedgerRuntime, runtime_of
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-@dataclass(frozen=True)
-class ChainConfig:
-    """Where the ExperienceLedger lives and who signs (read from the deployment)."""
-
-    rpc_url: str  # EVM JSON-RPC endpoint
-    address: str  # ExperienceLedger contract
-    abi: list[dict]  # its ABI
-    private_key: str | None  # publisher key; None: read-only
-    chain_id: int | None = None  # recorded in proof documents
-    deployment_block: int = 0  # where event scans start
-
-
-@dataclass
-class LedgerRuntime:
-    """The dependencies of the ledger commands, each built on first use."""
-
-    database_url: str  # SQLAlchemy URL of the log index
-    content_dir: Path  # local content store (used when ipfs_api is unset)
-    ipfs_api: str | None = None  # Kubo RPC URL
-    chain_config: Callable[[], ChainConfig] | None = None  # reads the deployment when called
-
-    @cached_property
-    def store(self) -> LogStore:
-        return LogStore(self.database_url)
-
-    @cached_property
-    def content(self) -> ContentStore:
-        from ledger.content import open_content_store
-
-        return open_content_store(self.ipfs_api, self.content_dir)
-
-    @cached_property
-    def chain(self) -> ChainConfig:
-        if self.chain_config is None:
-            raise LedgerError("no chain is configured: run `gym devnet up`, or set GYM_RPC_URL")
-        return self.chain_config()
-
-    @cached_property
-    def contract(self) -> LedgerContract:
-        from web3 import Web3
-
-        from ledger.chain import LedgerContract
-
-        chain = self.chain
-        w3 = Web3(Web3.HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 30}))
-        return LedgerContract(w3, chain.address, chain.abi, chain.private_key)
-
-
-def runtime_of(ctx: typer.Context) -> LedgerRuntime:
-    if not isinstance(ctx.obj, LedgerRuntime):
-        raise LedgerError("the ledger commands need a LedgerRuntime in ctx.obj (run them via gym)")
-    return ctx.obj
 
 
 def _hex(value: bytes) -> str:

@@ -97,7 +97,7 @@ def publish_command(
 
 
 def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str, domain: str = "math") -> None:
-    from ledger.cli import runtime_of
+    from ledger.runtime import runtime_of
     from trainer.publish import publish_run
 
     rt = runtime_of(ctx)

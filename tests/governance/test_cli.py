@@ -13,7 +13,7 @@ from eth_account import Account
 import governance
 from contracts.toolchain import foundry_binary
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
-from governance.cli import devnet_account_key
+from contracts.devnet_accounts import devnet_account_key
 
 SAMPLES = DEVNET_DIR / "samples" / "experiences.jsonl"
 READ_BALLOT_JS = ("const b = JSON.parse(require('fs').readFileSync(process.argv[1]));"
@@ -26,7 +26,20 @@ def test_package_docstring_example_runs():
 
 
 def test_account_keys_are_anvils_dev_accounts():
-    assert [devnet_account_key(i) for i in range(5)] == list(ANVIL_DEV_KEYS)
+    from eth_account import Account
+
+    from contracts.devnet_accounts import ANVIL_MNEMONIC
+
+    Account.enable_unaudited_hdwallet_features()
+    derived = [Account.from_mnemonic(ANVIL_MNEMONIC, account_path=f"m/44'/60'/0'/0/{i}")
+               for i in range(6)]
+    assert [a.key.to_0x_hex() for a in derived[:5]] == list(ANVIL_DEV_KEYS)
+    assert devnet_account_key(5) == derived[5].key.to_0x_hex()
+    # the addresses Anvil prints for accounts 0 and 5 at start-up
+    assert derived[0].address == "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    assert derived[5].address == "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc"
+    with pytest.raises(ValueError, match="0..19"):
+        devnet_account_key(20)
 
 
 @pytest.mark.anvil

@@ -26,7 +26,7 @@ from contracts import load_artifact
 from devnet.anvil import free_port
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
-from governance.cli import devnet_account_key
+from contracts.devnet_accounts import devnet_account_key
 from ledger import LogStore
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -25,7 +25,7 @@ from governance import (
     ProposalState,
     ProposalStateError,
 )
-from governance.cli import devnet_account_key
+from contracts.devnet_accounts import devnet_account_key
 from governance.errors import NotProposerError, ParameterError, SlashError
 from governance.proposals import (
     ActionDecoder,

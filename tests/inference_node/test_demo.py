@@ -11,7 +11,7 @@ from rich.console import Console
 from test_sync import TEXTS, experience
 from web3 import Web3
 
-from devnet.cli import ledger_runtime
+from devnet.runtime import ledger_runtime
 from devnet.settings import ANVIL_DEV_KEYS, GymSettings
 from inference_node.demo import demo_node
 from inference_node.registry import NodeRegistry

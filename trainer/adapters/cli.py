@@ -72,7 +72,7 @@ def publish(
 
 def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str) -> None:
     """What `gym adapter publish` and `gym train ... --publish` print."""
-    from ledger.cli import runtime_of
+    from ledger.runtime import runtime_of
     from trainer.adapters.publish import publish_adapter_run
 
     rt = runtime_of(ctx)
@@ -107,7 +107,7 @@ def fetch(
     Files are written to a temporary directory and renamed into place only when all of them
     verified; on any mismatch nothing is written and the command fails.
     """
-    from ledger.cli import runtime_of
+    from ledger.runtime import runtime_of
     from ledger.proofs import proof_from_options
     from trainer.adapters.fetch import fetch_adapter, fetch_adapter_entry
 
@@ -208,7 +208,7 @@ def compress(
     _quiet_loading()
     base_dir = _base_dir(base)
     if publish:
-        from ledger.cli import runtime_of
+        from ledger.runtime import runtime_of
 
         source = read_adapter_entry(adapter_dir)
         if source is None:

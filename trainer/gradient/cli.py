@@ -46,7 +46,7 @@ def _train_command(method: str):
         config = load_config(config_path, method=method,
                              output_dir=str(output) if output else None, max_steps=max_steps)
         if publish:  # fail on a missing devnet before training, not after
-            from ledger.cli import runtime_of
+            from ledger.runtime import runtime_of
 
             runtime_of(ctx).contract.log_count()
         result = run_training(config)
@@ -87,7 +87,7 @@ def run_training(config, console: Console = console):
 
 
 def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str) -> None:
-    from ledger.cli import runtime_of
+    from ledger.runtime import runtime_of
     from trainer.adapters.publish import publish_adapter_run
 
     rt = runtime_of(ctx)

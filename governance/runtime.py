@@ -1,0 +1,82 @@
+"""The DAO's wiring: the ledger runtime plus the governor, token, timelock and NodeRegistry of
+a deployment, and who signs.
+
+``GovernanceRuntime.client(account=None)`` returns a ``GovernanceClient`` that signs with
+``GYM_VOTER_KEY``, or on the devnet (chain id 31337) with Anvil's public dev account
+``account``. The CLI root builds the runtime from the deployment (``devnet/runtime.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contracts.devnet_accounts import ANVIL_ACCOUNTS, DEVNET_CHAIN_ID, devnet_account_key
+from governance.client import GovernanceClient
+from governance.errors import GovernanceError
+from ledger.runtime import LedgerRuntime
+
+
+class GovernanceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GYM_", extra="ignore")
+
+    voter_key: SecretStr | None = None  # GYM_VOTER_KEY: signs votes, proposals, delegations
+    node_registry: str | None = None  # GYM_NODE_REGISTRY: overrides the deployment's registry
+
+
+@dataclass(frozen=True)
+class GovernanceConfig:
+    """Where the DAO lives (read from the deployment)."""
+
+    governor_address: str
+    governor_abi: list[dict]
+    token_address: str
+    token_abi: list[dict]
+    timelock_address: str
+    timelock_abi: list[dict]
+    curated_log_id: int
+    node_registry_address: str | None = None  # NodeRegistry governed by the timelock
+
+
+@dataclass
+class GovernanceRuntime:
+    ledger: LedgerRuntime
+    config: Callable[[], GovernanceConfig]  # reads the deployment when called
+
+    def client(self, account: int | None = None) -> GovernanceClient:
+        ledger_contract = self.ledger.contract
+        config = self.config()
+        w3 = ledger_contract.w3
+        key = voter_key(w3.eth.chain_id, account)
+        registry = GovernanceSettings().node_registry or config.node_registry_address
+        return GovernanceClient(
+            w3, config.governor_address, config.governor_abi, config.token_address,
+            config.token_abi, ledger_contract, config.timelock_address, config.timelock_abi,
+            curated_log_id=config.curated_log_id, private_key=key,
+            from_block=self.ledger.chain.deployment_block, node_registry_address=registry)
+
+
+def voter_key(chain_id: int, account: int | None) -> str | None:
+    """The key that signs: Anvil's dev account ``account`` on the devnet, else GYM_VOTER_KEY."""
+    if account is not None:
+        if chain_id != DEVNET_CHAIN_ID:
+            raise GovernanceError(f"--account picks a public devnet key, and chain {chain_id} is "
+                                  "not the devnet: set GYM_VOTER_KEY instead")
+        if not 0 <= account < ANVIL_ACCOUNTS:
+            raise GovernanceError(f"--account is one of Anvil's accounts 0..{ANVIL_ACCOUNTS - 1}, "
+                                  f"not {account}")
+        return devnet_account_key(account)
+    key = GovernanceSettings().voter_key
+    return key.get_secret_value() if key else None
+
+
+def runtime_of(ctx: Any) -> GovernanceRuntime:
+    """The ``GovernanceRuntime`` a command finds in ``ctx.obj`` (a click/typer context)."""
+    if not isinstance(ctx.obj, GovernanceRuntime):
+        raise GovernanceError("the gov commands need a GovernanceRuntime in ctx.obj (run them "
+                              "via gym)")
+    return ctx.obj
