@@ -21,6 +21,7 @@ from contracts.artifacts import (
     ContractArtifact,
     load_artifact,
 )
+from contracts.errors import ContractsError
 from contracts.toolchain import FOUNDRY_DIR, ToolchainError, build_contracts, foundry_binary
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "BuildMissingError",
     "BuildStaleError",
     "ContractArtifact",
+    "ContractsError",
     "ToolchainError",
     "build_contracts",
     "foundry_binary",

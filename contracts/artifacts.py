@@ -14,13 +14,14 @@ from pathlib import Path
 
 from eth_utils import keccak
 
+from contracts.errors import ContractsError
 from contracts.toolchain import FOUNDRY_DIR, REPO_ROOT
 
 BUILD_COMMAND = "make contracts"
 OUT_DIR = FOUNDRY_DIR / "out"
 
 
-class ArtifactError(RuntimeError):
+class ArtifactError(ContractsError):
     """A contract's build output cannot be used."""
 
 

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from contracts.errors import ContractsError
+
 FOUNDRY_DIR = Path(__file__).resolve().parent
 """The Foundry project: ``foundry.toml``, ``src/``, ``test/``, ``out/``."""
 
@@ -19,7 +21,7 @@ REPO_ROOT = FOUNDRY_DIR.parent
 NPM_BIN_DIR = REPO_ROOT / "node_modules" / "@foundry-rs"
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(ContractsError):
     """A Foundry binary is missing or a build failed."""
 
 

@@ -76,8 +76,7 @@ err_console = Console(stderr=True)
 # Errors a user can cause and fix; anything else is a bug and keeps its traceback.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     DevnetError,
-    contracts.ArtifactError,
-    contracts.ToolchainError,
+    contracts.ContractsError,
     LedgerError,
     TrainerError,
     GovernanceError,

@@ -32,12 +32,13 @@ from eth_account import Account
 from eth_utils import to_checksum_address
 from web3 import Web3
 
+from inference_node.errors import InferenceNodeError
 from ledger.evm import ChainError, EvmConnection
 
 PAGE_BLOCKS = 10_000  # eth_getLogs range per call (many RPCs cap it)
 
 
-class RegistryError(ChainError):
+class RegistryError(InferenceNodeError, ChainError):
     """The registry cannot do what was asked (not registered, unbonding, another receipt log)."""
 
 

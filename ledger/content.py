@@ -26,20 +26,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from ledger.blockstore import LocalBlockStore
-from ledger.errors import LedgerError
+from ledger.errors import ContentStoreConfigError
 from ledger.unixfs import Source
-
-
-class ContentStoreError(LedgerError):
-    """A content store cannot be opened or used (configuration, connection, a failing node)."""
-
-
-class ContentStoreConfigError(ContentStoreError, ValueError):
-    """The content-store setting (``GYM_IPFS_API``) is malformed or cannot be honoured."""
-
-
-class ContentStoreUnreachableError(ContentStoreError, ConnectionError):
-    """The IPFS RPC endpoint named by ``GYM_IPFS_API`` does not answer."""
 
 
 @runtime_checkable

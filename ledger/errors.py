@@ -53,3 +53,15 @@ class NotFoundError(LedgerError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; we want the plain message
         return str(self.args[0]) if self.args else ""
+
+
+class ContentStoreError(LedgerError):
+    """A content store cannot be opened or used (configuration, connection, a failing node)."""
+
+
+class ContentStoreConfigError(ContentStoreError, ValueError):
+    """The content-store setting (``GYM_IPFS_API``) is malformed or cannot be honoured."""
+
+
+class ContentStoreUnreachableError(ContentStoreError, ConnectionError):
+    """The IPFS RPC endpoint named by ``GYM_IPFS_API`` does not answer."""

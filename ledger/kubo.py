@@ -32,8 +32,12 @@ from urllib.parse import urlsplit
 import ipfshttpclient
 import ipfshttpclient.exceptions as ipfs_errors
 
-from ledger.content import ContentStoreConfigError, ContentStoreError, ContentStoreUnreachableError
-from ledger.errors import ContentIntegrityError
+from ledger.errors import (
+    ContentIntegrityError,
+    ContentStoreConfigError,
+    ContentStoreError,
+    ContentStoreUnreachableError,
+)
 from ledger.multiformats import CID, verify_block
 from ledger.unixfs import CHUNK_SIZE, Source, file_cid, iter_chunks, iter_file_bytes, walk_dag
 

@@ -22,8 +22,7 @@ from fastapi import FastAPI, Request, Response
 
 from devnet.anvil import free_port
 from ledger.car import read_car
-from ledger.content import ContentStoreUnreachableError
-from ledger.errors import ContentIntegrityError
+from ledger.errors import ContentIntegrityError, ContentStoreUnreachableError
 from ledger.kubo import KuboError, KuboStore
 from ledger.multiformats import CID, DAG_PB, RAW
 from ledger.unixfs import CHUNK_SIZE, MAX_LINKS, file_cid

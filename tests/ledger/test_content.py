@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ledger.blockstore import LocalBlockStore
-from ledger.content import ContentStore, ContentStoreConfigError, open_content_store
+from ledger.content import ContentStore, open_content_store
+from ledger.errors import ContentStoreConfigError
 from ledger.kubo import KuboStore, api_multiaddr
 
 
