@@ -145,7 +145,7 @@ def test_cli_refusals_are_one_clear_line(gym_env):
 
 @pytest.mark.anvil
 def test_demo_curates_the_samples_by_dao_vote(gym_env):
-    result = gym_env.run("demo", "--no-train")
+    result = gym_env.run("demo", "--no-train", timeout=300)  # starts a node: slow on a busy CPU
     assert result.returncode == 0, result.stderr
     assert "5. DAO curation" in result.stdout and "one by signature, relayed" in result.stdout
     assert re.search(r"curated library 'gym/curated' size 5, on-chain root\s+0x[0-9a-f]{64}",
