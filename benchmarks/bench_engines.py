@@ -28,9 +28,10 @@ from pathlib import Path
 
 import torch
 
-from inference_node.engine import Engine, Generation, SamplingParams, TransformersEngine
+from inference_node.engine import Engine, Generation, SamplingParams
 from inference_node.injection import LibraryInjector, Prompt
 from inference_node.library import LibrarySnapshot
+from inference_node.transformers_engine import TransformersEngine
 
 QUESTIONS = ["What is 12 + 7?", "Name three primary colors.",
              "A farmer has 3 boxes of 12 apples. How many apples does he have?",

@@ -1,7 +1,7 @@
 """Gas of ExperienceLedger at scale: anchor at ~1M leaves, verifyInclusion at depth 20, and
 appendLeaves per leaf, measured on a fresh Anvil deployed by ``gym devnet up``.
 
-Execution gas (DESIGN.md "Contracts") is total gas minus the intrinsic 21,000 and the
+Execution gas (docs/design.md "4.4 Gas") is total gas minus the intrinsic 21,000 and the
 calldata cost of EIP-2028 (4 gas per zero byte, 16 per non-zero byte). Under EIP-7623
 (Prague) a transaction pays at least the calldata floor, 21,000 + 10 per token (zero bytes
 + 4 x non-zero bytes); when the floor is what was charged the execution gas cannot be read

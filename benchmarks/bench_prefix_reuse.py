@@ -28,9 +28,10 @@ from pathlib import Path
 
 import torch
 
-from inference_node.engine import SamplingParams, TransformersEngine
+from inference_node.engine import SamplingParams
 from inference_node.injection import LibraryInjector
 from inference_node.library import LibrarySnapshot
+from inference_node.transformers_engine import TransformersEngine
 
 TARGET_RATIO = 5.0
 QUESTIONS = ["A farmer has 12 apples and buys 3 boxes of 7. How many apples?",

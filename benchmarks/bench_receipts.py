@@ -56,7 +56,7 @@ from eth_account import Account
 from eth_keys.backends import get_backend
 
 from inference_node.activations import commit_activations, decode_hidden_states, verify_activations
-from inference_node.engine import SamplingParams, TransformersEngine
+from inference_node.engine import SamplingParams
 from inference_node.injection import LibraryInjector
 from inference_node.library import LibrarySnapshot
 from inference_node.receipt_log import ReceiptLog
@@ -71,6 +71,7 @@ from inference_node.receipts import (
     receipt_hash,
     verify_receipt_signature,
 )
+from inference_node.transformers_engine import TransformersEngine
 from inference_node.verify import verify_receipt_bundle
 from ledger.blockstore import LocalBlockStore
 from ledger.logstore import LogStore

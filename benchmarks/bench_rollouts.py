@@ -27,7 +27,8 @@ import torch
 from trainer.backends import TransformersBackend
 from trainer.data import load_problems
 from trainer.tfgrpo_config import TFGRPOConfig
-from trainer.tfgrpo_trainer import TFGRPOTrainer, rollout_messages
+from trainer.tfgrpo_prompts import rollout_messages
+from trainer.tfgrpo_trainer import TFGRPOTrainer
 
 TARGET_RATIO = 3.0
 DATA = Path(__file__).resolve().parents[1] / "trainer" / "data"

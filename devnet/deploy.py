@@ -6,7 +6,7 @@ later whether the chain still holds this deployment: the genesis and deployment 
 (an Anvil restarted from scratch has a new genesis) and the keccak256 of every contract's
 runtime code as read back from the chain.
 
-The DAO (DESIGN.md "Contracts") is wired so that the deployer keeps no power over it:
+The DAO (docs/design.md "4.3 DAO") is wired so that the deployer keeps no power over it:
 
 - ``GymToken``: fixed supply minted at construction to the devnet holders (Anvil accounts
   0..4, public keys in ``devnet.settings``), each of which then self-delegates, signing with

@@ -1,6 +1,6 @@
 """The devnet's IPFS node: a ``LocalBlockStore`` behind the Kubo RPC subset the project uses,
-plus a trustless gateway, so Kubo clients (``ipfshttpclient``, ``KuboStore``, curl) work
-against it unchanged.
+plus a trustless gateway (``devnet.ipfs_gateway``), so Kubo clients (``ipfshttpclient``,
+``KuboStore``, curl) work against it unchanged.
 
 RPC (https://docs.ipfs.tech/reference/kubo/rpc/): POST only; arguments in the query string
 (``arg`` repeated, booleans as Go's ``strconv.ParseBool`` reads them); uploads are
@@ -17,23 +17,18 @@ the field ``file``). Answers are JSON with Kubo's field names; errors are
   from Kubo's must never be returned. ``pin`` defaults to true, as in Kubo.
 - ``cat``, ``block/get``, ``block/put``, ``block/stat``, ``pin/add``, ``pin/ls``, ``version``.
 
-Gateway (https://specs.ipfs.tech/http-gateways/trustless-gateway/): ``GET``/``HEAD
-/ipfs/{cid}`` with ``?format=raw`` or ``?format=car`` (or the ``Accept`` types
-``application/vnd.ipld.raw`` / ``application/vnd.ipld.car``), ``dag-scope``, CAR ``version``,
-``order`` (always ``dfs``) and ``dups`` parameters, and the ``bafkqaaa`` probe. No deserialised
-responses: a request that asks for neither type gets 400.
+The gateway (``GET``/``HEAD /ipfs/{cid}``, raw blocks and CARs) is ``devnet.ipfs_gateway``.
 
-Every block served is re-verified by the store. ``cat`` and CAR answers first walk and verify
-the whole DAG, so a damaged or missing block gives a clean error status and no bytes; the
-stream then verifies again, and breaks the connection rather than send a block that changed
-in between.
+Every block served is re-verified by the store. ``cat`` (like the gateway's CAR answers) first
+walks and verifies the whole DAG, so a damaged or missing block gives a clean error status and
+no bytes; the stream then verifies again, and breaks the connection rather than send a block
+that changed in between.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,11 +38,11 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from devnet.ipfs_gateway import add_gateway, gateway_status, header_params
 from ledger.blockstore import LocalBlockStore
-from ledger.car import encode_header
-from ledger.errors import LedgerError, NotFoundError, VerificationError
-from ledger.multiformats import CID, DAG_PB, RAW, encode_varint
-from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream, walk_dag
+from ledger.errors import LedgerError, VerificationError
+from ledger.multiformats import CID, DAG_PB, RAW
+from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream
 
 KUBO_RPC_VERSION = "0.35.0"  # the Kubo release whose RPC reference this subset follows
 KUBO_REPO_VERSION = "16"
@@ -58,10 +53,6 @@ _MAX_PARTS = 1024
 _CODECS = {"raw": RAW, "dag-pb": DAG_PB}
 _TRUE = {"", "1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-RAW_TYPE = "application/vnd.ipld.raw"
-CAR_TYPE = "application/vnd.ipld.car"
-_IMMUTABLE = "public, max-age=29030400, immutable"
 
 
 class RpcError(Exception):
@@ -136,20 +127,11 @@ class _Part:
     body: tempfile.SpooledTemporaryFile
 
 
-_PARAM = re.compile(r';\s*([\w*.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;]*))')
-
-
-def _header_params(value: str) -> tuple[str, dict[str, str]]:
-    """``'form-data; name="file"'`` → ``("form-data", {"name": "file"})``."""
-    main, _, rest = value.partition(";")
-    params = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3).strip())
-              for m in _PARAM.finditer(";" + rest)}
-    return main.strip().lower(), params
 
 
 async def _read_parts(request: Request, argument: str) -> list[_Part]:
     """Stream a ``multipart/form-data`` body into spooled parts (bounded memory)."""
-    mime, params = _header_params(request.headers.get("content-type", ""))
+    mime, params = header_params(request.headers.get("content-type", ""))
     boundary = params.get("boundary")
     if not mime.startswith("multipart/") or not boundary:
         raise RpcError(f'argument "{argument}" is required', code=1)
@@ -191,7 +173,7 @@ async def _read_parts(request: Request, argument: str) -> list[_Part]:
         for line in raw_headers.decode("utf-8", "replace").split("\r\n"):
             key, _, value = line.partition(":")
             headers[key.strip().lower()] = value.strip()
-        _, disposition = _header_params(headers.get("content-disposition", ""))
+        _, disposition = header_params(headers.get("content-disposition", ""))
         body = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)  # noqa: SIM115 (caller closes)
         keep = len(separator) - 1
         while (found := buf.find(separator)) < 0:
@@ -338,106 +320,6 @@ def _byte_range(chunks: Iterator[bytes], offset: int, length: int | None) -> Ite
             return
 
 
-# --- gateway helpers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Wanted:
-    """A negotiated gateway answer: ``raw`` or ``car`` and the CAR parameters."""
-
-    kind: str
-    dups: bool = False
-    scope: str = "all"
-    from_accept: bool = False
-
-
-def _negotiate(request: Request) -> _Wanted:
-    params = request.query_params
-    accepted: list[tuple[float, int, str, dict[str, str]]] = []
-    for index, item in enumerate(request.headers.get("accept", "").split(",")):
-        mime, item_params = _header_params(item)
-        try:
-            quality = float(item_params.pop("q", "1"))
-        except ValueError:
-            quality = 0.0
-        if mime in (RAW_TYPE, CAR_TYPE) and quality > 0:
-            accepted.append((-quality, index, mime, item_params))
-    accepted.sort()
-    fmt = params.get("format")
-    car_params: dict[str, str] = {}
-    if fmt is not None:
-        if fmt not in ("raw", "car"):
-            raise _GatewayError(400, f"format={fmt} is not served: this is a trustless gateway "
-                                "(format=raw or format=car)")
-        kind = fmt
-        for _, _, mime, item_params in accepted:
-            if mime == CAR_TYPE:
-                car_params = item_params
-                break
-    elif accepted:
-        _, _, mime, car_params = accepted[0]
-        kind = "raw" if mime == RAW_TYPE else "car"
-    else:
-        raise _GatewayError(400, "this is a trustless gateway: ask for ?format=raw or "
-                            "?format=car (or send Accept: application/vnd.ipld.raw or "
-                            "application/vnd.ipld.car)")
-    if kind == "raw":
-        return _Wanted("raw", from_accept=fmt is None)
-    version = params.get("car-version", car_params.get("version", "1"))
-    order = params.get("car-order", car_params.get("order", "dfs"))
-    dups = params.get("car-dups", car_params.get("dups", "n"))
-    scope = params.get("dag-scope", "all")
-    if version != "1":
-        raise _GatewayError(400, f"CAR version {version} is not served (only 1)")
-    if order not in ("dfs", "unk", ""):
-        raise _GatewayError(400, f"CAR order {order} is not served (only dfs)")
-    if dups not in ("y", "n"):
-        raise _GatewayError(400, f"CAR dups={dups} is not understood (y or n)")
-    if scope not in ("all", "entity", "block"):
-        raise _GatewayError(400, f"dag-scope={scope} is not understood (all, entity, block)")
-    if "entity-bytes" in params:
-        raise _GatewayError(400, "entity-bytes is not supported by this gateway")
-    return _Wanted("car", dups=dups == "y", scope=scope, from_accept=fmt is None)
-
-
-class _GatewayError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _dag_blocks(store: LocalBlockStore, root: CID, wanted: _Wanted) -> Iterator[tuple[CID, bytes]]:
-    """The blocks of a CAR answer in DFS order, parents first; each verified by the store."""
-    if root.hash_code == 0:  # identity CIDs carry their data; a CAR never includes them
-        return
-    if wanted.scope == "block":
-        yield root, store.get_block(root)
-        return
-    if not wanted.dups:  # entity == all: this store holds files, never directories
-        yield from walk_dag(root, store.get_block)
-        return
-    stack = [root]
-    while stack:
-        cid = stack.pop()
-        block = store.get_block(cid)
-        yield cid, block
-        if cid.codec == DAG_PB:
-            stack.extend(reversed([link.cid for link in decode_pbnode(block).links]))
-
-
-def _car_bytes(root: CID, blocks: Iterator[tuple[CID, bytes]]) -> Iterator[bytes]:
-    header = encode_header([root])
-    yield encode_varint(len(header)) + header
-    for cid, block in blocks:
-        cid_bytes = cid.to_bytes()
-        yield encode_varint(len(cid_bytes) + len(block)) + cid_bytes
-        yield block
-
-
-def _gateway_status(exc: LedgerError) -> int:
-    return 404 if isinstance(exc, NotFoundError) else 500
-
-
 # --- the app ---------------------------------------------------------------------------------
 
 
@@ -454,11 +336,7 @@ def create_app(store: LocalBlockStore) -> FastAPI:
     async def ledger_error(request: Request, exc: LedgerError) -> Response:
         if request.url.path.startswith("/api/"):
             return _kubo_error(str(exc))
-        return PlainTextResponse(str(exc), status_code=_gateway_status(exc))
-
-    @app.exception_handler(_GatewayError)
-    async def gateway_error(_request: Request, exc: _GatewayError) -> Response:
-        return PlainTextResponse(str(exc), status_code=exc.status)
+        return PlainTextResponse(str(exc), status_code=gateway_status(exc))
 
     @app.post("/api/v0/version")
     async def version() -> dict:
@@ -562,60 +440,5 @@ def create_app(store: LocalBlockStore) -> FastAPI:
             return _ndjson([{"Cid": cid, "Type": found} for cid, found in keys.items()])
         return JSONResponse({"Keys": {cid: {"Type": found} for cid, found in keys.items()}})
 
-    @app.api_route("/ipfs/{path:path}", methods=["GET", "HEAD"])
-    async def gateway(path: str, request: Request) -> Response:
-        cid_text, _, rest = path.partition("/")
-        try:
-            cid = CID.parse(cid_text)
-        except VerificationError as exc:
-            raise _GatewayError(400, f"invalid CID {cid_text!r}: {exc}") from None
-        wanted = _negotiate(request)
-        if rest.strip("/"):
-            if wanted.kind == "raw":
-                raise _GatewayError(400, "a raw block is addressed by /ipfs/{cid} alone")
-            raise _GatewayError(404, f"no link named {rest.split('/')[0]!r} under {cid}: "
-                                "this store holds files, not directories")
-        if wanted.kind == "raw":
-            etag = f'"{cid}.raw"'
-            headers = _gateway_headers(cid, etag, f"{cid}.bin",
-                                       f"/ipfs/{cid}?format=raw" if wanted.from_accept else None)
-            if request.headers.get("if-none-match") == etag:
-                return Response(status_code=304, headers=headers)
-            block = cid.digest if cid.hash_code == 0 else await run_in_threadpool(
-                store.get_block, cid)
-            body = b"" if request.method == "HEAD" else block
-            headers["Content-Length"] = str(len(block))
-            return Response(body, media_type=RAW_TYPE, headers=headers)
-        dups = "y" if wanted.dups else "n"
-        etag = f'W/"{cid}.car.{wanted.scope}.dfs.{dups}"'
-        headers = _gateway_headers(cid, etag, f"{cid}.car",
-                                   f"/ipfs/{cid}?format=car" if wanted.from_accept else None)
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-        media_type = f"{CAR_TYPE}; version=1; order=dfs; dups={dups}"
-        if cid.hash_code != 0:
-            if request.method == "HEAD":
-                await run_in_threadpool(store.get_block, cid)
-            else:  # verify the whole DAG first: a damaged one gets an error status, no bytes
-                await run_in_threadpool(lambda: [None for _ in _dag_blocks(store, cid, wanted)])
-        if request.method == "HEAD":
-            return Response(b"", media_type=media_type, headers=headers)
-        return StreamingResponse(_car_bytes(cid, _dag_blocks(store, cid, wanted)),
-                                 media_type=media_type, headers=headers)
-
+    add_gateway(app, store)
     return app
-
-
-def _gateway_headers(cid: CID, etag: str, filename: str, location: str | None) -> dict[str, str]:
-    headers = {
-        "Etag": etag,
-        "Cache-Control": _IMMUTABLE,
-        "Content-Disposition": f'attachment; filename="{filename}"',
-        "X-Content-Type-Options": "nosniff",
-        "X-Ipfs-Path": f"/ipfs/{cid}",
-        "X-Ipfs-Roots": str(cid),
-        "Vary": "Accept",
-    }
-    if location:
-        headers["Content-Location"] = location
-    return headers

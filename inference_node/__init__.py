@@ -1,19 +1,19 @@
 """Inference node: an OpenAI-compatible server over a frozen model that injects a verified
 experience library into every prompt.
 
-Modules: `protocol` (OpenAI request/response shapes), `engine` (the `Engine` interface and
-`TransformersEngine`, which also captures the activations receipts commit to), `vllm_engine`
-(the vLLM engine), `injection` (library rendering and prefix KV reuse), `library` (the
-`LibrarySource` interface and a static JSON source), `sync` (`ChainLibrarySource`: follows a
-log on chain, verifies every leaf and the root before use), `receipts` (EIP-712 signed
-proof-of-inference receipts, their wire format), `activations` (the TOPLOC activation
-commitment they carry), `verify` (checking a receipt bundle), `receipt_log` (the node's own
-receipt log, appended in the background and anchored periodically), `receipt_wal` (its
-write-ahead file: a receipt is on disk before its answer leaves), `registry` (the NodeRegistry
-contract: registration, challenges), `challenges` (challenge evidence), `serving` + `server`
-(the FastAPI app), `launch` (`start_node`: engine, signer, receipt log, registration, app),
-`metrics`, `settings`, `errors` (one base, `InferenceNodeError`), `cli` (`gym node
-serve|list|challenge`, `gym verify receipt`), `demo` (the node step of `gym demo`).
+Modules: `protocol` (OpenAI request/response shapes), `engine` (the `Engine` interface),
+`transformers_engine` (`TransformersEngine`, which also captures the activations receipts commit
+to), `vllm_engine` (the vLLM engine), `injection` (library rendering and prefix KV reuse),
+`library` (the `LibrarySource` interface and a static JSON source), `sync`
+(`ChainLibrarySource`: follows a log on chain, verifies every leaf and the root before use),
+`receipts` (EIP-712 signed proof-of-inference receipts, their wire format), `activations` (the
+TOPLOC activation commitment they carry), `verify` (checking a receipt bundle), `receipt_log`
+(the node's own receipt log, appended in the background and anchored periodically),
+`receipt_wal` (its write-ahead file: a receipt is on disk before its answer leaves), `registry`
+(the NodeRegistry contract: registration, challenges), `challenges` (challenge evidence),
+`serving` + `server` (the FastAPI app), `launch` (`start_node`: engine, signer, receipt log,
+registration, app), `metrics`, `settings`, `errors` (one base, `InferenceNodeError`), `cli`
+(`gym node serve|list|challenge`, `gym verify receipt`), `demo` (the node step of `gym demo`).
 docs/node.md shows them at work.
 
     >>> from inference_node import LibrarySnapshot, library_block

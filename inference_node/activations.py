@@ -16,7 +16,7 @@ top-k. The check is locality-sensitive, not a hash: a one-token edit of a long r
 within the tolerances, so it is the signed response digest that binds the exact text, and the
 commitment that binds the computation to the model and the context.
 
-Spec: DESIGN.md "Proof-of-inference receipts"; the receipt that signs the commitment is
+Spec: docs/design.md "3.6 Receipts"; the receipt that signs the commitment is
 ``inference_node.receipts``. A mismatch raises ``ReceiptError`` ``activation_mismatch``.
 """
 

@@ -1,7 +1,7 @@
 """Injecting the experience library into prompts, and reusing its KV cache across requests.
 
 Rendering. The active experiences are shown exactly as the trainer shows them (`[G0]. text` lines,
-`trainer.tfgrpo_trainer.format_library`), under a header that names the library::
+`trainer.tfgrpo_prompts.format_library`), under a header that names the library::
 
     Experiences from earlier practice; apply those that fit this problem:
     [G0]. Check units before adding.

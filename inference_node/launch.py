@@ -149,8 +149,9 @@ def load_engine(kind: str, model: Path, *, device: str | None, max_batch: int,
     vLLM is imported only when it is asked for or `auto` may pick it; when `auto` picked vLLM
     and it fails to start, the node says why and serves with the transformers engine.
     """
-    from inference_node.engine import EngineError, TransformersEngine
+    from inference_node.engine import EngineError
     from inference_node.engine_select import choose_engine
+    from inference_node.transformers_engine import TransformersEngine
 
     choice = choose_engine(kind, model, device=device)
     if choice.kind == "transformers":

@@ -1,8 +1,8 @@
 """Proof-of-inference receipts, the wire format: build, sign and recover (EIP-712), bundle.
 
-Spec: DESIGN.md "Proof-of-inference receipts"; the entry is ``ledger.entries.ReceiptEntry``
+Spec: docs/design.md "3.6 Receipts"; the entry is ``ledger.entries.ReceiptEntry``
 (type ``receipt``, v1), its canonical bytes RFC 8785 (``ledger.entries.encode_entry``). This
-module fixes what DESIGN.md leaves open:
+module implements it, in detail:
 
 Digests (``sha256:`` + 64 hex digits, the entry format's ``Sha256Digest``):
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
@@ -188,9 +188,19 @@ class EngineStreamingResponse(StreamingResponse):
             raise ClientDisconnect
 
 
-async def _answer(raw: Request, prepared: Prepared, work: Awaitable[BaseModel]) -> Response:
+async def _generate(raw: Request, serving: OpenAIServing, model: type[ModelT],
+                    prepare: Callable[[ModelT], Awaitable[Prepared]],
+                    answer: Callable[[ModelT, Prepared, dict], Awaitable[BaseModel]],
+                    stream: Callable[[ModelT, Prepared, dict], AsyncIterator[str]]) -> Response:
+    """One generation route: the body read and validated as ``model`` and prepared, then the
+    answer streamed, or sent whole when the engine is done (abandoned if the client leaves)."""
+    request_json = await read_json_body(raw, serving.settings)
+    body = validate_request(model, request_json)
+    prepared = await prepare(body)
+    if body.stream:
+        return EngineStreamingResponse(stream(body, prepared, request_json), prepared)
     try:
-        response = await until_disconnected(raw, work)
+        response = await until_disconnected(raw, answer(body, prepared, request_json))
     finally:
         prepared.handed_over()  # a no-op once the engine has it
     return JSONResponse(prepared.body(response), headers=prepared.headers())
@@ -198,24 +208,14 @@ async def _answer(raw: Request, prepared: Prepared, work: Awaitable[BaseModel]) 
 
 @router.post("/v1/chat/completions")
 async def create_chat_completion(raw: Request, serving: Serving) -> Response:
-    request_json = await read_json_body(raw, serving.settings)
-    body = validate_request(ChatCompletionRequest, request_json)
-    prepared = await serving.prepare_chat(body)
-    if body.stream:
-        return EngineStreamingResponse(serving.chat_stream(body, prepared, request_json),
-                                       prepared)
-    return await _answer(raw, prepared, serving.chat(body, prepared, request_json))
+    return await _generate(raw, serving, ChatCompletionRequest, serving.prepare_chat,
+                           serving.chat, serving.chat_stream)
 
 
 @router.post("/v1/completions")
 async def create_completion(raw: Request, serving: Serving) -> Response:
-    request_json = await read_json_body(raw, serving.settings)
-    body = validate_request(CompletionRequest, request_json)
-    prepared = await serving.prepare_completion(body)
-    if body.stream:
-        return EngineStreamingResponse(serving.completion_stream(body, prepared, request_json),
-                                       prepared)
-    return await _answer(raw, prepared, serving.completion(body, prepared, request_json))
+    return await _generate(raw, serving, CompletionRequest, serving.prepare_completion,
+                           serving.completion, serving.completion_stream)
 
 
 @router.get("/v1/receipts/{cid}/proof")

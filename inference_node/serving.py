@@ -39,6 +39,7 @@ from inference_node.engine import (
     Engine,
     EngineError,
     Generation,
+    GenerationDelta,
     SamplingParams,
     TokenLogprob,
     collect_generation,
@@ -79,6 +80,8 @@ from ledger.errors import LedgerError
 # Clients cap response headers (h11: 16 KiB in all); the commitment grows by ~180 characters
 # per 32 completion tokens, so a very long answer carries its receipt in the body only.
 MAX_RECEIPT_HEADER = 8 * 1024
+
+StreamChunk = ChatCompletionChunk | CompletionResponse  # one SSE event's body
 
 
 class APIError(InferenceNodeError):
@@ -362,15 +365,36 @@ class OpenAIServing:
                                     choices=[ChatChunkChoice(delta=DeltaMessage(role="assistant",
                                                                                 content=""))])
         yield sse(chunk.model_dump_json(exclude_none=True))
+
+        def chunk_of(delta: GenerationDelta) -> ChatCompletionChunk:
+            chunk.choices = [ChatChunkChoice(delta=DeltaMessage(content=delta.text),
+                                             logprobs=_chat_logprobs(delta.logprobs),
+                                             finish_reason=delta.finish_reason)]
+            return chunk
+
+        def usage_chunk(usage: UsageInfo) -> ChatCompletionChunk:
+            chunk.choices, chunk.usage = [], usage
+            return chunk
+
+        async for event in self._events("chat", request, prepared, request_json, chunk_of,
+                                        usage_chunk):
+            yield event
+
+    async def _events(self, route: str, request: ChatCompletionRequest | CompletionRequest,
+                      prepared: Prepared, request_json: dict | None,
+                      chunk_of: Callable[[GenerationDelta], StreamChunk],
+                      usage_chunk: Callable[[UsageInfo], StreamChunk]) -> AsyncIterator[str]:
+        """The SSE events of a streamed answer: a chunk per delta that carries text, logprobs or
+        the finish reason (the last one signed, unless a usage chunk follows), the usage chunk
+        when `stream_options.include_usage` asks for it, then `[DONE]`. An engine or API error
+        mid-stream becomes an error event."""
         usage = None
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         try:
-            async for delta in self._signed_deltas("chat", prepared, request_json):
+            async for delta in self._signed_deltas(route, prepared, request_json):
                 if not delta.text and delta.finish_reason is None and not delta.logprobs:
                     continue
-                chunk.choices = [ChatChunkChoice(delta=DeltaMessage(content=delta.text),
-                                                 logprobs=_chat_logprobs(delta.logprobs),
-                                                 finish_reason=delta.finish_reason)]
+                chunk = chunk_of(delta)
                 last = delta.finish_reason is not None
                 yield prepared.chunk(chunk, signed=last and not include_usage)
                 if last:
@@ -379,8 +403,7 @@ class OpenAIServing:
             yield sse(_stream_error(exc))
         else:
             if include_usage and usage:
-                chunk.choices, chunk.usage = [], usage
-                yield prepared.chunk(chunk, signed=True)
+                yield prepared.chunk(usage_chunk(usage), signed=True)
         yield sse("[DONE]")
 
     # ---------------------------------------------------------------- completions
@@ -408,32 +431,25 @@ class OpenAIServing:
                                 request_json: dict | None = None) -> AsyncIterator[str]:
         response_id, created = new_id("cmpl"), now()
         offset = 0
-        usage = None
-        include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        try:
-            async for delta in self._signed_deltas("completions", prepared, request_json):
-                if not delta.text and delta.finish_reason is None and not delta.logprobs:
-                    continue
-                chunk = CompletionResponse(
-                    id=response_id, created=created, model=self.model_name,
-                    system_fingerprint=fingerprint(prepared.snapshot),
-                    choices=[CompletionChoice(text=delta.text,
-                                              logprobs=_completion_logprobs(delta.logprobs,
-                                                                            offset),
-                                              finish_reason=delta.finish_reason)])
-                offset += sum(len(lp.token) for lp in delta.logprobs or ())
-                last = delta.finish_reason is not None
-                yield prepared.chunk(chunk, signed=last and not include_usage)
-                if last:
-                    usage = _usage(delta.prompt_tokens, delta.completion_tokens)
-        except (EngineError, APIError) as exc:
-            yield sse(_stream_error(exc))
-        else:
-            if include_usage and usage:
-                chunk = CompletionResponse(id=response_id, created=created,
-                                           model=self.model_name, choices=[], usage=usage)
-                yield prepared.chunk(chunk, signed=True)
-        yield sse("[DONE]")
+
+        def chunk_of(delta: GenerationDelta) -> CompletionResponse:
+            nonlocal offset
+            chunk = CompletionResponse(
+                id=response_id, created=created, model=self.model_name,
+                system_fingerprint=fingerprint(prepared.snapshot),
+                choices=[CompletionChoice(text=delta.text,
+                                          logprobs=_completion_logprobs(delta.logprobs, offset),
+                                          finish_reason=delta.finish_reason)])
+            offset += sum(len(lp.token) for lp in delta.logprobs or ())
+            return chunk
+
+        def usage_chunk(usage: UsageInfo) -> CompletionResponse:
+            return CompletionResponse(id=response_id, created=created, model=self.model_name,
+                                      choices=[], usage=usage)
+
+        async for event in self._events("completions", request, prepared, request_json,
+                                        chunk_of, usage_chunk):
+            yield event
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:

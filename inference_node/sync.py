@@ -1,4 +1,5 @@
-"""Follow a library log on chain + IPFS and serve only what verifies (DESIGN.md "Flows" 3).
+"""Follow a library log on chain + IPFS and serve only what verifies (docs/design.md "Flow 3:
+node operator").
 
 ``ChainLibrarySource`` implements ``inference_node.library.LibrarySource`` over one log of the
 ExperienceLedger:

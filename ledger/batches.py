@@ -1,7 +1,7 @@
 """Batch manifests: what an anchored checkpoint's ``batchCid`` points to.
 
-DESIGN.md says a checkpoint carries "the CID of the batch of entries that the checkpoint
-added" and leaves the batch's format open. This module fixes it. A batch manifest is the
+A checkpoint carries the CID of the batch of entries that it added; docs/design.md "3.3 Batch
+manifests" fixes the batch's format and this module implements it. A batch manifest is the
 RFC 8785 canonical JSON of::
 
     {"type": "batch", "v": 1, "log": <local log name>, "log_id": <ExperienceLedger log id>,

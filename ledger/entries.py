@@ -1,4 +1,4 @@
-"""Ledger entries: typed models, canonical bytes, CID and leaf hash (DESIGN.md "Entries").
+"""Ledger entries: typed models, canonical bytes, CID and leaf hash (docs/design.md "3.1 Entries").
 
 An entry is a JSON object with ``"type"`` and ``"v"`` (format version), serialised with
 RFC 8785 JSON Canonicalization (the ``rfc8785`` package); those bytes are the entry, at most
@@ -294,7 +294,7 @@ class TokenCounts(_Strict):
 
 
 class ReceiptEntry(_Strict):
-    """Proof-of-inference receipt (DESIGN.md "Proof-of-inference receipts").
+    """Proof-of-inference receipt (docs/design.md "3.6 Receipts").
 
     ``signature`` is absent while the receipt is being signed and present once it is.
     """

@@ -2,9 +2,9 @@
 
 ``append_entries`` validates entries, stores their bytes in the content store, then appends
 them to the log in one transaction: all or nothing. A batch with experience entries must keep
-the log's library foldable (DESIGN.md "Entries"; ``check_library_fold``): an update or delete
-of an experience that is not live at that point, or a second add of the same entry, refuses
-the whole batch. ``publish`` anchors everything appended
+the log's library foldable (docs/design.md "3.2 Library fold"; ``check_library_fold``): an
+update or delete of an experience that is not live at that point, or a second add of the same
+entry, refuses the whole batch. ``publish`` anchors everything appended
 since the last recorded checkpoint:
 
 1. the new leaves ``[old_size, size)`` become a batch manifest (``ledger.batches``), stored

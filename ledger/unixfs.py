@@ -35,6 +35,7 @@ import hashlib
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -56,6 +57,17 @@ BlockSink = Callable[[CID, bytes], None]
 
 class DagError(VerificationError):
     """A dag-pb node or UnixFS message is malformed, or a DAG does not add up."""
+
+
+@contextmanager
+def _malformed(what: str) -> Iterator[None]:
+    """Decoding ``what``: a multiformat error inside becomes a ``DagError`` naming it."""
+    try:
+        yield
+    except MultiformatError as exc:
+        if isinstance(exc, DagError):
+            raise
+        raise DagError(f"malformed {what}: {exc}") from exc
 
 
 # --- dag-pb (https://ipld.io/specs/codecs/dag-pb/spec/) --------------------------------------
@@ -148,7 +160,7 @@ def decode_pbnode(block: Buffer) -> PBNode:
     links: list[PBLink] = []
     data = None
     pos = 0
-    try:
+    with _malformed("dag-pb node"):
         while pos < len(buf):
             number, wire, pos = _read_field(buf, pos)
             if wire != 2:
@@ -160,10 +172,6 @@ def decode_pbnode(block: Buffer) -> PBNode:
                 data = raw
             else:
                 raise DagError(f"unexpected dag-pb field {number} at byte {pos}")
-    except MultiformatError as exc:
-        if isinstance(exc, DagError):
-            raise
-        raise DagError(f"malformed dag-pb node: {exc}") from exc
     return PBNode(tuple(links), data)
 
 
@@ -198,7 +206,7 @@ def decode_unixfs(payload: Buffer) -> UnixFSData:
     kind = data = filesize = None
     blocksizes: list[int] = []
     pos = 0
-    try:
+    with _malformed("UnixFS data"):
         while pos < len(buf):
             number, wire, pos = _read_field(buf, pos)
             if number == 1 and wire == 0:
@@ -222,10 +230,6 @@ def decode_unixfs(payload: Buffer) -> UnixFSData:
                 _, pos = _read_bytes(buf, pos)
             else:
                 raise DagError(f"unexpected UnixFS field {number} (wire type {wire})")
-    except MultiformatError as exc:
-        if isinstance(exc, DagError):
-            raise
-        raise DagError(f"malformed UnixFS data: {exc}") from exc
     if kind is None:
         raise DagError("UnixFS data without Type")
     return UnixFSData(kind, data, filesize, tuple(blocksizes))

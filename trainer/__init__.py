@@ -3,7 +3,8 @@
     gym train tfgrpo trainer/configs/tfgrpo_smollm2.yaml      # see docs/tfgrpo.md
     gym eval --library runs/tfgrpo-smollm2/library.json --dataset trainer/data/arith_heldout.jsonl
 
-Modules: `tfgrpo_config` (the config), `tfgrpo_trainer` (the loop), `backends` (local and HTTP
+Modules: `tfgrpo_config` (the config), `tfgrpo_trainer` (the loop), `tfgrpo_prompts` and
+`tfgrpo_operations` (its prompts and library updates), `backends` (local and HTTP
 models), `verifiers` (rewards), `evaluate` (Mean@k / Pass@k), `data` (the generated data set).
 Importing this package does not import torch; the backends load it when a model is built.
 
@@ -13,7 +14,8 @@ Importing this package does not import torch; the backends load it when a model 
 """
 
 from trainer.tfgrpo_config import ConfigError, ModelConfig, TFGRPOConfig
-from trainer.tfgrpo_trainer import Experience, ResumeError, TFGRPOTrainer
+from trainer.tfgrpo_prompts import Experience
+from trainer.tfgrpo_trainer import ResumeError, TFGRPOTrainer
 
 __all__ = ["ConfigError", "Experience", "ModelConfig", "ResumeError", "TFGRPOConfig",
            "TFGRPOTrainer"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from trainer._json import read_json_file
 from trainer.backends import Backend
-from trainer.tfgrpo_trainer import Experience, rollout_messages
+from trainer.tfgrpo_prompts import Experience, rollout_messages
 from trainer.verifiers import Verifier
 
 

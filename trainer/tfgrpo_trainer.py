@@ -17,6 +17,9 @@ shown as `[G0]. text` lines. Each step takes a batch of queries and:
    UPDATE of the same experience, the first UPDATE of an experience beats later ones; then they
    are applied and the library is renumbered G0..Gn.
 
+The prompts are in `trainer.tfgrpo_prompts`, the parsing of stage-2 answers and stage 3 in
+`trainer.tfgrpo_operations`; this module runs the loop, the snapshots and the report.
+
 After every step a snapshot (library, the step's applied operations, every operation so far,
 counters, progress) is written atomically to `output_dir/snapshots/`. Every sampling seed is a
 pure function of (seed, stage, epoch, step, query, rollout) and the epoch's order of queries of
@@ -56,12 +59,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from random import Random
 
@@ -70,6 +71,14 @@ from trainer.backends import Backend, BackendError, derive_seed, make_backend
 from trainer.data import load_problems
 from trainer.errors import TrainerError
 from trainer.tfgrpo_config import TFGRPOConfig
+from trainer.tfgrpo_operations import apply_operations, consolidate, parse_operations
+from trainer.tfgrpo_prompts import (
+    Experience,
+    Group,
+    advantage_messages,
+    rollout_messages,
+    summary_messages,
+)
 from trainer.verifiers import Verifier, final_answer, load_verifier
 
 log = logging.getLogger(__name__)
@@ -90,221 +99,6 @@ COUNTERS = (
     "merged_duplicate",  # an ADD that near-duplicated an experience or an earlier ADD
     "conflict_resolved",  # an UPDATE dropped for a DELETE or an earlier UPDATE of its target
 )
-
-ROLLOUT_SYSTEM = ("You are a careful math solver. Solve the problem step by step, then finish "
-                  "with a last line of the form 'Answer: <number>'.")
-LIBRARY_INTRO = "Experiences from earlier practice; apply those that fit this problem:"
-SUMMARY_SYSTEM = (
-    "You review one attempt at a math problem. In at most 80 words say: which of the listed "
-    "experiences (by their [G] number) the attempt used, the key steps, where it went wrong if it "
-    "did, and its outcome.")
-ADVANTAGE_SYSTEM = ("You improve a library of short, general experiences for solving math "
-                    "word problems. You answer with JSON only.")
-ADVANTAGE_TASK = (
-    "Compare the successful and the failed attempts above and find what made the difference. "
-    "Answer with ONLY a JSON array of at most {max_ops} operations on the library, each one of\n"
-    '  {{"op": "ADD", "text": "..."}}\n'
-    '  {{"op": "UPDATE", "id": "G0", "text": "..."}}\n'
-    '  {{"op": "DELETE", "id": "G1"}}\n'
-    '  {{"op": "NONE"}}\n'
-    "Every text is one general, reusable lesson of at most {max_words} words that does not "
-    "mention this problem's numbers. Prefer UPDATE to ADD when an experience is close. Example:\n"
-    '[{{"op": "ADD", "text": "Decide whether each step adds, subtracts or multiplies before '
-    'computing."}}]')
-
-
-@dataclass
-class Experience:
-    id: str  # stable id, given when added; survives renumbering
-    text: str
-
-
-@dataclass
-class Group:
-    query: int  # position of the query in the step's batch
-    problem: dict
-    outputs: list[str]
-    rewards: list[float]
-    reference: str | None  # ground truth, or the majority answer in self-discrimination
-
-
-# --------------------------------------------------------------------------- prompts
-
-
-def format_library(library: list[Experience]) -> str:
-    return "\n".join(f"[G{i}]. {e.text}" for i, e in enumerate(library)) or "(empty)"
-
-
-def rollout_messages(problem: str, library: list[Experience]) -> list[dict]:
-    system = ROLLOUT_SYSTEM
-    if library:
-        system += f"\n\n{LIBRARY_INTRO}\n{format_library(library)}"
-    return [{"role": "system", "content": system}, {"role": "user", "content": problem}]
-
-
-def summary_messages(problem: str, response: str, reward: float, reference: str | None,
-                     library: list[Experience]) -> list[dict]:
-    answer = f"Correct answer: {reference}" if reference is not None else "Correct answer: unknown"
-    user = (f"Experiences:\n{format_library(library)}\n\nProblem: {problem}\n{answer}\n"
-            f"Reward: {reward:g}\n\nAttempt:\n{response}")
-    return [{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": user}]
-
-
-def advantage_messages(group: Group, summaries: dict[int, str], library: list[Experience],
-                       config: TFGRPOConfig) -> list[dict]:
-    attempts = "\n\n".join(
-        f"Attempt {j + 1} ({'success' if group.rewards[j] > 0.5 else 'failure'}, "
-        f"reward {group.rewards[j]:g}): {text}" for j, text in summaries.items())
-    answer = group.reference if config.use_ground_truth else "unknown (rewards: majority vote)"
-    task = ADVANTAGE_TASK.format(max_ops=config.max_ops_per_query,
-                                 max_words=config.max_experience_words)
-    user = (f"Library:\n{format_library(library)}\n\nProblem: {group.problem['problem']}\n"
-            f"Correct answer: {answer}\n\n{attempts}\n\n{task}")
-    return [{"role": "system", "content": ADVANTAGE_SYSTEM}, {"role": "user", "content": user}]
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def extract_json(text: str) -> tuple[object | None, str]:
-    """The first JSON value in `text`, tolerating prose and code fences around it.
-
-    Returns (value, "ok"), or (complete elements, "truncated") for an array cut off mid-way, or
-    (None, "malformed") when nothing parses.
-    """
-    decoder = json.JSONDecoder()
-    for start, char in enumerate(text):
-        if char not in "[{":
-            continue
-        try:
-            return decoder.raw_decode(text, start)[0], "ok"
-        except json.JSONDecodeError:
-            pass
-        if char == "[":
-            salvaged, pos = [], start + 1
-            while True:
-                while pos < len(text) and text[pos] in " \t\r\n,":
-                    pos += 1
-                try:
-                    element, pos = decoder.raw_decode(text, pos)
-                except json.JSONDecodeError:
-                    break
-                salvaged.append(element)
-            if salvaged:
-                return salvaged, "truncated"
-    return None, "malformed"
-
-
-def _resolve_id(raw: object, library: list[Experience]) -> str | None:
-    """The stable id behind a prompt id ("G3", "[G3]", "3" or 3), or None."""
-    match = re.fullmatch(r"\[?G?(\d+)\]?\.?", str(raw).strip(), re.IGNORECASE)
-    if match and int(match.group(1)) < len(library):
-        return library[int(match.group(1))].id
-    return None
-
-
-def parse_operations(text: str, library: list[Experience], config: TFGRPOConfig,
-                     counters: Counter) -> list[dict]:
-    """Valid proposals `{op, target, text}` from one stage-2 answer; everything else counted."""
-    value, status = extract_json(text)
-    if status == "malformed":
-        counters["malformed_json"] += 1
-        log.info("stage 2: no JSON in %r", text[:120])
-        return []
-    if status == "truncated":
-        counters["truncated_json"] += 1
-    if isinstance(value, dict):
-        value = value.get("operations", [value])
-    if not isinstance(value, list):
-        counters["invalid_op"] += 1
-        return []
-    proposals: list[dict] = []
-    for item in value:
-        if not isinstance(item, dict):
-            counters["invalid_op"] += 1
-            continue
-        op = str(item.get("op") or item.get("operation") or "").strip().lower()
-        if op == "none":
-            continue
-        text_value = item.get("text", item.get("content"))
-        text_value = " ".join(text_value.split()) if isinstance(text_value, str) else ""
-        if op not in ("add", "update", "delete") or (op != "delete" and not text_value):
-            counters["invalid_op"] += 1
-            continue
-        target = None
-        if op != "add":
-            target = _resolve_id(item.get("id"), library)
-            if target is None:
-                counters["unknown_id"] += 1
-                continue
-        if op != "delete" and len(text_value.split()) > config.max_experience_words:
-            counters["overlong_experience"] += 1
-            continue
-        if len(proposals) == config.max_ops_per_query:
-            counters["ops_over_limit"] += 1
-            continue
-        proposals.append({"op": op, "target": target, "text": text_value if op != "delete" else ""})
-    return proposals
-
-
-# --------------------------------------------------------------------------- stage 3
-
-
-def jaccard(a: str, b: str) -> float:
-    """Jaccard similarity of the lower-cased word sets (punctuation ignored)."""
-    sa, sb = set(re.findall(r"[a-z0-9]+", a.lower())), set(re.findall(r"[a-z0-9]+", b.lower()))
-    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
-
-
-def consolidate(library: list[Experience], proposals: list[dict], threshold: float,
-                counters: Counter) -> list[dict]:
-    """The batch's proposals reduced to a conflict-free list of operations, in a fixed order.
-
-    DELETE beats UPDATE of the same target; the first UPDATE of a target wins; an ADD whose text
-    near-duplicates a surviving experience or an earlier ADD is dropped. Deletes and updates come
-    first (in proposal order), then adds.
-    """
-    deleted = {p["target"] for p in proposals if p["op"] == "delete"}
-    kept: list[dict] = []
-    seen: set[tuple[str, str]] = set()  # (op, target) already kept
-    for p in proposals:
-        if p["op"] == "delete" and ("delete", p["target"]) not in seen:
-            kept.append(p)
-        elif p["op"] == "update":
-            if p["target"] in deleted or ("update", p["target"]) in seen:
-                counters["conflict_resolved"] += 1
-            else:
-                kept.append(p)
-        seen.add((p["op"], p["target"]))
-    updates = {p["target"]: p["text"] for p in kept if p["op"] == "update"}
-    texts = [updates.get(e.id, e.text) for e in library if e.id not in deleted]
-    for p in proposals:
-        if p["op"] != "add":
-            continue
-        if any(jaccard(p["text"], t) >= threshold for t in texts):
-            counters["merged_duplicate"] += 1
-            continue
-        texts.append(p["text"])
-        kept.append(p)
-    return kept
-
-
-def apply_operations(library: list[Experience], operations: list[dict], epoch: int,
-                     global_step: int) -> tuple[list[Experience], list[dict]]:
-    """The new library (renumbered by position) and one publishable record per operation."""
-    updates = {o["target"]: o["text"] for o in operations if o["op"] == "update"}
-    deleted = {o["target"] for o in operations if o["op"] == "delete"}
-    new_library = [Experience(e.id, updates.get(e.id, e.text)) for e in library
-                   if e.id not in deleted]
-    records = []
-    for k, o in enumerate(operations):
-        experience_id = o["target"]
-        if o["op"] == "add":
-            experience_id = f"x{global_step}.{k}"
-            new_library.append(Experience(experience_id, o["text"]))
-        records.append({"op": o["op"], "id": experience_id, "target": o["target"],
-                        "text": o["text"], "step": global_step, "epoch": epoch})
-    return new_library, records
 
 
 def majority_answer(outputs: list[str]) -> str | None:

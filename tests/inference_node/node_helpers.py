@@ -25,11 +25,11 @@ import uvicorn
 
 from devnet.anvil import free_port
 from devnet.settings import ANVIL_DEV_KEYS
-from inference_node.engine import TransformersEngine
 from inference_node.library import LibrarySnapshot, StaticLibrarySource
 from inference_node.receipts import ReceiptDomain
 from inference_node.server import create_app
 from inference_node.settings import NodeSettings
+from inference_node.transformers_engine import TransformersEngine
 
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 

@@ -9,9 +9,10 @@ import openai
 import pytest
 from node_helpers import MODEL_NAME, make_engine, run_server
 
-from inference_node.engine import SamplingParams, _find_stop, _pending_stop
+from inference_node.engine import SamplingParams
 from inference_node.injection import LIBRARY_INTRO, LibraryInjector, library_block
 from inference_node.library import EMPTY_LIBRARY, LibrarySnapshot, StaticLibrarySource
+from inference_node.transformers_engine import _find_stop, _pending_stop
 
 QUESTIONS = ["the farmer buys twelve apple", "count seven box and three box",
              "verify the receipt root", "north south east west"]

@@ -28,7 +28,7 @@ from node_helpers import (
     run_server,
 )
 
-from inference_node.engine import EngineError, SamplingParams, TransformersEngine
+from inference_node.engine import EngineError, SamplingParams
 from inference_node.injection import LibraryInjector
 from inference_node.library import LibrarySnapshot, StaticLibrarySource
 from inference_node.receipts import (
@@ -38,6 +38,7 @@ from inference_node.receipts import (
     model_digest,
     parse_receipt,
 )
+from inference_node.transformers_engine import TransformersEngine
 
 BLOCK = 32  # vLLM's KV block size in these tests: prefix caching reuses whole blocks
 GREEDY = SamplingParams(max_tokens=16, temperature=0.0)

@@ -1,6 +1,6 @@
-"""`gym ledger append` keeps a log's library foldable (DESIGN.md "Entries": an op whose target
-is unknown at that point is a validation error), all or nothing, and refuses JSON entries
-with duplicate member names (I-JSON)."""
+"""`gym ledger append` keeps a log's library foldable (docs/design.md "3.2 Library fold": an op
+whose target is unknown at that point is a validation error), all or nothing, and refuses JSON
+entries with duplicate member names (I-JSON)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from test_adapters_support import make_adapter_run
 
 from trainer.adapters.merge import merge_adapter
 from trainer.backends import BackendError, TransformersBackend, adapter_backend
-from trainer.tfgrpo_trainer import rollout_messages
+from trainer.tfgrpo_prompts import rollout_messages
 
 
 @pytest.fixture(scope="module")

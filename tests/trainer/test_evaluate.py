@@ -4,7 +4,7 @@ import pytest
 
 from trainer.backends import Usage, derive_seed
 from trainer.evaluate import evaluate_arms, evaluate_library, mean_at_k, pass_at_k, pass_rate
-from trainer.tfgrpo_trainer import LIBRARY_INTRO, Experience
+from trainer.tfgrpo_prompts import LIBRARY_INTRO, Experience
 from trainer.verifiers import exact_match
 
 

@@ -12,14 +12,14 @@ from tfgrpo_fakes import EchoStage, FakePolicy, ScriptedStage
 from trainer.backends import BackendError
 from trainer.data import generate_problems, write_jsonl
 from trainer.tfgrpo_config import ModelConfig, TFGRPOConfig
-from trainer.tfgrpo_trainer import (
-    Experience,
-    TFGRPOTrainer,
+from trainer.tfgrpo_operations import (
     apply_operations,
     consolidate,
     extract_json,
     parse_operations,
 )
+from trainer.tfgrpo_prompts import Experience
+from trainer.tfgrpo_trainer import TFGRPOTrainer
 
 
 def _config(tmp_path: Path, problems: list[dict], model_dir: Path | str = "", **overrides):

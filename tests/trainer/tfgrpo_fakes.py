@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from trainer.backends import BackendError, Usage
-from trainer.tfgrpo_trainer import ADVANTAGE_SYSTEM, SUMMARY_SYSTEM
+from trainer.tfgrpo_prompts import ADVANTAGE_SYSTEM, SUMMARY_SYSTEM
 
 
 def length_parity(sample: dict) -> dict:

@@ -1,0 +1,163 @@
+"""Training-Free GRPO's library updates: stage-2 answers parsed, stage 3 consolidated and applied.
+
+`parse_operations` turns one stage-2 answer into proposals `{op, target, text}`, salvaging
+truncated JSON and counting whatever it drops; `consolidate` reduces a batch's proposals to a
+conflict-free list (near-duplicate ADDs merged by Jaccard similarity, DELETE beats UPDATE, the
+first UPDATE wins); `apply_operations` applies them and gives each applied operation its
+publishable record. The algorithm is described in `trainer.tfgrpo_trainer`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+
+from trainer.tfgrpo_config import TFGRPOConfig
+from trainer.tfgrpo_prompts import Experience
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- parsing
+
+
+def extract_json(text: str) -> tuple[object | None, str]:
+    """The first JSON value in `text`, tolerating prose and code fences around it.
+
+    Returns (value, "ok"), or (complete elements, "truncated") for an array cut off mid-way, or
+    (None, "malformed") when nothing parses.
+    """
+    decoder = json.JSONDecoder()
+    for start, char in enumerate(text):
+        if char not in "[{":
+            continue
+        try:
+            return decoder.raw_decode(text, start)[0], "ok"
+        except json.JSONDecodeError:
+            pass
+        if char == "[":
+            salvaged, pos = [], start + 1
+            while True:
+                while pos < len(text) and text[pos] in " \t\r\n,":
+                    pos += 1
+                try:
+                    element, pos = decoder.raw_decode(text, pos)
+                except json.JSONDecodeError:
+                    break
+                salvaged.append(element)
+            if salvaged:
+                return salvaged, "truncated"
+    return None, "malformed"
+
+
+def _resolve_id(raw: object, library: list[Experience]) -> str | None:
+    """The stable id behind a prompt id ("G3", "[G3]", "3" or 3), or None."""
+    match = re.fullmatch(r"\[?G?(\d+)\]?\.?", str(raw).strip(), re.IGNORECASE)
+    if match and int(match.group(1)) < len(library):
+        return library[int(match.group(1))].id
+    return None
+
+
+def parse_operations(text: str, library: list[Experience], config: TFGRPOConfig,
+                     counters: Counter) -> list[dict]:
+    """Valid proposals `{op, target, text}` from one stage-2 answer; everything else counted."""
+    value, status = extract_json(text)
+    if status == "malformed":
+        counters["malformed_json"] += 1
+        log.info("stage 2: no JSON in %r", text[:120])
+        return []
+    if status == "truncated":
+        counters["truncated_json"] += 1
+    if isinstance(value, dict):
+        value = value.get("operations", [value])
+    if not isinstance(value, list):
+        counters["invalid_op"] += 1
+        return []
+    proposals: list[dict] = []
+    for item in value:
+        if not isinstance(item, dict):
+            counters["invalid_op"] += 1
+            continue
+        op = str(item.get("op") or item.get("operation") or "").strip().lower()
+        if op == "none":
+            continue
+        text_value = item.get("text", item.get("content"))
+        text_value = " ".join(text_value.split()) if isinstance(text_value, str) else ""
+        if op not in ("add", "update", "delete") or (op != "delete" and not text_value):
+            counters["invalid_op"] += 1
+            continue
+        target = None
+        if op != "add":
+            target = _resolve_id(item.get("id"), library)
+            if target is None:
+                counters["unknown_id"] += 1
+                continue
+        if op != "delete" and len(text_value.split()) > config.max_experience_words:
+            counters["overlong_experience"] += 1
+            continue
+        if len(proposals) == config.max_ops_per_query:
+            counters["ops_over_limit"] += 1
+            continue
+        proposals.append({"op": op, "target": target, "text": text_value if op != "delete" else ""})
+    return proposals
+
+
+# --------------------------------------------------------------------------- stage 3
+
+
+def jaccard(a: str, b: str) -> float:
+    """Jaccard similarity of the lower-cased word sets (punctuation ignored)."""
+    sa, sb = set(re.findall(r"[a-z0-9]+", a.lower())), set(re.findall(r"[a-z0-9]+", b.lower()))
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
+def consolidate(library: list[Experience], proposals: list[dict], threshold: float,
+                counters: Counter) -> list[dict]:
+    """The batch's proposals reduced to a conflict-free list of operations, in a fixed order.
+
+    DELETE beats UPDATE of the same target; the first UPDATE of a target wins; an ADD whose text
+    near-duplicates a surviving experience or an earlier ADD is dropped. Deletes and updates come
+    first (in proposal order), then adds.
+    """
+    deleted = {p["target"] for p in proposals if p["op"] == "delete"}
+    kept: list[dict] = []
+    seen: set[tuple[str, str]] = set()  # (op, target) already kept
+    for p in proposals:
+        if p["op"] == "delete" and ("delete", p["target"]) not in seen:
+            kept.append(p)
+        elif p["op"] == "update":
+            if p["target"] in deleted or ("update", p["target"]) in seen:
+                counters["conflict_resolved"] += 1
+            else:
+                kept.append(p)
+        seen.add((p["op"], p["target"]))
+    updates = {p["target"]: p["text"] for p in kept if p["op"] == "update"}
+    texts = [updates.get(e.id, e.text) for e in library if e.id not in deleted]
+    for p in proposals:
+        if p["op"] != "add":
+            continue
+        if any(jaccard(p["text"], t) >= threshold for t in texts):
+            counters["merged_duplicate"] += 1
+            continue
+        texts.append(p["text"])
+        kept.append(p)
+    return kept
+
+
+def apply_operations(library: list[Experience], operations: list[dict], epoch: int,
+                     global_step: int) -> tuple[list[Experience], list[dict]]:
+    """The new library (renumbered by position) and one publishable record per operation."""
+    updates = {o["target"]: o["text"] for o in operations if o["op"] == "update"}
+    deleted = {o["target"] for o in operations if o["op"] == "delete"}
+    new_library = [Experience(e.id, updates.get(e.id, e.text)) for e in library
+                   if e.id not in deleted]
+    records = []
+    for k, o in enumerate(operations):
+        experience_id = o["target"]
+        if o["op"] == "add":
+            experience_id = f"x{global_step}.{k}"
+            new_library.append(Experience(experience_id, o["text"]))
+        records.append({"op": o["op"], "id": experience_id, "target": o["target"],
+                        "text": o["text"], "step": global_step, "epoch": epoch})
+    return new_library, records
