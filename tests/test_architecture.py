@@ -167,7 +167,7 @@ def test_no_import_cycles():
 # JSON-RPC) or into the package's own error (a pydantic validator's rule -> EntryError).
 INTERNAL_ERRORS = {
     "devnet.ipfs_server.RpcError",
-    "devnet.ipfs_server._GatewayError",
+    "devnet.ipfs_gateway.GatewayError",
     "governance.dashboard.rpc_proxy.RpcRefusal",
     "ledger.entries._Rule",
 }
