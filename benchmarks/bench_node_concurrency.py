@@ -52,6 +52,21 @@ QUESTIONS = ["A farmer has 12 apples and buys 3 boxes of 7. How many apples?",
              "A train covers 120 km in 1.5 hours. What is its speed?"]
 
 
+def wait_until_answering(process: subprocess.Popen, root: str, log_file: Path,
+                         timeout_s: float = 300) -> None:
+    """Return once the node at `root` answers /health; RuntimeError with the tail of its log
+    if its `process` exits first or `timeout_s` pass."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the node did not start:\n"
+                               + log_file.read_text(errors="replace")[-3000:])
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{root}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def node_server(model_dir: Path, workdir: Path, *, max_batch: int = 8, device: str = "cpu",
                 sign: bool = False, threads: int | None = None,
@@ -75,15 +90,7 @@ def node_server(model_dir: Path, workdir: Path, *, max_batch: int = 8, device: s
                                preexec_fn=pin)  # noqa: PLW1509 (affinity only, no locks)
     root = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the node did not start:\n"
-                                   + (workdir / "server.log").read_text(errors="replace")[-3000:])
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{root}/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.2)
+        wait_until_answering(process, root, workdir / "server.log")
         yield f"{root}/v1"
     finally:
         process.terminate()

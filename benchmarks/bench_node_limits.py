@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import httpx
-from bench_node_concurrency import MODEL_NAME, free_port
+from bench_node_concurrency import MODEL_NAME, free_port, wait_until_answering
 
 USER = [{"role": "user", "content": "one two"}]
 
@@ -46,15 +46,8 @@ def start_node(model_dir: Path, workdir: Path, *extra: str) -> tuple[subprocess.
          "--port", str(port), "--served-model-name", MODEL_NAME, "--device", "cpu",
          "--engine", "transformers", *extra], env=env, stdout=log, stderr=subprocess.STDOUT)
     root = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((workdir / "server.log").read_text(errors="replace")[-3000:])
-        try:
-            httpx.get(f"{root}/health", timeout=2)
-            return process, root
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    wait_until_answering(process, root, workdir / "server.log")
+    return process, root
 
 
 def rss_mib(pid: int) -> float:

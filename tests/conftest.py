@@ -14,6 +14,7 @@ import pytest
 
 from devnet.settings import ANVIL_DEV_KEYS
 
+sys.path.insert(0, str(Path(__file__).parent))  # `gym_helpers`, shared by the test folders
 GYM = Path(sys.executable).parent / "gym"
 
 

@@ -59,6 +59,13 @@ abstract contract ExperienceLedgerFixture is GymTest {
     }
 
     /// @dev Anchors alice's log at `size` with the honest proof from its anchored size.
+    /// @dev `who`'s anchor of (`size`, `root`) on log `logId`, no CID and no proof, reverts with `err`.
+    function _expectAnchorRevert(address who, uint256 logId, uint64 size, bytes32 root, bytes memory err) internal {
+        vm.expectRevert(err);
+        vm.prank(who);
+        ledger.anchor(logId, size, root, "", new bytes32[](0));
+    }
+
     function _anchor(uint256 size) internal {
         uint64 oldSize = _size(pubLog);
         bytes32[] memory proof =
@@ -263,11 +270,13 @@ contract ExperienceLedgerTest is ExperienceLedgerFixture {
     }
 
     function test_anchor_revertsForNonOwner() public {
-        vm.expectRevert(
+        _expectAnchorRevert(
+            mallory,
+            pubLog,
+            3,
+            _root(3),
             abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerNotLogOwner.selector, pubLog, mallory, alice)
         );
-        vm.prank(mallory);
-        ledger.anchor(pubLog, 3, _root(3), "", new bytes32[](0));
     }
 
     function test_anchor_revertsOnUnknownLog() public {
@@ -276,11 +285,13 @@ contract ExperienceLedgerTest is ExperienceLedgerFixture {
     }
 
     function test_anchor_revertsOnCuratedLog() public {
-        vm.expectRevert(
+        _expectAnchorRevert(
+            dao,
+            curLog,
+            3,
+            _root(3),
             abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerWrongLogKind.selector, curLog, PUBLISHER, CURATED)
         );
-        vm.prank(dao);
-        ledger.anchor(curLog, 3, _root(3), "", new bytes32[](0));
     }
 
     function test_anchor_revertsOnStaleCheckpoint() public {
@@ -298,17 +309,23 @@ contract ExperienceLedgerTest is ExperienceLedgerFixture {
     }
 
     function test_anchor_revertsOnSizeZero() public {
-        vm.expectRevert(
+        _expectAnchorRevert(
+            alice,
+            pubLog,
+            0,
+            MerkleLog.EMPTY_ROOT,
             abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerStaleCheckpoint.selector, pubLog, 0, 0)
         );
-        vm.prank(alice);
-        ledger.anchor(pubLog, 0, MerkleLog.EMPTY_ROOT, "", new bytes32[](0));
     }
 
     function test_anchor_revertsOnZeroRoot() public {
-        vm.expectRevert(abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerZeroRoot.selector, pubLog, 3));
-        vm.prank(alice);
-        ledger.anchor(pubLog, 3, bytes32(0), "", new bytes32[](0));
+        _expectAnchorRevert(
+            alice,
+            pubLog,
+            3,
+            bytes32(0),
+            abi.encodeWithSelector(IExperienceLedger.ExperienceLedgerZeroRoot.selector, pubLog, 3)
+        );
     }
 
     function test_anchor_revertsOnFirstAnchorWithProof() public {

@@ -480,6 +480,12 @@ contract GymGovernorTest is GymGovernorFixture {
         return keccak256(abi.encodePacked("\x19\x01", domain, ballot));
     }
 
+    /// @dev `castVoteBySig(id, support, carol, signature)` reverts: the signature is not carol's.
+    function _expectBadCarolSignature(uint256 id, uint8 support, bytes memory signature) internal {
+        vm.expectRevert(abi.encodeWithSelector(IGovernor.GovernorInvalidSignature.selector, carol));
+        governor.castVoteBySig(id, support, carol, signature);
+    }
+
     function _sign(uint256 key, bytes32 digest) internal pure returns (bytes memory) {
         (uint8 v, bytes32 r, bytes32 s) = vm.sign(key, digest);
         return abi.encodePacked(r, s, v);
@@ -500,24 +506,21 @@ contract GymGovernorTest is GymGovernorFixture {
         assertEq(governor.nonces(carol), 1, "nonce used");
 
         // Replayed: the nonce moved on, so the same signature no longer matches carol.
-        vm.expectRevert(abi.encodeWithSelector(IGovernor.GovernorInvalidSignature.selector, carol));
-        governor.castVoteBySig(id, FOR, carol, signature);
+        _expectBadCarolSignature(id, FOR, signature);
     }
 
     function test_castVoteBySig_rejectsAnotherSignersKey() public {
         uint256 id = _proposeCuration(_one(_sourced(8, 1)), "wrong signer");
         _startVoting(id);
         bytes memory signature = _sign(DAVE_KEY, _ballotDigest(id, FOR, carol, 0));
-        vm.expectRevert(abi.encodeWithSelector(IGovernor.GovernorInvalidSignature.selector, carol));
-        governor.castVoteBySig(id, FOR, carol, signature);
+        _expectBadCarolSignature(id, FOR, signature);
     }
 
     function test_castVoteBySig_rejectsAChangedSupport() public {
         uint256 id = _proposeCuration(_one(_sourced(8, 1)), "changed support");
         _startVoting(id);
         bytes memory signature = _sign(CAROL_KEY, _ballotDigest(id, FOR, carol, 0));
-        vm.expectRevert(abi.encodeWithSelector(IGovernor.GovernorInvalidSignature.selector, carol));
-        governor.castVoteBySig(id, AGAINST, carol, signature);
+        _expectBadCarolSignature(id, AGAINST, signature);
     }
 
     // ------------------------------------------------------------------ only the timelock curates

@@ -67,6 +67,21 @@ abstract contract NodeRegistryFixture is GymTest {
         id = registry.challenge(alice, RECEIPT, _sign(ALICE_SIGNER_KEY, RECEIPT), "bafyevidence");
     }
 
+    /// @dev Alice registered with MIN_STAKE and challenged by mallory: the challenge's id.
+    function _aliceChallenged() internal returns (uint256 id) {
+        _registerAlice(MIN_STAKE);
+        id = _challengeAlice();
+    }
+
+    /// @dev The DAO's `slash(operator, amount, id, beneficiary)` reverts with `err`.
+    function _expectSlashRevert(address operator, uint256 amount, uint256 id, address beneficiary, bytes memory err)
+        internal
+    {
+        vm.prank(dao);
+        vm.expectRevert(err);
+        registry.slash(operator, amount, id, beneficiary);
+    }
+
     /// @dev 65 bytes r || s || v, as nodes sign receipts.
     function _sign(uint256 key, bytes32 digest) internal pure returns (bytes memory) {
         (uint8 v, bytes32 r, bytes32 s) = vm.sign(key, digest);
@@ -356,8 +371,7 @@ contract NodeRegistryTest is NodeRegistryFixture {
     }
 
     function test_withdraw_afterFullSlashReturnsNothing() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
+        uint256 id = _aliceChallenged();
         vm.prank(alice);
         registry.deregister();
         vm.prank(dao);
@@ -476,8 +490,7 @@ contract NodeRegistryTest is NodeRegistryFixture {
     }
 
     function test_slash_revertsForNonGovernance() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
+        uint256 id = _aliceChallenged();
         vm.prank(mallory);
         vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryNotGovernance.selector, mallory));
         registry.slash(alice, 1, id, mallory);
@@ -485,9 +498,9 @@ contract NodeRegistryTest is NodeRegistryFixture {
 
     function test_slash_revertsOnUnknownChallenge() public {
         _registerAlice(MIN_STAKE);
-        vm.prank(dao);
-        vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryUnknownChallenge.selector, 7));
-        registry.slash(alice, 1, 7, mallory);
+        _expectSlashRevert(
+            alice, 1, 7, mallory, abi.encodeWithSelector(INodeRegistry.NodeRegistryUnknownChallenge.selector, 7)
+        );
     }
 
     function test_slash_revertsOnChallengeAgainstAnotherOperator() public {
@@ -495,65 +508,72 @@ contract NodeRegistryTest is NodeRegistryFixture {
         vm.prank(bob);
         registry.register(bobSigner, MODEL, ENDPOINT, MIN_STAKE, bobLog);
         uint256 id = _challengeAlice();
-        vm.prank(dao);
-        vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryChallengeMismatch.selector, id, bob, alice));
-        registry.slash(bob, 1, id, mallory);
+        _expectSlashRevert(
+            bob,
+            1,
+            id,
+            mallory,
+            abi.encodeWithSelector(INodeRegistry.NodeRegistryChallengeMismatch.selector, id, bob, alice)
+        );
     }
 
     function test_slash_revertsOnDismissedChallenge() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
+        uint256 id = _aliceChallenged();
         vm.prank(dao);
         registry.resolveChallenge(id, false);
-        vm.prank(dao);
-        vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryChallengeDismissed.selector, id));
-        registry.slash(alice, 1, id, mallory);
+        _expectSlashRevert(
+            alice, 1, id, mallory, abi.encodeWithSelector(INodeRegistry.NodeRegistryChallengeDismissed.selector, id)
+        );
     }
 
     function test_slash_revertsAfterWithdraw() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
+        uint256 id = _aliceChallenged();
         vm.prank(alice);
         registry.deregister();
         vm.warp(block.timestamp + registry.UNBONDING_DELAY());
         vm.prank(alice);
         registry.withdraw();
-        vm.prank(dao);
-        vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryNotRegistered.selector, alice));
-        registry.slash(alice, 1, id, mallory);
+        _expectSlashRevert(
+            alice, 1, id, mallory, abi.encodeWithSelector(INodeRegistry.NodeRegistryNotRegistered.selector, alice)
+        );
     }
 
     function test_slash_revertsOnZeroAmount() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
-        vm.prank(dao);
-        vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryZeroAmount.selector, alice));
-        registry.slash(alice, 0, id, mallory);
+        uint256 id = _aliceChallenged();
+        _expectSlashRevert(
+            alice, 0, id, mallory, abi.encodeWithSelector(INodeRegistry.NodeRegistryZeroAmount.selector, alice)
+        );
     }
 
     function test_slash_revertsAboveStake() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
-        vm.prank(dao);
-        vm.expectRevert(
+        uint256 id = _aliceChallenged();
+        _expectSlashRevert(
+            alice,
+            MIN_STAKE + 1,
+            id,
+            mallory,
             abi.encodeWithSelector(
                 INodeRegistry.NodeRegistrySlashExceedsStake.selector, alice, MIN_STAKE + 1, MIN_STAKE
             )
         );
-        registry.slash(alice, MIN_STAKE + 1, id, mallory);
     }
 
     function test_slash_revertsOnInvalidBeneficiary() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
-        vm.prank(dao);
-        vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryInvalidBeneficiary.selector, address(0)));
-        registry.slash(alice, 1, id, address(0));
-        vm.prank(dao);
-        vm.expectRevert(
+        uint256 id = _aliceChallenged();
+        _expectSlashRevert(
+            alice,
+            1,
+            id,
+            address(0),
+            abi.encodeWithSelector(INodeRegistry.NodeRegistryInvalidBeneficiary.selector, address(0))
+        );
+        _expectSlashRevert(
+            alice,
+            1,
+            id,
+            address(registry),
             abi.encodeWithSelector(INodeRegistry.NodeRegistryInvalidBeneficiary.selector, address(registry))
         );
-        registry.slash(alice, 1, id, address(registry));
     }
 
     // ------------------------------------------------------------------ resolveChallenge
@@ -574,8 +594,7 @@ contract NodeRegistryTest is NodeRegistryFixture {
     }
 
     function test_resolveChallenge_revertsForNonGovernance() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
+        uint256 id = _aliceChallenged();
         vm.prank(alice);
         vm.expectRevert(abi.encodeWithSelector(INodeRegistry.NodeRegistryNotGovernance.selector, alice));
         registry.resolveChallenge(id, false);
@@ -588,8 +607,7 @@ contract NodeRegistryTest is NodeRegistryFixture {
     }
 
     function test_resolveChallenge_revertsWhenNotOpen() public {
-        _registerAlice(MIN_STAKE);
-        uint256 id = _challengeAlice();
+        uint256 id = _aliceChallenged();
         vm.prank(dao);
         registry.resolveChallenge(id, true);
         vm.prank(dao);

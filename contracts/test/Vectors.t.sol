@@ -18,43 +18,50 @@ contract VectorsTest is GymTest {
     }
 
     function test_vectors_inclusion() public view {
-        string memory json = vm.readFile(INCLUSION);
+        _checkVectors(INCLUSION, _verifyInclusion);
+    }
+
+    function test_vectors_consistency() public view {
+        _checkVectors(CONSISTENCY, _verifyConsistency);
+    }
+
+    /// @dev Every vector of the file at `path` must verify through `verify` exactly when it is
+    /// valid, and the file must hold both kinds.
+    function _checkVectors(
+        string memory path,
+        function(string memory, string memory) internal view returns (bool) verify
+    ) private view {
+        string memory json = vm.readFile(path);
         uint256 count = vm.parseJsonUint(json, ".count");
         uint256 valid;
         for (uint256 i; i < count; ++i) {
             string memory at = string.concat(".vectors[", vm.toString(i), "]");
             bool expected = vm.parseJsonBool(json, string.concat(at, ".valid"));
-            bool verified = ledger.verifyInclusion(
-                vm.parseJsonBytes32(json, string.concat(at, ".leaf_hash")),
-                vm.parseJsonUint(json, string.concat(at, ".index")),
-                vm.parseJsonUint(json, string.concat(at, ".size")),
-                vm.parseJsonBytes32Array(json, string.concat(at, ".proof")),
-                vm.parseJsonBytes32(json, string.concat(at, ".root"))
-            );
+            bool verified = verify(json, at);
             if (verified != expected) revert(string.concat(_name(json, at), verified ? ": accepted" : ": rejected"));
             if (expected) ++valid;
         }
         assertTrue(valid > 0 && valid < count, "vectors hold both valid and invalid cases");
     }
 
-    function test_vectors_consistency() public view {
-        string memory json = vm.readFile(CONSISTENCY);
-        uint256 count = vm.parseJsonUint(json, ".count");
-        uint256 valid;
-        for (uint256 i; i < count; ++i) {
-            string memory at = string.concat(".vectors[", vm.toString(i), "]");
-            bool expected = vm.parseJsonBool(json, string.concat(at, ".valid"));
-            bool verified = ledger.verifyConsistency(
-                vm.parseJsonUint(json, string.concat(at, ".old_size")),
-                vm.parseJsonUint(json, string.concat(at, ".new_size")),
-                vm.parseJsonBytes32(json, string.concat(at, ".old_root")),
-                vm.parseJsonBytes32(json, string.concat(at, ".new_root")),
-                vm.parseJsonBytes32Array(json, string.concat(at, ".proof"))
-            );
-            if (verified != expected) revert(string.concat(_name(json, at), verified ? ": accepted" : ": rejected"));
-            if (expected) ++valid;
-        }
-        assertTrue(valid > 0 && valid < count, "vectors hold both valid and invalid cases");
+    function _verifyInclusion(string memory json, string memory at) internal view returns (bool) {
+        return ledger.verifyInclusion(
+            vm.parseJsonBytes32(json, string.concat(at, ".leaf_hash")),
+            vm.parseJsonUint(json, string.concat(at, ".index")),
+            vm.parseJsonUint(json, string.concat(at, ".size")),
+            vm.parseJsonBytes32Array(json, string.concat(at, ".proof")),
+            vm.parseJsonBytes32(json, string.concat(at, ".root"))
+        );
+    }
+
+    function _verifyConsistency(string memory json, string memory at) internal view returns (bool) {
+        return ledger.verifyConsistency(
+            vm.parseJsonUint(json, string.concat(at, ".old_size")),
+            vm.parseJsonUint(json, string.concat(at, ".new_size")),
+            vm.parseJsonBytes32(json, string.concat(at, ".old_root")),
+            vm.parseJsonBytes32(json, string.concat(at, ".new_root")),
+            vm.parseJsonBytes32Array(json, string.concat(at, ".proof"))
+        );
     }
 
     function _name(string memory json, string memory at) private pure returns (string memory) {

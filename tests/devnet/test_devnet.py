@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 from eth_utils import keccak
+from gym_helpers import send
 from web3 import Web3
 
 from contracts import load_artifact
@@ -128,31 +129,22 @@ def test_a_passed_proposal_runs_through_the_timelock(gym_env):
                                abi=load_artifact("GymGovernor").abi)
     params = deployment.governance
 
-    def send(call, key):
-        account = Account.from_key(key)
-        tx = call.build_transaction({"from": account.address, "chainId": w3.eth.chain_id,
-                                     "nonce": w3.eth.get_transaction_count(account.address)})
-        tx_hash = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
-        receipt = w3.eth.wait_for_transaction_receipt(tx_hash)
-        assert receipt["status"] == 1
-        return receipt
-
     def elapse(seconds):
         w3.provider.make_request("evm_increaseTime", [seconds])
         w3.provider.make_request("evm_mine", [])
 
     elapse(1)  # the proposer's votes are read one second before `propose`
     action = governor.encode_abi("setVotingPeriod", [2 * params.voting_period])
-    receipt = send(governor.functions.propose([governor.address], [0], [action], "longer votes"),
-                   ANVIL_DEV_KEYS[1])
+    receipt = send(w3, governor.functions.propose([governor.address], [0], [action],
+                                                  "longer votes"), ANVIL_DEV_KEYS[1])
     proposal_id = governor.events.ProposalCreated().process_receipt(receipt)[0]["args"]["proposalId"]
     elapse(params.voting_delay + 1)
     for key in ANVIL_DEV_KEYS[:2]:
-        send(governor.functions.castVote(proposal_id, 1), key)
+        send(w3, governor.functions.castVote(proposal_id, 1), key)
     elapse(params.voting_period)
-    send(governor.functions.queue(proposal_id), ANVIL_DEV_KEYS[4])
+    send(w3, governor.functions.queue(proposal_id), ANVIL_DEV_KEYS[4])
     elapse(params.timelock_min_delay)
-    send(governor.functions.execute(proposal_id), ANVIL_DEV_KEYS[4])  # anyone may execute
+    send(w3, governor.functions.execute(proposal_id), ANVIL_DEV_KEYS[4])  # anyone may execute
     assert governor.functions.state(proposal_id).call() == 7  # Executed
     assert governor.functions.votingPeriod().call() == 2 * params.voting_period
 

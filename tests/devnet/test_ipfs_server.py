@@ -19,6 +19,7 @@ import ipfshttpclient.exceptions as ipfs_errors
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
+from gym_helpers import kubo_cid
 
 from devnet.anvil import free_port
 from ledger.car import read_car
@@ -31,12 +32,6 @@ aleph_cid = pytest.importorskip("aleph_cid")
 REPO = Path(__file__).resolve().parents[2]
 # ipfshttpclient 0.7 hands urllib3 2 a parameter it only warns about
 pytestmark = pytest.mark.filterwarnings("ignore:The 'strict' parameter:FutureWarning")
-
-
-def aleph_v1(data: bytes) -> str:
-    hasher = aleph_cid.CidHasher.for_ipfs_v1_raw_leaves()
-    hasher.update(data)
-    return hasher.finalize()
 
 
 class Node:
@@ -111,7 +106,7 @@ def test_version_has_kubo_fields(client):
 def test_add_v1_matches_kubo_and_cats_back(client, size):
     data = random.Random(size).randbytes(size)
     answer = v1_add(client, data)
-    assert answer["Hash"] == aleph_v1(data) == file_cid(data)
+    assert answer["Hash"] == kubo_cid(data) == file_cid(data)
     assert isinstance(answer["Size"], str) and int(answer["Size"]) >= size
     assert client.cat(answer["Hash"]) == data
 
@@ -380,5 +375,5 @@ def test_multi_level_file_through_kubostore(node, tmp_path):
     source.write_bytes(data)
     with KuboStore(node.url) as store:
         cid = store.add_file(source)
-        assert cid == aleph_v1(data)
+        assert cid == kubo_cid(data)
         assert store.cat(cid) == data

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 from eth_account import Account
+from gym_helpers import gym_dashboard
 from web3 import Web3
 
 from contracts import load_artifact
 from contracts.devnet_accounts import devnet_account_key
-from devnet.anvil import free_port
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
 from ledger import LogStore
@@ -35,7 +32,6 @@ pytestmark = [pytest.mark.anvil, pytest.mark.browser, pytest.mark.skipif(
     "(apt-get install chromium); no browser is ever downloaded")]
 SAMPLES = DEVNET_DIR / "samples" / "experiences.jsonl"
 ARTIFACTS = Path(os.environ.get("GYM_TEST_ARTIFACTS", Path(__file__).parents[1] / ".artifacts"))
-GYM = Path(sys.executable).parent / "gym"
 GYM_UNIT = 10**18
 # Anvil's dev accounts; 0..4 hold 1000 GYM each, self-delegated; 5 holds none.
 ACCOUNT = {i: Account.from_key(devnet_account_key(i)).address for i in range(6)}
@@ -68,29 +64,9 @@ def served_dashboard(gym_env):
         "--description", "Two general rules.", "--account", "1")
     gym("devnet", "mine", "--seconds", "2")  # past the snapshot: later delegations do not count
 
-    port = free_port()
-    proc = subprocess.Popen([str(GYM), "dashboard", "--port", str(port)], env=gym_env.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "gym dashboard did not answer /health"
-            time.sleep(0.2)
+    with gym_dashboard(gym_env.env, subprocess.PIPE,
+                       lambda proc: proc.stdout.read().decode()) as (_, base):
         yield base, deployment, w3, gym_env
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_vote_queue_execute_in_the_browser(served_dashboard):

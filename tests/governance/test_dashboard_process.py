@@ -19,16 +19,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from gym_helpers import gym_dashboard
 from web3 import Web3
 
 from contracts import load_artifact
-from devnet.anvil import free_port
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS
 from governance import GovernanceClient, SourcedLeaf
@@ -36,7 +34,6 @@ from governance.client import CurationProposal
 from ledger import LocalBlockStore, leaf_hash
 from ledger.chain import LedgerContract
 
-GYM = Path(sys.executable).parent / "gym"
 REPO = Path(__file__).resolve().parents[2]
 DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 KB: under an entry's 256 KiB limit
 
@@ -70,31 +67,10 @@ def served_dashboard(gym_env, tmp_path):
         client.ledger.address, client.curated_log_id, (leaf,), "# Curate a deep entry\n",
         document_cid="", source_log="mallory/deep"))
 
-    port = free_port()
     log = tmp_path / "dashboard.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(GYM), "dashboard", "--port", str(port)], env=gym_env.env,
-                                stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "gym dashboard did not answer /health"
-            time.sleep(0.2)
+    with log.open("wb") as out, gym_dashboard(gym_env.env, out,
+                                              lambda _: log.read_text()) as (proc, base):
         yield base, proc, log, proposal_id, cid, client
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_deep_entry_and_deep_bodies_are_refused_and_the_dashboard_keeps_serving(

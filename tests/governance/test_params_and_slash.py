@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 from eth_account import Account
 from eth_utils import keccak
+from gym_helpers import send
 from web3 import Web3
 
 import governance.proposals
@@ -124,16 +125,6 @@ def test_params_plan_refuses_bad_values(wanted, why):
 
 
 # -- on Anvil ---------------------------------------------------------------------------------
-
-
-def send(w3: Web3, call, key: str):
-    account = Account.from_key(key)
-    tx = call.build_transaction({"from": account.address, "chainId": w3.eth.chain_id,
-                                 "nonce": w3.eth.get_transaction_count(account.address)})
-    tx_hash = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
-    receipt = w3.eth.wait_for_transaction_receipt(tx_hash)
-    assert receipt["status"] == 1
-    return receipt
 
 
 @dataclass

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -90,6 +92,7 @@ def build_tiny_model(directory: str | Path, seed: int = 0, max_positions: int = 
 
 MODEL_NAME = "tiny-llama"
 NODE_KEY = ANVIL_DEV_KEYS[1]  # a public devnet key: signs the test nodes' receipts
+GYM = Path(sys.executable).parent / "gym"
 DOMAIN = ReceiptDomain()  # unbound receipts (no chain)
 CIDS = ["bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",
         "bafkreidvbhs33ighmljlvr7zbv2ywwzcmp5adtf4kqvlly67cy56bdtmve"]
@@ -128,6 +131,23 @@ def node_process(command: list[str], env: dict[str, str]) -> Iterator[subprocess
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def node_env(data_dir: Path) -> dict[str, str]:
+    """The environment of a `gym node serve` subprocess: this one's without its GYM_ settings,
+    its data under `data_dir`, NODE_KEY in GYM_NODE_KEY, one OpenMP thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+    env.update(GYM_DATA_DIR=str(data_dir), GYM_NODE_KEY=NODE_KEY, OMP_NUM_THREADS="1",
+               COLUMNS="200")
+    return env
+
+
+def signing_node_command(model_dir: Path, port: int) -> list[str]:
+    """`gym node serve` of `model_dir` on CPU, as MODEL_NAME on `port`, signing unbound receipts
+    (`--offline`) with the key in GYM_NODE_KEY (see `node_env`)."""
+    return [str(GYM), "node", "serve", "--model", str(model_dir), "--device", "cpu",
+            "--served-model-name", MODEL_NAME, "--port", str(port), "--key-env", "GYM_NODE_KEY",
+            "--offline"]
 
 
 def stop_node(proc: subprocess.Popen, timeout_s: float = 120) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from node_helpers import (
     free_port,
     make_engine,
     needs_vllm,
+    node_env,
     node_process,
     run_server,
     stop_node,
@@ -169,9 +169,7 @@ def test_unknown_corrupt_foreign_or_unproven_adapters_are_refused(
 def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_model_dir,
                                                                tmp_path):
     data, _, cid, _ = published
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(data), GYM_NODE_KEY=NODE_KEY, OMP_NUM_THREADS="1",
-               COLUMNS="200")
+    env = node_env(data)
     missing = subprocess.run(
         [str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--offline", "--adapter",
          UNKNOWN],

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
-from node_helpers import MODEL_NAME, NODE_KEY, free_port, node_process, stop_node, wait_for_health
+from node_helpers import (
+    MODEL_NAME,
+    free_port,
+    node_env,
+    node_process,
+    signing_node_command,
+    stop_node,
+    wait_for_health,
+)
 from test_receipt_log import receipts
 
 from inference_node.errors import NodeError
@@ -25,7 +30,6 @@ from ledger.entries import encode_entry, entry_cid
 from ledger.logstore import LogStore
 from ledger.proofs import verify_proof_document
 
-GYM = Path(sys.executable).parent / "gym"
 CLIENTS = 8
 
 
@@ -56,12 +60,8 @@ async def ask_all(url: str) -> list:
 def test_receipts_survive_kill_9_right_after_the_answers(tiny_model_dir, tmp_path):
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(tmp_path / "data"), GYM_NODE_KEY=NODE_KEY, OMP_NUM_THREADS="1",
-               COLUMNS="200")
-    command = [str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--device", "cpu",
-               "--served-model-name", MODEL_NAME, "--port", str(port), "--key-env",
-               "GYM_NODE_KEY", "--offline"]
+    env = node_env(tmp_path / "data")
+    command = signing_node_command(tiny_model_dir, port)
     with node_process(command, env) as proc:
         wait_for_health(proc, port, timeout_s=90)
         answered = asyncio.run(ask_all(f"{root}/v1"))

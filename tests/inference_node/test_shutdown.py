@@ -5,21 +5,25 @@ receipt log and exits 0."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
-from node_helpers import MODEL_NAME, NODE_KEY, free_port, node_process, wait_for_health
+from node_helpers import (
+    MODEL_NAME,
+    NODE_KEY,
+    free_port,
+    node_env,
+    node_process,
+    signing_node_command,
+    wait_for_health,
+)
 
 from inference_node.receipts import parse_receipt
 from ledger.entries import encode_entry, entry_cid
 from ledger.logstore import LogStore
 
-GYM = Path(sys.executable).parent / "gym"
 LONG = 800  # tokens: long enough to be in flight when the signal comes
 
 
@@ -46,12 +50,8 @@ def plain_chat(url: str, out: dict) -> None:
 def test_sigterm_finishes_in_flight_requests_and_logs_their_receipts(tiny_model_dir, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(tmp_path / "data"), GYM_NODE_KEY=NODE_KEY, OMP_NUM_THREADS="1",
-               COLUMNS="200")
-    with node_process([str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--device",
-                       "cpu", "--served-model-name", MODEL_NAME, "--port", str(port),
-                       "--key-env", "GYM_NODE_KEY", "--offline"], env) as proc:
+    with node_process(signing_node_command(tiny_model_dir, port),
+                      node_env(tmp_path / "data")) as proc:
         wait_for_health(proc, port, timeout_s=90)
         streams = [({}, threading.Event()) for _ in range(2)]
         plain: dict = {}

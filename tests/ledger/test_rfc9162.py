@@ -209,40 +209,39 @@ def test_consistency_proof_matches_reference(case):
         assert roots_from_consistency_proof(old, new, old_root, proof) == (old_root, new_root)
 
 
+ANY_HASH, ANY_BIT = st.integers(0, 10_000), st.integers(0, 255)  # which hash; which of its bits
+
+
+def flip_a_bit(proof: list[bytes], which: int, bit: int) -> None:
+    """Flip bit `bit` of hash `which` (modulo the proof's length) of `proof`, in place."""
+    i = which % len(proof)
+    bad = bytearray(proof[i])
+    bad[bit // 8] ^= 1 << (bit % 8)
+    proof[i] = bytes(bad)
+
+
 @settings(max_examples=300, deadline=None)
-@given(
-    st.integers(1, 200).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
-    st.integers(0, 10_000),
-    st.integers(0, 255),
-)
+@given(st.integers(1, 200).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
+       ANY_HASH, ANY_BIT)
 def test_any_flipped_bit_breaks_an_inclusion_proof(case, which, bit):
     size, index = case
     leaves = hashes(size)
     proof = inclusion_proof(leaves, index)
     if not proof:
         return
-    i = which % len(proof)
-    bad = bytearray(proof[i])
-    bad[bit // 8] ^= 1 << (bit % 8)
-    proof[i] = bytes(bad)
+    flip_a_bit(proof, which, bit)
     with pytest.raises(InclusionProofError):
         verify_inclusion(leaves[index], index, size, proof, root(leaves))
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.integers(2, 200).flatmap(lambda n: st.tuples(st.integers(1, n - 1), st.just(n))),
-    st.integers(0, 10_000),
-    st.integers(0, 255),
-)
+@given(st.integers(2, 200).flatmap(lambda n: st.tuples(st.integers(1, n - 1), st.just(n))),
+       ANY_HASH, ANY_BIT)
 def test_any_flipped_bit_breaks_a_consistency_proof(case, which, bit):
     old, new = case
     leaves = hashes(new)
     proof = consistency_proof(leaves, old)
-    i = which % len(proof)
-    bad = bytearray(proof[i])
-    bad[bit // 8] ^= 1 << (bit % 8)
-    proof[i] = bytes(bad)
+    flip_a_bit(proof, which, bit)
     with pytest.raises(ConsistencyProofError):
         verify_consistency(old, new, root(leaves[:old]), root(leaves), proof)
 

@@ -7,9 +7,9 @@ import doctest
 import json
 from pathlib import Path
 
-import aleph_cid
 import pytest
 import torch
+from gym_helpers import kubo_cid
 from test_adapters_support import make_adapter_run
 
 import trainer.adapters
@@ -27,13 +27,6 @@ from trainer.adapters import (
     publish_adapter_run,
 )
 from trainer.adapters.fetch import ENTRY_FILE
-
-
-def kubo_cid(data: bytes) -> str:
-    """`ipfs add --cid-version=1` CID by aleph-cid (Rust), independent of ledger.unixfs."""
-    hasher = aleph_cid.CidHasher.for_ipfs_v1_raw_leaves()
-    hasher.update(data)
-    return hasher.finalize()
 
 
 @pytest.fixture(scope="module")
