@@ -25,13 +25,13 @@ from pathlib import Path
 from web3 import Web3
 
 from contracts import load_artifact
+from contracts.devnet_accounts import ANVIL_DEFAULT_KEY
 from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
 from ledger.audit import audit_log
 from ledger.chain import LedgerContract
 from ledger.publish import append_entries, ensure_chain_log, publish
 
 GYM = Path(sys.executable).parent / "gym"
-ANVIL_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 TARGET_S = 10.0
 
 
@@ -56,7 +56,7 @@ def main() -> int:
         manifest = json.loads((workdir / "d.json").read_text())
         w3 = Web3(Web3.HTTPProvider(manifest["rpc_url"]))
         contract = LedgerContract(w3, manifest["contracts"]["ExperienceLedger"]["address"],
-                                  load_artifact("ExperienceLedger").abi, ANVIL_KEY)
+                                  load_artifact("ExperienceLedger").abi, ANVIL_DEFAULT_KEY)
         store = LogStore(f"sqlite:///{workdir / 'ledger.sqlite'}")
         content = LocalBlockStore(workdir / "content")
         store.create_log("bench")

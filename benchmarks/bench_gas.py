@@ -33,13 +33,13 @@ from pathlib import Path
 from web3 import Web3
 
 from contracts import load_artifact
+from contracts.devnet_accounts import ANVIL_DEFAULT_KEY
 from ledger.chain import LedgerContract, LogKind
 from ledger.logstore import LogStore
 from ledger.multiformats import raw_cid
 from ledger.rfc9162 import leaf_hash
 
 GYM = Path(sys.executable).parent / "gym"
-ANVIL_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 TARGETS = {"anchor": 60_000, "verifyInclusion": 15_000}
 
 
@@ -87,7 +87,7 @@ def main() -> int:
     try:
         w3 = Web3(Web3.HTTPProvider(manifest["rpc_url"]))
         address = manifest["contracts"]["ExperienceLedger"]["address"]
-        ledger = LedgerContract(w3, address, load_artifact("ExperienceLedger").abi, ANVIL_KEY)
+        ledger = LedgerContract(w3, address, load_artifact("ExperienceLedger").abi, ANVIL_DEFAULT_KEY)
         rows = []
 
         start = time.perf_counter()

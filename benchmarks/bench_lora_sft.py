@@ -35,9 +35,10 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from trainer.gradient.sample_data import SYSTEM  # the system prompt of the arithmetic rows
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "trainer" / "data" / "sft_arith_alpaca.jsonl"
-SYSTEM = "You solve arithmetic word problems. Show each step, then write 'Answer: <number>'."
 TARGET_RATIO = 0.95
 
 

@@ -35,6 +35,7 @@ from web3 import Web3
 from web3.exceptions import Web3Exception
 
 from contracts import load_artifact
+from contracts.gym_token import GYM
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
 from ledger.evm import ZERO_ADDRESS, ChainError, EvmConnection
@@ -75,13 +76,13 @@ class GovernanceParams(BaseModel):
     timelock_min_delay: int = 60  # seconds a passed proposal waits in the timelock
     voting_delay: int = 1  # seconds from proposal to snapshot; voting opens after it
     voting_period: int = 300  # seconds voting stays open
-    proposal_threshold: int = 10**18  # votes (token base units) needed to propose: 1 GYM
+    proposal_threshold: int = GYM  # votes (token base units) needed to propose: 1 GYM
     quorum_numerator: int = 4  # percent of the supply at the snapshot needed as For + Abstain
     token_name: str = "Gym"  # also the token's EIP-712 domain name (permits, delegation)
     token_symbol: str = "GYM"
     tokens_per_holder: int = 1_000  # whole tokens (18 decimals) minted to each holder
     holders: list[str] = []  # checksummed addresses that received tokens and self-delegated
-    node_min_stake: int = 100 * 10**18  # GYM base units a NodeRegistry node stakes at least
+    node_min_stake: int = 100 * GYM  # GYM base units a NodeRegistry node stakes at least
 
 
 class Deployment(BaseModel):
@@ -200,7 +201,7 @@ def deploy_all(
     deployer = Deployer(w3, private_key)
 
     contracts = {"ExperienceLedger": deployer.deploy("ExperienceLedger")}
-    amount = governance.tokens_per_holder * 10**18
+    amount = governance.tokens_per_holder * GYM
     contracts["GymToken"] = deployer.deploy(
         "GymToken", governance.token_name, governance.token_symbol, holders, [amount] * len(holders)
     )

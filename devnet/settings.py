@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contracts.devnet_accounts import ANVIL_DEFAULT_KEY, ANVIL_DEV_KEYS
+from contracts.devnet_accounts import ANVIL_DEFAULT_KEY, ANVIL_DEV_KEYS, DEVNET_CHAIN_ID
 
 DEVNET_DIR = Path(__file__).resolve().parent
 
@@ -31,7 +31,7 @@ class GymSettings(BaseSettings):
     )
     anvil_host: str = Field("127.0.0.1", description="interface the devnet's Anvil listens on")
     anvil_port: int = Field(8545, ge=0, le=65535, description="Anvil's port; 0 picks a free one")
-    chain_id: int = Field(31337, gt=0, description="chain id the devnet's Anvil runs with")
+    chain_id: int = Field(DEVNET_CHAIN_ID, gt=0, description="chain id the devnet's Anvil runs with")
     data_dir: Path = Field(DEVNET_DIR / ".data", description="devnet state: Anvil log, pid file")
     deployment_file: Path = Field(
         DEVNET_DIR / "deployment.json", description="where `gym devnet up` writes the deployment"

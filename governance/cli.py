@@ -27,6 +27,7 @@ names another.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -40,6 +41,7 @@ from governance.devnet_time import DEVNET_CHAIN_ID
 from governance.errors import GovernanceError, ParameterError
 from governance.proposals import format_parameter
 from governance.runtime import runtime_of
+from ledger.evm import TxResult
 
 console = Console()
 
@@ -132,6 +134,9 @@ app = typer.Typer(help="The DAO: propose curations, parameter changes and slashi
 AccountOption = Annotated[int | None, typer.Option(
     "--account", "--key-index",
     help="Devnet only: sign with Anvil's public account N (default: GYM_VOTER_KEY).")]
+ProposalArgument = Annotated[str, typer.Argument(help="Id or list number.")]
+SupportArgument = Annotated[str, typer.Argument(help="for, against or abstain.")]
+VoterOption = Annotated[str, typer.Option(help="The voter's address.")]
 
 
 @app.command()
@@ -245,7 +250,7 @@ def list_proposals(ctx: typer.Context) -> None:
 
 
 @app.command()
-def show(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
+def show(ctx: typer.Context, proposal: ProposalArgument,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """One proposal: description, its actions decoded, state, tally, quorum, timeline."""
     client = runtime_of(ctx).client()
@@ -277,8 +282,8 @@ def show(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or
 @app.command()
 def vote(
     ctx: typer.Context,
-    proposal: Annotated[str, typer.Argument(help="Id or list number.")],
-    support: Annotated[str, typer.Argument(help="for, against or abstain.")],
+    proposal: ProposalArgument,
+    support: SupportArgument,
     reason: Annotated[str, typer.Option(help="Recorded on chain with the vote.")] = "",
     account: AccountOption = None,
 ) -> None:
@@ -297,9 +302,9 @@ def vote(
 @app.command()
 def ballot(
     ctx: typer.Context,
-    proposal: Annotated[str, typer.Argument(help="Id or list number.")],
-    support: Annotated[str, typer.Argument(help="for, against or abstain.")],
-    voter: Annotated[str, typer.Option(help="The voter's address.")],
+    proposal: ProposalArgument,
+    support: SupportArgument,
+    voter: VoterOption,
 ) -> None:
     """Print the EIP-712 ballot for a wallet to sign; then `gym gov relay` the signature.
 
@@ -314,9 +319,9 @@ def ballot(
 @app.command()
 def relay(
     ctx: typer.Context,
-    proposal: Annotated[str, typer.Argument(help="Id or list number.")],
-    support: Annotated[str, typer.Argument(help="for, against or abstain.")],
-    voter: Annotated[str, typer.Option(help="The voter's address.")],
+    proposal: ProposalArgument,
+    support: SupportArgument,
+    voter: VoterOption,
     signature: Annotated[str, typer.Option(help="The voter's signature of the ballot (0x hex).")],
     account: AccountOption = None,
 ) -> None:
@@ -329,35 +334,33 @@ def relay(
     _print_status(client, proposal_id)
 
 
+def _send(ctx: typer.Context, proposal: str, account: int | None,
+          send: Callable[[GovernanceClient, int], TxResult], done: str
+          ) -> tuple[GovernanceClient, int]:
+    """Send ``proposal``'s transaction with ``send`` and print ``done`` with its hash."""
+    client = runtime_of(ctx).client(account)
+    proposal_id = _resolve_id(client, proposal)
+    tx = send(client, proposal_id)
+    console.print(f"{done} (tx {tx.tx_hash})", highlight=False)
+    return client, proposal_id
+
+
 @app.command()
-def queue(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
-          account: AccountOption = None) -> None:
+def queue(ctx: typer.Context, proposal: ProposalArgument, account: AccountOption = None) -> None:
     """Queue a Succeeded proposal in the timelock."""
-    client = runtime_of(ctx).client(account)
-    proposal_id = _resolve_id(client, proposal)
-    tx = client.queue(proposal_id)
-    console.print(f"queued (tx {tx.tx_hash})", highlight=False)
-    _print_status(client, proposal_id)
+    _print_status(*_send(ctx, proposal, account, GovernanceClient.queue, "queued"))
 
 
 @app.command()
-def execute(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
-            account: AccountOption = None) -> None:
+def execute(ctx: typer.Context, proposal: ProposalArgument, account: AccountOption = None
+            ) -> None:
     """Execute a Queued proposal whose timelock delay has passed."""
-    client = runtime_of(ctx).client(account)
-    proposal_id = _resolve_id(client, proposal)
-    tx = client.execute(proposal_id)
-    console.print(f"executed (tx {tx.tx_hash})", highlight=False)
+    client, proposal_id = _send(ctx, proposal, account, GovernanceClient.execute, "executed")
     _print_effects(client, client.proposal(proposal_id))
     _print_status(client, proposal_id)
 
 
 @app.command()
-def cancel(ctx: typer.Context, proposal: Annotated[str, typer.Argument(help="Id or list number.")],
-           account: AccountOption = None) -> None:
+def cancel(ctx: typer.Context, proposal: ProposalArgument, account: AccountOption = None) -> None:
     """Withdraw your own proposal while it is Pending, before voting opens."""
-    client = runtime_of(ctx).client(account)
-    proposal_id = _resolve_id(client, proposal)
-    tx = client.cancel(proposal_id)
-    console.print(f"canceled (tx {tx.tx_hash})", highlight=False)
-    _print_status(client, proposal_id)
+    _print_status(*_send(ctx, proposal, account, GovernanceClient.cancel, "canceled"))

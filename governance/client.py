@@ -39,6 +39,7 @@ from eth_account.messages import encode_typed_data
 from eth_utils import to_checksum_address
 from web3 import Web3
 
+from contracts.gym_token import format_gym
 from governance.curation import CurationProposal, SourcedLeaf, build_curation, document_cid_of
 from governance.devnet_time import advance_time, ensure_time_after, is_devnet
 from governance.errors import (
@@ -183,16 +184,21 @@ class GovernanceClient:
         return build_curation(self.ledger, self.curated_log_id, store, content, log_name,
                               indices, description)
 
+    def check_can_propose(self, proposer: str, remedy: str) -> None:
+        """``VotingPowerError`` (ending in ``remedy``) unless ``proposer`` holds the governor's
+        proposal threshold in votes."""
+        with self.rpc_errors():
+            threshold = self.governor.functions.proposalThreshold().call()
+        votes = self.votes(proposer)
+        if votes < threshold:
+            raise VotingPowerError(f"{proposer} has {format_gym(votes)} of votes; proposing needs "
+                                   f"{format_gym(threshold)}: {remedy}")
+
     def propose(self, proposal: ProposalPlan, key: str | None = None) -> tuple[int, TxResult]:
         """Submit ``proposal`` (a ``CurationProposal``, ``ParamsProposal`` or ``SlashProposal``);
         returns its id and the transaction."""
         signer = self._signer(key)
-        with self.rpc_errors():
-            threshold = self.governor.functions.proposalThreshold().call()
-        if self.votes(signer.address) < threshold:
-            raise VotingPowerError(
-                f"{signer.address} has {self.votes(signer.address) / 1e18:g} votes; proposing "
-                f"needs {threshold / 1e18:g}: hold GYM and delegate (`gym gov delegate`)")
+        self.check_can_propose(signer.address, "hold GYM and delegate (`gym gov delegate`)")
         if is_devnet(self.w3):  # the proposer's votes are read one second before `propose`
             ensure_time_after(self.w3, self.w3.eth.get_block("latest")["timestamp"])
         targets, values, calldatas = proposal.actions

@@ -33,9 +33,7 @@ from eth_utils import to_checksum_address
 from web3 import Web3
 
 from inference_node.errors import InferenceNodeError
-from ledger.evm import ChainError, EvmConnection
-
-PAGE_BLOCKS = 10_000  # eth_getLogs range per call (many RPCs cap it)
+from ledger.evm import PAGE_BLOCKS, ChainError, EvmConnection
 
 
 class RegistryError(InferenceNodeError, ChainError):

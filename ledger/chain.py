@@ -38,11 +38,16 @@ from eth_utils import event_abi_to_log_topic, function_abi_to_4byte_selector, to
 from web3 import Web3
 from web3.exceptions import TransactionNotFound, Web3Exception
 
-from ledger.evm import ChainError, ContractRevertError, EvmConnection, TxResult, plain_value
+from ledger.evm import (
+    PAGE_BLOCKS,
+    ChainError,
+    ContractRevertError,
+    EvmConnection,
+    TxResult,
+    plain_value,
+)
 from ledger.logstore import ChainBinding
 from ledger.multiformats import CID, MultiformatError
-
-DEFAULT_PAGE_BLOCKS = 10_000  # many L2 RPCs cap eth_getLogs at 10k blocks or fewer
 
 
 class LogKind(IntEnum):
@@ -139,7 +144,7 @@ class LedgerContract:
     """ExperienceLedger at ``address``; ``private_key`` is needed only to send transactions."""
 
     def __init__(self, w3: Web3, address: str, abi: list[dict], private_key: str | None = None,
-                 *, page_blocks: int = DEFAULT_PAGE_BLOCKS):
+                 *, page_blocks: int = PAGE_BLOCKS):
         self.w3 = w3
         self.address = to_checksum_address(address)
         self.abi = abi

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from web3 import Web3
 
 ZERO_ADDRESS = "0x" + "00" * 20
+PAGE_BLOCKS = 10_000  # eth_getLogs range per request: many (L2) RPCs cap it at 10k or fewer
 RECEIPT_TIMEOUT_S = 120
 _ERROR_STRING = bytes.fromhex("08c379a0")  # Error(string)
 _PANIC = bytes.fromhex("4e487b71")  # Panic(uint256)

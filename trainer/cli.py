@@ -81,7 +81,7 @@ def train_tfgrpo(
     console.print(f"library: {report['library']} ({report['library_size']} experiences)")
     console.print(f"run report: {report_path}")
     if publish:
-        publish_run_dir(ctx, report_path.parent, publish)
+        _publish(ctx, report_path.parent, publish)
 
 
 @train_app.command("publish")
@@ -92,20 +92,16 @@ def publish_command(
     log: Annotated[str, typer.Argument(help="Ledger log to append to (created if new).")],
     domain: Annotated[str, typer.Option(help="Domain recorded in each experience entry.")] = "math",
 ) -> None:
-    """Publish a finished Training-Free GRPO run: run + experience entries, anchored."""
-    publish_run_dir(ctx, run_dir, log, domain)
+    """Publish a finished run, anchored: a Training-Free GRPO run as run + experience entries,
+    a `gym train sft|dpo|grpo|gspo` run as run + adapter entries."""
+    _publish(ctx, run_dir, log, domain)
 
 
-def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str, domain: str = "math") -> None:
+def _publish(ctx: typer.Context, run_dir: Path, log: str, domain: str = "math") -> None:
     from ledger.runtime import runtime_of
-    from trainer.publish import publish_run
+    from trainer.reports import publish_and_show
 
-    rt = runtime_of(ctx)
-    with console.status(f"publishing {run_dir} to {log}"):
-        published = publish_run(run_dir, rt.store, rt.content, rt.contract, log, domain=domain)
-    console.print(f"published run {published.run_cid}: {len(published.experience_ids)} "
-                  f"experiences added; log {log} anchored at size {published.size}", highlight=False)
-    console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}", highlight=False)
+    publish_and_show(console, runtime_of(ctx), run_dir, log, domain=domain)
 
 
 def eval_library(

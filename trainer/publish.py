@@ -15,6 +15,10 @@ All entries are appended in one transaction and anchored with one checkpoint. Be
 returning, the library is recomputed by folding the log's experience entries
 (``ledger.fold_library``) and must equal the trainer's final library, text for text in the
 same order; a mismatch is an error, never a warning.
+
+``publish_run_dir`` publishes a finished run directory of either kind: a Training-Free GRPO run
+(``run_report.json``) as above, or a gradient-training run (``run.json``) through
+``trainer.adapters.publish.publish_adapter_run``. Every publishing command calls it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ledger.entries import (
     ExperienceEntry,
@@ -40,6 +45,10 @@ from ledger.errors import NotFoundError
 from trainer._json import read_json_file
 from trainer.errors import TrainerError
 
+if TYPE_CHECKING:
+    from trainer.adapters.publish import PublishedAdapter
+
+RUN_REPORT = "run_report.json"  # what `gym train tfgrpo` writes last
 PACKAGES = ("zoo-gym", "torch", "transformers", "math-verify", "trl", "peft")
 
 
@@ -121,10 +130,10 @@ def _read_json(path: Path) -> dict:
 def build_run_entries(run_dir: str | Path, content, *, domain: str = "math") -> RunEntries:
     """Store the run's artifacts in ``content`` and build its entries (nothing appended)."""
     run_dir = Path(run_dir)
-    report = _read_json(run_dir / "run_report.json")
+    report = _read_json(run_dir / RUN_REPORT)
     library = _read_json(run_dir / "library.json")
     config = report["config"]
-    artifacts = {"run_report": content.add_file(run_dir / "run_report.json", pin=True),
+    artifacts = {"run_report": content.add_file(run_dir / RUN_REPORT, pin=True),
                  "library": content.add_file(run_dir / "library.json", pin=True)}
     for snapshot in sorted((run_dir / "snapshots").glob("step-*.json")):
         artifacts[f"snapshot/{snapshot.stem}"] = content.add_file(snapshot, pin=True)
@@ -195,3 +204,24 @@ def publish_run(run_dir: str | Path, store, content, contract, log_name: str, *,
     result = publish(store, content, contract, log_name)
     return PublishedRun(entry_cid(entries.run), entries.experience_ids, result.size,
                         result.root, result.tx_hash)
+
+
+def publish_run_dir(run_dir: str | Path, store, content, contract, log_name: str, *,
+                    domain: str = "math") -> PublishedRun | PublishedAdapter:
+    """Publish the finished run in ``run_dir`` to ``log_name`` (created if new), anchored.
+
+    A gradient-training run (``run.json``, from ``gym train sft|dpo|grpo|gspo``) becomes a
+    ``run`` and an ``adapter`` entry (``PublishedAdapter``); a Training-Free GRPO run
+    (``run_report.json``) a ``run`` entry and its ``experience`` entries, each recorded under
+    ``domain`` (``PublishedRun``).
+    """
+    from trainer.adapters.publish import RUN_MANIFEST, publish_adapter_run
+
+    run_dir = Path(run_dir)
+    if (run_dir / RUN_MANIFEST).is_file():
+        return publish_adapter_run(run_dir, store, content, contract, log_name)
+    if (run_dir / RUN_REPORT).is_file():
+        return publish_run(run_dir, store, content, contract, log_name, domain=domain)
+    raise PublishRunError(f"{run_dir} holds neither {RUN_MANIFEST} (a `gym train sft|dpo|grpo|"
+                          f"gspo` run) nor {RUN_REPORT} (a `gym train tfgrpo` run): is it the "
+                          "output directory of a finished run?")

@@ -42,14 +42,14 @@ from governance.dashboard.transactions import (
     queue_tx,
 )
 from governance.dashboard.views import proposal_json, proposal_view
-from governance.devnet_time import NotDevnetError, advance_time
+from governance.devnet_time import DEVNET_CHAIN_ID, NotDevnetError, advance_time
 
 router = APIRouter(route_class=JSONBodyRoute)
 
 
 def _devnet_only(rt: DashboardRuntime, what: str) -> None:
     if not rt.devnet:
-        raise NotDevnetError(f"{what} exists only on the devnet (chain id 31337)")
+        raise NotDevnetError(f"{what} exists only on the devnet (chain id {DEVNET_CHAIN_ID})")
 
 
 def _input(check: Callable[[str], str], value: str) -> str:

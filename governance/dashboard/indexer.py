@@ -25,9 +25,8 @@ from web3.exceptions import Web3Exception
 
 from governance.client import VoteType
 from governance.errors import GovernanceError
+from ledger.evm import PAGE_BLOCKS
 from ledger.multiformats import CID, MultiformatError
-
-PAGE_BLOCKS = 10_000  # eth_getLogs range per request; halved when a node refuses a range
 
 GOVERNOR_EVENTS = ("ProposalCreated", "VoteCast", "VoteCastWithParams", "ProposalQueued",
                    "ProposalExecuted", "ProposalCanceled")

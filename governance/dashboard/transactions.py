@@ -15,7 +15,6 @@ from eth_utils import to_checksum_address
 
 from governance.client import CurationProposal, GovernanceClient
 from governance.devnet_time import ensure_time_after, is_devnet
-from governance.errors import VotingPowerError
 from ledger.content import ContentStore
 from ledger.logstore import LogStore
 
@@ -55,12 +54,7 @@ def propose_curation_tx(client: GovernanceClient, store: LogStore, content: Cont
 
     The proposer's votes are checked first, so a refused proposal stores nothing."""
     sender = to_checksum_address(sender)
-    with client.rpc_errors():
-        threshold = client.governor.functions.proposalThreshold().call()
-    votes = client.votes(sender)
-    if votes < threshold:
-        raise VotingPowerError(f"{sender} has {votes / 1e18:g} votes; proposing needs "
-                               f"{threshold / 1e18:g}: hold GYM and delegate first")
+    client.check_can_propose(sender, "hold GYM and delegate first")
     plan = client.build_curation(store, content, log_name, indices, description)
     if is_devnet(client.w3):  # as GovernanceClient.propose: the governor reads the proposer's
         ensure_time_after(client.w3, client.now())  # votes a second before the block's time

@@ -12,11 +12,12 @@ from ledger import LocalBlockStore, LogStore, decode_entry, fold_library
 from ledger.audit import audit_log
 from trainer.data import generate_problems, write_jsonl
 from trainer.publish import (
+    PublishedRun,
     PublishRunError,
     build_run_entries,
     check_fold,
     model_digest,
-    publish_run,
+    publish_run_dir,
 )
 from trainer.tfgrpo_config import ModelConfig, TFGRPOConfig
 from trainer.tfgrpo_trainer import TFGRPOTrainer
@@ -72,13 +73,19 @@ def test_a_library_that_does_not_fold_back_is_refused(finished_run, tmp_path):
         check_fold(entries)
 
 
+def test_a_directory_that_is_no_run_is_refused(tmp_path):
+    with pytest.raises(PublishRunError, match="holds neither run.json .* nor run_report.json"):
+        publish_run_dir(tmp_path, None, None, None, "alice/tfgrpo")
+
+
 @pytest.mark.anvil
 def test_publish_anchors_and_the_log_folds_back(finished_run, tmp_path, ledger_devnet):
     run_dir, trainer = finished_run
     store = LogStore(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     content = LocalBlockStore(tmp_path / "ipfs")
     contract = ledger_devnet.contract()
-    published = publish_run(run_dir, store, content, contract, "alice/tfgrpo")
+    published = publish_run_dir(run_dir, store, content, contract, "alice/tfgrpo")
+    assert isinstance(published, PublishedRun)  # run_report.json: a Training-Free GRPO run
 
     log = store.get_log("alice/tfgrpo")
     assert log.size == published.size == 1 + len(trainer.history)

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterError
+from trainer.reports import files_table, publish_and_show
 
 app = typer.Typer(help="PEFT adapters on the ledger: publish, fetch and verify, merge, compress.",
                   no_args_is_help=True)
@@ -67,27 +68,9 @@ def publish(
     log: Annotated[str, typer.Argument(help="Ledger log to append to (created if new).")],
 ) -> None:
     """Store the adapter's files, append a `run` and an `adapter` entry, anchor the log."""
-    publish_run_dir(ctx, run_dir, log)
-
-
-def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str) -> None:
-    """What `gym adapter publish` and `gym train ... --publish` print."""
     from ledger.runtime import runtime_of
-    from trainer.adapters.publish import publish_adapter_run
 
-    rt = runtime_of(ctx)
-    with console.status(f"publishing {run_dir} to {log}"):
-        published = publish_adapter_run(run_dir, rt.store, rt.content, rt.contract, log)
-    table = Table("file", "bytes", "CID", title=f"adapter {published.adapter_cid}")
-    for file in published.files:
-        table.add_row(file.path, str(file.size), file.cid)
-    console.print(table)
-    console.print(f"run entry     {published.run_cid}\nadapter entry {published.adapter_cid} "
-                  f"(leaf {published.adapter_index})\nlog {log} anchored at size "
-                  f"{published.size}, root 0x{published.root.hex()}\ntx {published.tx_hash}",
-                  highlight=False)
-    console.print(f"fetch it with: gym adapter fetch {published.adapter_cid} DIR --log {log} "
-                  f"--index {published.adapter_index}", highlight=False)
+    publish_and_show(console, runtime_of(ctx), run_dir, log)
 
 
 @app.command()
@@ -107,8 +90,8 @@ def fetch(
     Files are written to a temporary directory and renamed into place only when all of them
     verified; on any mismatch nothing is written and the command fails.
     """
-    from ledger.runtime import runtime_of
     from ledger.proofs import proof_from_options
+    from ledger.runtime import runtime_of
     from trainer.adapters.fetch import fetch_adapter, fetch_adapter_entry
 
     rt = runtime_of(ctx)
@@ -121,10 +104,7 @@ def fetch(
         task = bar.add_task(cid[:16] + "…", total=sum(f.size for f in entry.files))
         fetched = fetch_adapter(rt.content, cid, directory, proof=doc, contract=contract,
                                 on_bytes=lambda n: bar.advance(task, n))
-    table = Table("file", "bytes", "CID", title=f"adapter {cid}")
-    for file in fetched.entry.files:
-        table.add_row(file.path, str(file.size), file.cid)
-    console.print(table)
+    console.print(files_table(cid, fetched.entry.files))
     console.print(f"[green]verified[/green]: {len(fetched.entry.files)} files re-add to their "
                   f"CIDs; written to {fetched.directory} with adapter_entry.json")
     console.print(f"  method {fetched.entry.method}, base {fetched.entry.base_model.name} "

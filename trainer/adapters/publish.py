@@ -27,8 +27,7 @@ from ledger.entries import AdapterEntry, AdapterFile, RunEntry, encode_entry, en
 from ledger.errors import EntryError, NotFoundError
 from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterRunError
-
-RUN_MANIFEST = "run.json"
+from trainer.gradient.train import RUN_MANIFEST  # the run directory's manifest, run.json
 
 
 @dataclass(frozen=True)

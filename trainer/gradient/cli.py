@@ -51,7 +51,9 @@ def _train_command(method: str):
             runtime_of(ctx).contract.log_count()
         result = run_training(config)
         if publish:
-            publish_run_dir(ctx, result.run_dir, publish)
+            from trainer.reports import publish_and_show
+
+            publish_and_show(console, runtime_of(ctx), result.run_dir, publish)
 
     command.__doc__ = (f"{SUMMARIES[method]}\n\nWrites DIR/adapter (PEFT: adapter_config.json + "
                        "adapter_model.safetensors) and DIR/run.json (config, code and package "
@@ -84,19 +86,6 @@ def run_training(config, console: Console = console):
     console.print(f"adapter: {result.run_dir / manifest['adapter_dir']}", highlight=False)
     console.print(f"run manifest: {result.run_dir / 'run.json'}", highlight=False)
     return result
-
-
-def publish_run_dir(ctx: typer.Context, run_dir: Path, log: str) -> None:
-    from ledger.runtime import runtime_of
-    from trainer.adapters.publish import publish_adapter_run
-
-    rt = runtime_of(ctx)
-    with console.status(f"publishing {run_dir} to {log}"):
-        published = publish_adapter_run(run_dir, rt.store, rt.content, rt.contract, log)
-    console.print(f"published adapter {published.adapter_cid} ({len(published.files)} files), "
-                  f"run {published.run_cid}; log {log} anchored at size {published.size}",
-                  highlight=False)
-    console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}", highlight=False)
 
 
 def register(train_app: typer.Typer) -> None:
