@@ -11,9 +11,9 @@ import pytest
 from eth_account import Account
 
 import governance
+from contracts.devnet_accounts import devnet_account_key
 from contracts.toolchain import foundry_binary
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
-from contracts.devnet_accounts import devnet_account_key
 
 SAMPLES = DEVNET_DIR / "samples" / "experiences.jsonl"
 READ_BALLOT_JS = ("const b = JSON.parse(require('fs').readFileSync(process.argv[1]));"

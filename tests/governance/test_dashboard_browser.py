@@ -23,10 +23,10 @@ from eth_account import Account
 from web3 import Web3
 
 from contracts import load_artifact
+from contracts.devnet_accounts import devnet_account_key
 from devnet.anvil import free_port
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
-from contracts.devnet_accounts import devnet_account_key
 from ledger import LogStore
 
 CHROMIUM = Path("/usr/bin/chromium")

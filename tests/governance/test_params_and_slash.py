@@ -15,6 +15,7 @@ from web3 import Web3
 
 import governance.proposals
 from contracts import load_artifact
+from contracts.devnet_accounts import devnet_account_key
 from contracts.gym_token import GYM, parse_gym
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS
@@ -25,7 +26,6 @@ from governance import (
     ProposalState,
     ProposalStateError,
 )
-from contracts.devnet_accounts import devnet_account_key
 from governance.errors import NotProposerError, ParameterError, SlashError
 from governance.proposals import (
     ActionDecoder,

@@ -107,8 +107,8 @@ def fetch(
     Files are written to a temporary directory and renamed into place only when all of them
     verified; on any mismatch nothing is written and the command fails.
     """
-    from ledger.runtime import runtime_of
     from ledger.proofs import proof_from_options
+    from ledger.runtime import runtime_of
     from trainer.adapters.fetch import fetch_adapter, fetch_adapter_entry
 
     rt = runtime_of(ctx)
