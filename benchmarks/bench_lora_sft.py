@@ -4,8 +4,9 @@ Both arms train SmolLM2-135M-Instruct (the cached checkpoint converted from the 
 GGUF) on the same rows of `trainer/data/sft_arith_alpaca.jsonl`, with the same LoRA config,
 steps, batch, max_length, learning rate and seed, in the same process, on CPU:
 
-- `gym`: `trainer.gradient.cli.run_training`, the function behind `gym train sft` (config
-  validation, dataset conversion, progress bar, adapter + run.json with the base-weights digest);
+- `gym`: `trainer.gradient.progress.train_with_progress`, the function behind `gym train sft`
+  (config validation, dataset conversion, progress bar, adapter + run.json with the base-weights
+  digest);
 - `trl`: what a researcher would write by hand: the rows as prompt/completion messages,
   `SFTConfig` + `LoraConfig` + `SFTTrainer(...).train()`, `save_pretrained`.
 
@@ -43,8 +44,8 @@ TARGET_RATIO = 0.95
 
 
 def gym_arm(args, out: Path) -> dict:
-    from trainer.gradient.cli import run_training
     from trainer.gradient.config import validate_config
+    from trainer.gradient.progress import train_with_progress
 
     config = validate_config({
         "model": args.model, "output_dir": str(out),
@@ -57,7 +58,7 @@ def gym_arm(args, out: Path) -> dict:
                      "device": "cpu"}}).for_method("sft")
     with open(os.devnull, "w") as sink:
         start = time.perf_counter()
-        result = run_training(config, Console(file=sink, force_terminal=True, width=100))
+        result = train_with_progress(config, Console(file=sink, force_terminal=True, width=100))
         wall = time.perf_counter() - start
     metrics = result.manifest["run"]["metrics"]
     return {"tokens": metrics["num_tokens"][-1], "train_s": metrics["train_runtime_s"],

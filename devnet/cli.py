@@ -1,4 +1,5 @@
-"""The ``gym`` command: the root of the CLI and the ``gym devnet`` and ``gym demo`` commands.
+"""The ``gym`` command: the root of the CLI and the ``gym devnet`` and ``gym demo`` commands
+(the demo's steps are ``devnet/demo.py``).
 
 Each package contributes its own sub-commands from its ``cli.py``; this module only mounts
 them, and turns the packages' expected errors into one clear line and a non-zero exit code
@@ -10,12 +11,10 @@ from __future__ import annotations
 import sys
 import time
 from importlib.metadata import version
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 import contracts
 import contracts.cli
@@ -27,16 +26,14 @@ import ledger.cli
 import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
-from devnet.deploy import Deployment, GovernanceParams, connect
+from devnet.deploy import Deployment, connect, print_deployment
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
 from devnet.runtime import deployed_address, governance_runtime, ledger_runtime
-from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR, GymSettings
+from devnet.settings import GymSettings
 from governance.errors import GovernanceError
-from governance.runtime import GovernanceRuntime
 from inference_node.errors import InferenceNodeError
 from ledger.errors import LedgerError
-from ledger.runtime import LedgerRuntime
 from trainer.errors import TrainerError
 
 app = typer.Typer(
@@ -83,8 +80,6 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     InferenceNodeError,
 )
 
-SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"
-
 
 def _version_callback(value: bool) -> None:
     if value:
@@ -111,14 +106,6 @@ def root(
     ctx.meta["node_registry_address"] = lambda: deployed_address(settings, "NodeRegistry")
 
 
-def _print_deployment(deployment: Deployment, rpc_url: str) -> None:
-    table = Table("contract", "address", title=f"deployment on chain {deployment.chain_id}")
-    for name, contract in deployment.contracts.items():
-        table.add_row(name, contract.address)
-    console.print(table)
-    console.print(f"RPC: {rpc_url}  deployment block: {deployment.deployment_block}")
-
-
 @devnet_app.command()
 def up(
     port: Annotated[int | None, typer.Option(help="Anvil's port (0: a free one). "
@@ -141,7 +128,7 @@ def up(
         console.print(f"deployed contracts ({result.reason}); wrote {settings.deployment_file}")
     else:
         console.print(f"contracts already deployed ({result.reason})")
-    _print_deployment(result.deployment, result.deployment.rpc_url)
+    print_deployment(console, result.deployment, result.deployment.rpc_url)
 
 
 @devnet_app.command()
@@ -157,7 +144,7 @@ def status() -> None:
     else:
         console.print(f"anvil: not started by gym; using {result.rpc_url}")
     console.print(f"chain head: block {result.block_number}")
-    _print_deployment(result.deployment, result.rpc_url)
+    print_deployment(console, result.deployment, result.rpc_url)
     if not result.healthy:
         for problem in result.problems:
             err_console.print(f"[red]mismatch:[/red] {problem}")
@@ -222,158 +209,9 @@ def demo(
     verifies the receipt (signature, registration, library root, log inclusion, anchoring,
     activations); stops the devnet it started (unless --keep).
     """
-    settings = GymSettings()
-    console.rule("1. devnet")
-    with console.status("starting Anvil and deploying the contracts"):
-        result = devnet_up(settings)
-    try:
-        _print_deployment(result.deployment, result.deployment.rpc_url)
-        state = devnet_status(settings)
-        if not state.healthy:
-            raise DevnetError("deployment check failed: " + "; ".join(state.problems))
-        console.print(f"[green]chain at block {state.block_number}; deployment verified[/green]")
-        rt = ledger_runtime(settings)
-        log_name = _demo_ledger(rt, SAMPLE_EXPERIENCES)
-        if train:
-            _demo_training(rt, settings.data_dir / "runs")
-        if sft:
-            from trainer.gradient.demo import demo_sft
+    from devnet.demo import run_demo
 
-            console.rule("4b. LoRA SFT")
-            demo_sft(rt, settings.data_dir / "runs", console,
-                     log_name=f"demo/sft-{time.strftime('%Y%m%d-%H%M%S')}")
-        _demo_governance(governance_runtime(settings, rt), log_name,
-                         result.deployment.governance)
-        if node:
-            from inference_node.demo import demo_node
-            from trainer.backends import default_model_dir
-
-            # Anvil account 4: not the demo's publisher (0) nor its voters (1..3)
-            demo_node(settings, rt, console, library_log_id=result.deployment.curated_log_id,
-                      curated=True, model_dir=default_model_dir(), node_key=ANVIL_DEV_KEYS[4])
-    finally:
-        if result.started_anvil and not keep:
-            devnet_down(settings)
-            console.print("devnet stopped (use --keep to leave it running)")
-    console.rule("demo finished")
-
-
-def _demo_ledger(rt: LedgerRuntime, samples: Path) -> str:
-    """Create a log, publish the samples in two checkpoints (the second with a consistency
-    proof), then audit the log from chain events and the content store; returns its name."""
-    from ledger.audit import audit_log
-    from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
-
-    entries = read_entry_files([samples])
-    name = f"demo/experiences-{time.strftime('%Y%m%d-%H%M%S')}"
-    console.rule("2. ledger")
-    rt.store.create_log(name)
-    log_id = ensure_chain_log(rt.store, rt.contract, name)
-    console.print(f"created log {name}: on-chain log id {log_id}", highlight=False)
-    half = len(entries) // 2 + 1
-    for batch in (entries[:half], entries[half:]):
-        appended = append_entries(rt.store, rt.content, name, batch)
-        console.print(f"appended {len(batch)} experiences: size {appended.old_size} -> "
-                      f"{appended.size}")
-        published = publish(rt.store, rt.content, rt.contract, name)
-        console.print(f"published size {published.size} with a consistency proof of "
-                      f"{published.proof_length} hashes from size {published.old_size}")
-        console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}",
-                      highlight=False)
-    console.rule("3. audit")
-    report = audit_log(rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block)
-    ledger.cli.print_audit_report(report)
-    if not report.ok:
-        raise DevnetError(f"the demo log failed its audit: {report.discrepancies[0].message}")
-    return name
-
-
-def _demo_governance(gov: GovernanceRuntime, log_name: str,
-                     params: GovernanceParams) -> None:
-    """The DAO curates the demo log: propose, three votes (one a relayed EIP-712 signature),
-    skip the voting period and the timelock delay on the devnet, queue, execute, and check the
-    curated library's on-chain root against the RFC 9162 root of the curated leaves."""
-    from eth_account import Account
-
-    from governance.devnet_time import is_devnet
-    from ledger.rfc9162 import root as merkle_root
-
-    console.rule("5. DAO curation")
-    client = gov.client()
-    if not is_devnet(client.w3):
-        console.print("not the devnet: skipping the DAO step (its votes need devnet keys)")
-        return
-    store, content, curated = gov.ledger.store, gov.ledger.content, client.curated_log_id
-    leaves = list(store.leaves(log_name))
-    indices = [leaf.index for leaf in leaves
-               if not client.ledger.is_curated(curated, leaf.leaf_hash)]
-    if not indices:  # a kept devnet that ran the demo before already holds these entries
-        console.print("the curated library already holds every sample experience")
-        return
-    plan = client.build_curation(store, content, log_name, indices,
-                                 "The demo's sample experiences.")
-    proposal_id, _ = client.propose(plan, key=ANVIL_DEV_KEYS[0])
-    console.print(f"proposed curating {len(indices)} entries of {log_name} (document "
-                  f"{plan.document_cid})", highlight=False)
-    client.vote(proposal_id, "for", "clear and general", key=ANVIL_DEV_KEYS[1])
-    client.vote(proposal_id, "abstain", key=ANVIL_DEV_KEYS[2])
-    voter = Account.from_key(ANVIL_DEV_KEYS[3])
-    typed = client.ballot_typed_data(proposal_id, "for", voter.address)
-    signature = Account.sign_typed_data(voter.key, full_message=typed).signature
-    client.cast_vote_by_sig(proposal_id, "for", voter.address, signature, key=ANVIL_DEV_KEYS[0])
-    tally = client.proposal(proposal_id)
-    console.print(f"votes: for {tally.votes_for // 10**18} GYM (one by signature, relayed), "
-                  f"abstain {tally.votes_abstain // 10**18} GYM, against "
-                  f"{tally.votes_against // 10**18} GYM; quorum {tally.quorum // 10**18} GYM")
-    client.advance_time(params.voting_period + 1)
-    client.queue(proposal_id, key=ANVIL_DEV_KEYS[0])
-    client.advance_time(params.timelock_min_delay + 1)
-    client.execute(proposal_id, key=ANVIL_DEV_KEYS[0])
-    info = client.ledger.log_info(curated)
-    appended = client.ledger.leaves_appended(curated, from_block=gov.ledger.chain.deployment_block)
-    expected = merkle_root([event.leaf_hash for event in appended])
-    console.print(f"executed: curated library {info.name!r} size {info.size}, on-chain root "
-                  f"0x{info.root.hex()}", highlight=False)
-    if info.root != expected:
-        raise DevnetError(f"the curated library's on-chain root 0x{info.root.hex()} is not the "
-                          f"RFC 9162 root 0x{expected.hex()} of its leaves")
-    console.print("[green]on-chain root matches the RFC 9162 root of the curated leaves[/green]")
-
-
-def _demo_training(rt: LedgerRuntime, runs_dir: Path) -> None:
-    """A demo-sized Training-Free GRPO run (trainer/configs/tfgrpo_demo.yaml), published to
-    its own log with one experience entry per applied operation, then audited."""
-    from ledger.audit import audit_log
-    from trainer._json import read_json_file
-    from trainer.publish import publish_run
-    from trainer.tfgrpo_config import TFGRPOConfig
-    from trainer.tfgrpo_trainer import TFGRPOTrainer
-
-    console.rule("4. Training-Free GRPO")
-    repo = Path(trainer.__file__).resolve().parent.parent
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    config = TFGRPOConfig.from_yaml(repo / "trainer" / "configs" / "tfgrpo_demo.yaml",
-                                    output_dir=str(runs_dir / f"tfgrpo-{stamp}"))
-    config.train_path = str(repo / config.train_path)
-    config.eval_path = str(repo / config.eval_path)
-    with console.status("loading SmolLM2-135M-Instruct (converted once from the GGUF)"):
-        tfgrpo = TFGRPOTrainer(config)
-    with trainer.cli.step_progress() as bar:
-        task = bar.add_task("tfgrpo steps", total=config.epochs * tfgrpo.steps_per_epoch)
-        report = read_json_file(tfgrpo.train(
-            on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)))
-    counters = ", ".join(f"{k} {v}" for k, v in report["counters"].items() if v)
-    console.print(f"learned {report['library_size']} experiences from "
-                  f"{report['operations_applied']} operations ({counters})", highlight=False)
-    name = f"demo/tfgrpo-{stamp}"
-    published = publish_run(config.output_dir, rt.store, rt.content, rt.contract, name)
-    console.print(f"published run {published.run_cid} to {name}: size {published.size}, "
-                  f"tx {published.tx_hash}", highlight=False)
-    log_id = rt.store.get_log(name).chain_log_id
-    report = audit_log(rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block)
-    ledger.cli.print_audit_report(report)
-    if not report.ok:
-        raise DevnetError(f"the training log failed its audit: {report.discrepancies[0].message}")
+    run_demo(GymSettings(), console, keep=keep, train=train, sft=sft, node=node)
 
 
 def main() -> None:

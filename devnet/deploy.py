@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eth_account import Account
 from eth_utils import keccak
@@ -40,6 +41,9 @@ from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
 from ledger.evm import ZERO_ADDRESS, ChainError, EvmConnection
 from ledger.json_input import parse_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MANIFEST_VERSION = 3  # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry
 # What an older manifest lacks, by its version (said when asking for a redeploy).
@@ -274,3 +278,15 @@ def deployment_problems(w3: Web3, deployment: Deployment) -> list[str]:
         if code_hash != contract.code_hash:
             problems.append(f"{name} at {contract.address} does not hold the deployed code")
     return problems
+
+
+def print_deployment(console: Console, deployment: Deployment, rpc_url: str) -> None:
+    """The deployment as `gym devnet up|status` and `gym demo` show it: a table of contracts,
+    then the RPC URL and the deployment block."""
+    from rich.table import Table
+
+    table = Table("contract", "address", title=f"deployment on chain {deployment.chain_id}")
+    for name, contract in deployment.contracts.items():
+        table.add_row(name, contract.address)
+    console.print(table)
+    console.print(f"RPC: {rpc_url}  deployment block: {deployment.deployment_block}")

@@ -1,6 +1,7 @@
 """The inference-node step of `gym demo`: serve the curated library, answer, prove, verify.
 
-``demo_node`` runs after the DAO has curated a library on the devnet:
+``demo_node`` runs after the DAO has curated a library on the devnet (``devnet/demo.py`` calls
+it as the demo's step 6, under its heading):
 
 1. starts ``gym node serve`` in a subprocess on a free loopback port, following the library log
    (verified from chain + content store), signing with the key the caller gives (``gym demo``:
@@ -100,7 +101,6 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
     from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
     from inference_node.verify import check_receipt_bundle, checks_table
 
-    console.rule("6. inference node")
     key = node_key
     address = Account.from_key(key).address
     registry = _registry_address(Path(settings.deployment_file))

@@ -2,6 +2,7 @@
 
 ``audit_log`` rebuilds a log from the chain's events and the content store, with no local
 database, and lists every discrepancy it finds rather than stopping at the first.
+``print_audit_report`` shows a report the way ``gym audit`` does (``gym demo`` uses it too).
 
 Publisher log, for every ``Anchored`` event in chain order:
 
@@ -61,6 +62,8 @@ from ledger.multiformats import MultiformatError
 from ledger.rfc9162 import EMPTY_ROOT, verify_consistency
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ledger.content import ContentStore
 
 Progress = Callable[[int, int], None]  # (leaves replayed, leaves on chain)
@@ -210,6 +213,34 @@ def audit_log(contract: LedgerContract, content: ContentStore, log_id: int, *,
                     f"{from_block} or dropped by the node are missing", expected=state.size,
                     computed=end_size)
     return report
+
+
+def print_audit_report(report: AuditReport, console: Console) -> None:
+    """The report on ``console`` as ``gym audit`` shows it: a line, a checkpoint table and, if
+    any, a table of discrepancies."""
+    from rich.table import Table
+
+    kind = report.kind.name.lower()
+    console.print(f"log {report.log_id} ({kind}, {report.name!r}, owner {report.owner}): "
+                  f"size {report.size}, root {_hex(report.root)}", highlight=False)
+    table = Table("size", "root", "tx", "block", "ok", title="checkpoints")
+    for c in report.checkpoints:
+        table.add_row(str(c.size), _hex(c.root)[:18] + "…", c.tx_hash[:18] + "…",
+                      str(c.block_number), "yes" if c.ok else "NO")
+    console.print(table)
+    if report.ok:
+        console.print(f"[green]audit clean[/green]: {len(report.checkpoints)} checkpoints, "
+                      f"{report.leaves} entries replayed from chain + content store")
+        return
+    problems = Table("checkpoint", "leaf", "problem", "detail", "expected", "computed",
+                     title="discrepancies")
+    for d in report.discrepancies:
+        problems.add_row("-" if d.checkpoint is None else str(d.checkpoint),
+                         "-" if d.leaf is None else str(d.leaf), d.kind, d.message,
+                         "" if d.expected is None else str(d.expected),
+                         "" if d.computed is None else str(d.computed))
+    console.print(problems)
+    console.print(f"[red]audit failed[/red]: {len(report.discrepancies)} discrepancies")
 
 
 def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, from_block: int,

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ledger.audit import AuditReport, audit_log
+from ledger.audit import audit_log, print_audit_report
 from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.json_input import parse_json
@@ -419,31 +419,6 @@ def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:
     return ids[0]
 
 
-def print_audit_report(report: AuditReport) -> None:
-    """The report as a line, a checkpoint table and, if any, a table of discrepancies."""
-    kind = report.kind.name.lower()
-    console.print(f"log {report.log_id} ({kind}, {report.name!r}, owner {report.owner}): "
-                  f"size {report.size}, root {_hex(report.root)}", highlight=False)
-    table = Table("size", "root", "tx", "block", "ok", title="checkpoints")
-    for c in report.checkpoints:
-        table.add_row(str(c.size), _hex(c.root)[:18] + "…", c.tx_hash[:18] + "…",
-                      str(c.block_number), "yes" if c.ok else "NO")
-    console.print(table)
-    if report.ok:
-        console.print(f"[green]audit clean[/green]: {len(report.checkpoints)} checkpoints, "
-                      f"{report.leaves} entries replayed from chain + content store")
-        return
-    problems = Table("checkpoint", "leaf", "problem", "detail", "expected", "computed",
-                     title="discrepancies")
-    for d in report.discrepancies:
-        problems.add_row("-" if d.checkpoint is None else str(d.checkpoint),
-                         "-" if d.leaf is None else str(d.leaf), d.kind, d.message,
-                         "" if d.expected is None else str(d.expected),
-                         "" if d.computed is None else str(d.computed))
-    console.print(problems)
-    console.print(f"[red]audit failed[/red]: {len(report.discrepancies)} discrepancies")
-
-
 def audit(ctx: typer.Context,
           log: Annotated[str | None, typer.Argument(help="Log name as created on chain.")] = None,
           log_id: Annotated[int | None, typer.Option("--log-id", help="On-chain log id.")] = None,
@@ -464,6 +439,6 @@ def audit(ctx: typer.Context,
         report = audit_log(rt.contract, rt.content, log_id, from_block=start,
                            progress=lambda done, total: bar.update(task, completed=done,
                                                                    total=total))
-    print_audit_report(report)
+    print_audit_report(report, console)
     if not report.ok:
         raise typer.Exit(1)

@@ -14,7 +14,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 console = Console()
 
@@ -64,28 +63,11 @@ def _train_command(method: str):
 
 
 def run_training(config, console: Console = console):
-    """Train with a progress bar and print the run's summary; returns the `TrainResult`."""
-    from trainer.gradient.progress import RichProgressCallback, quiet_library_output
-    from trainer.gradient.train import train
+    """Train with a progress bar and print the run's summary; returns the `TrainResult`
+    (`trainer.gradient.progress.train_with_progress` on this module's console)."""
+    from trainer.gradient.progress import train_with_progress
 
-    quiet_library_output()
-    loading = console.status(f"{config.method}: loading the base model and the dataset")
-    loading.start()  # until the first step: the bar takes over
-    try:
-        result = train(config, callbacks=[RichProgressCallback(
-            console, f"{config.method} steps", on_begin=loading.stop)])
-    finally:
-        loading.stop()
-    manifest = result.manifest
-    table = Table(title=f"{config.method}: {manifest['base_model']['name']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in manifest["adapter"]["metrics"].items():
-        table.add_row(name, f"{value:.4g}")
-    console.print(table)
-    console.print(f"adapter: {result.run_dir / manifest['adapter_dir']}", highlight=False)
-    console.print(f"run manifest: {result.run_dir / 'run.json'}", highlight=False)
-    return result
+    return train_with_progress(config, console)
 
 
 def register(train_app: typer.Typer) -> None:

@@ -24,15 +24,15 @@ def demo_sft(ledger_rt, runs_dir: Path, console: Console, *, log_name: str,
     `model` replaces the config's base model (the tests use `tiny-random`).
     """
     from trainer.adapters.publish import publish_adapter_run
-    from trainer.gradient.cli import run_training
     from trainer.gradient.config import load_config
+    from trainer.gradient.progress import train_with_progress
 
     run_dir = Path(runs_dir) / f"sft-{time.strftime('%Y%m%d-%H%M%S')}"
     config = load_config(DEMO_CONFIG, method="sft", output_dir=str(run_dir))
     dataset = config.dataset.model_copy(update={"path": str(REPO / config.dataset.path)})
     config = config.model_copy(update={"dataset": dataset,
                                        "model": config.model if model is None else model})
-    run_training(config, console)
+    train_with_progress(config, console)
     published = publish_adapter_run(run_dir, ledger_rt.store, ledger_rt.content,
                                     ledger_rt.contract, log_name)
     console.print(f"published adapter {published.adapter_cid} and run {published.run_cid} to "

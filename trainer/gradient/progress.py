@@ -2,7 +2,9 @@
 
 The bar shows the step count, elapsed time and the latest logged loss (and mean reward for
 GRPO/GSPO). `quiet_library_output()` turns off the tqdm bars and info logs of transformers and
-datasets, so that the console shows this one bar.
+datasets, so that the console shows this one bar. `train_with_progress(config, console)` is
+`trainer.gradient.train.train` as the console shows it (`gym train sft|dpo|grpo|gspo`,
+`gym demo --sft`): a spinner while the model loads, this bar, then the run's metrics and paths.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from transformers import TrainerCallback
 
 
@@ -61,3 +64,28 @@ class RichProgressCallback(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
             self.progress.stop()
             self.progress = None
+
+
+def train_with_progress(config, console: Console):
+    """Train `config` with a progress bar on `console` and print the run's summary (metrics,
+    adapter and manifest paths); returns the `TrainResult`."""
+    from trainer.gradient.train import train
+
+    quiet_library_output()
+    loading = console.status(f"{config.method}: loading the base model and the dataset")
+    loading.start()  # until the first step: the bar takes over
+    try:
+        result = train(config, callbacks=[RichProgressCallback(
+            console, f"{config.method} steps", on_begin=loading.stop)])
+    finally:
+        loading.stop()
+    manifest = result.manifest
+    table = Table(title=f"{config.method}: {manifest['base_model']['name']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in manifest["adapter"]["metrics"].items():
+        table.add_row(name, f"{value:.4g}")
+    console.print(table)
+    console.print(f"adapter: {result.run_dir / manifest['adapter_dir']}", highlight=False)
+    console.print(f"run manifest: {result.run_dir / 'run.json'}", highlight=False)
+    return result

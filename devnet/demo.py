@@ -1,0 +1,204 @@
+"""`gym demo`: the whole system on the devnet, one step per package, read top to bottom.
+
+``run_demo`` is the table of contents; each step below it is a few calls into the package
+that owns that hop (named in its heading), and the printing:
+
+1. devnet: start Anvil, deploy every contract, check the chain holds the deployment
+   (``devnet.network``);
+2. ledger: create a log, append the sample experiences and publish them in two anchored
+   checkpoints, the second with a consistency proof (``ledger.publish``);
+3. audit: replay that log from chain events and the content store alone (``ledger.audit``);
+4. Training-Free GRPO: learn experiences on the bundled math set, publish the run and its
+   experiences, audit that log (``trainer.tfgrpo_trainer``, ``trainer.publish``,
+   ``ledger.audit``);
+4b. with ``--sft``, LoRA SFT: train a short adapter and publish it (``trainer.gradient.demo``);
+5. DAO curation: propose the sample experiences, vote, queue, execute, and check the curated
+   library's on-chain root (``governance.devnet_curation``);
+6. inference node: serve the curated library, ask it a question, verify the receipt
+   (``inference_node.demo``);
+
+then stop the devnet it started (unless ``keep``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from contracts.gym_token import format_gym
+from devnet.deploy import Deployment, GovernanceParams, print_deployment
+from devnet.errors import DevnetError
+from devnet.network import devnet_down, devnet_status, devnet_up
+from devnet.runtime import governance_runtime, ledger_runtime
+from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR, GymSettings
+from governance.runtime import GovernanceRuntime
+from ledger.runtime import LedgerRuntime
+
+SAMPLE_EXPERIENCES = DEVNET_DIR / "samples" / "experiences.jsonl"
+TFGRPO_DEMO_CONFIG = Path("trainer") / "configs" / "tfgrpo_demo.yaml"  # in the repository
+NODE_KEY = ANVIL_DEV_KEYS[4]  # not the demo's publisher (account 0) nor its voters (1..3)
+
+
+def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, train: bool = True,
+             sft: bool = False, node: bool = True) -> None:
+    """Run every step (see the module docstring); ``train``, ``sft`` and ``node`` switch steps
+    4, 4b and 6; ``keep`` leaves the devnet running."""
+    console.rule("1. devnet")
+    with console.status("starting Anvil and deploying the contracts"):
+        up = devnet_up(settings)
+    try:
+        check_deployment(settings, console, up.deployment)
+        rt = ledger_runtime(settings)
+        runs_dir = settings.data_dir / "runs"
+
+        console.rule("2. ledger")
+        log_name = publish_samples(rt, console, SAMPLE_EXPERIENCES)
+
+        console.rule("3. audit")
+        audit(rt, console, log_name, what="the demo log")
+
+        if train:
+            console.rule("4. Training-Free GRPO")
+            training_log = train_tfgrpo(rt, console, runs_dir)
+            audit(rt, console, training_log, what="the training log")
+
+        if sft:
+            from trainer.gradient.demo import demo_sft
+
+            console.rule("4b. LoRA SFT")
+            demo_sft(rt, runs_dir, console, log_name=f"demo/sft-{_stamp()}")
+
+        console.rule("5. DAO curation")
+        curate(governance_runtime(settings, rt), console, log_name, up.deployment.governance)
+
+        if node:
+            from inference_node.demo import demo_node
+            from trainer.backends import default_model_dir
+
+            console.rule("6. inference node")
+            demo_node(settings, rt, console, library_log_id=up.deployment.curated_log_id,
+                      curated=True, model_dir=default_model_dir(), node_key=NODE_KEY)
+    finally:
+        if up.started_anvil and not keep:
+            devnet_down(settings)
+            console.print("devnet stopped (use --keep to leave it running)")
+    console.rule("demo finished")
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_deployment(settings: GymSettings, console: Console, deployment: Deployment) -> None:
+    """1. Show the deployment; fail unless the chain holds it (``devnet_status``)."""
+    print_deployment(console, deployment, deployment.rpc_url)
+    state = devnet_status(settings)
+    if not state.healthy:
+        raise DevnetError("deployment check failed: " + "; ".join(state.problems))
+    console.print(f"[green]chain at block {state.block_number}; deployment verified[/green]")
+
+
+def publish_samples(rt: LedgerRuntime, console: Console, samples: Path) -> str:
+    """2. Create a log and publish ``samples`` to it in two checkpoints (the second with a
+    consistency proof); returns the log's name."""
+    from ledger.publish import append_entries, ensure_chain_log, publish, read_entry_files
+
+    entries = read_entry_files([samples])
+    name = f"demo/experiences-{_stamp()}"
+    rt.store.create_log(name)
+    log_id = ensure_chain_log(rt.store, rt.contract, name)
+    console.print(f"created log {name}: on-chain log id {log_id}", highlight=False)
+    half = len(entries) // 2 + 1
+    for batch in (entries[:half], entries[half:]):
+        appended = append_entries(rt.store, rt.content, name, batch)
+        console.print(f"appended {len(batch)} experiences: size {appended.old_size} -> "
+                      f"{appended.size}")
+        published = publish(rt.store, rt.content, rt.contract, name)
+        console.print(f"published size {published.size} with a consistency proof of "
+                      f"{published.proof_length} hashes from size {published.old_size}")
+        console.print(f"  root 0x{published.root.hex()}\n  tx   {published.tx_hash}",
+                      highlight=False)
+    return name
+
+
+def audit(rt: LedgerRuntime, console: Console, log_name: str, *, what: str) -> None:
+    """3. Replay log ``log_name`` from chain events and the content store alone; fail on any
+    discrepancy (``what`` names the log in the error)."""
+    from ledger.audit import audit_log, print_audit_report
+
+    log_id = rt.store.get_log(log_name).chain_log_id
+    report = audit_log(rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block)
+    print_audit_report(report, console)
+    if not report.ok:
+        raise DevnetError(f"{what} failed its audit: {report.discrepancies[0].message}")
+
+
+def train_tfgrpo(rt: LedgerRuntime, console: Console, runs_dir: Path) -> str:
+    """4. A demo-sized Training-Free GRPO run (``trainer/configs/tfgrpo_demo.yaml``), published
+    to its own log with one experience entry per applied operation; returns the log's name."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import trainer
+    from trainer._json import read_json_file
+    from trainer.publish import publish_run
+    from trainer.tfgrpo_config import TFGRPOConfig
+    from trainer.tfgrpo_trainer import TFGRPOTrainer
+
+    repo = Path(trainer.__file__).resolve().parent.parent
+    stamp = _stamp()
+    config = TFGRPOConfig.from_yaml(repo / TFGRPO_DEMO_CONFIG,
+                                    output_dir=str(runs_dir / f"tfgrpo-{stamp}"))
+    config.train_path = str(repo / config.train_path)
+    config.eval_path = str(repo / config.eval_path)
+    with console.status("loading SmolLM2-135M-Instruct (converted once from the GGUF)"):
+        tfgrpo = TFGRPOTrainer(config)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:  # as `gym train tfgrpo`
+        task = bar.add_task("tfgrpo steps", total=config.epochs * tfgrpo.steps_per_epoch)
+        report = read_json_file(tfgrpo.train(
+            on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)))
+    counters = ", ".join(f"{k} {v}" for k, v in report["counters"].items() if v)
+    console.print(f"learned {report['library_size']} experiences from "
+                  f"{report['operations_applied']} operations ({counters})", highlight=False)
+    name = f"demo/tfgrpo-{stamp}"
+    published = publish_run(config.output_dir, rt.store, rt.content, rt.contract, name)
+    console.print(f"published run {published.run_cid} to {name}: size {published.size}, "
+                  f"tx {published.tx_hash}", highlight=False)
+    return name
+
+
+def curate(gov: GovernanceRuntime, console: Console, log_name: str,
+           params: GovernanceParams) -> None:
+    """5. The DAO curates the demo log (``governance.devnet_curation.curate_on_devnet``: propose,
+    three votes, one a relayed EIP-712 signature, skip the voting period and the timelock delay,
+    queue, execute); then the curated library's on-chain root must be the RFC 9162 root of its
+    leaves."""
+    from governance.devnet_curation import curate_on_devnet, uncurated_indices
+    from governance.devnet_time import is_devnet
+
+    client = gov.client()
+    if not is_devnet(client.w3):
+        console.print("not the devnet: skipping the DAO step (its votes need devnet keys)")
+        return
+    indices = uncurated_indices(client, gov.ledger.store, log_name)
+    if not indices:  # a kept devnet that ran the demo before already holds these entries
+        console.print("the curated library already holds every sample experience")
+        return
+    done = curate_on_devnet(client, gov.ledger.store, gov.ledger.content, log_name, indices,
+                            "The demo's sample experiences.",
+                            voting_period=params.voting_period,
+                            timelock_delay=params.timelock_min_delay)
+    tally, library = done.tally, done.library
+    console.print(f"proposed curating {len(indices)} entries of {log_name} (document "
+                  f"{done.plan.document_cid})", highlight=False)
+    console.print(f"votes: for {format_gym(tally.votes_for)} (one by signature, relayed), "
+                  f"abstain {format_gym(tally.votes_abstain)}, against "
+                  f"{format_gym(tally.votes_against)}; quorum {format_gym(tally.quorum)}")
+    console.print(f"executed: curated library {library.name!r} size {library.size}, on-chain "
+                  f"root 0x{library.root.hex()}", highlight=False)
+    if library.root != done.leaves_root:
+        raise DevnetError(f"the curated library's on-chain root 0x{library.root.hex()} is not "
+                          f"the RFC 9162 root 0x{done.leaves_root.hex()} of its leaves")
+    console.print("[green]on-chain root matches the RFC 9162 root of the curated leaves[/green]")
