@@ -138,11 +138,10 @@ def audit(rt: LedgerRuntime, console: Console, log_name: str, *, what: str) -> N
 def train_tfgrpo(rt: LedgerRuntime, console: Console, runs_dir: Path) -> str:
     """4. A demo-sized Training-Free GRPO run (``trainer/configs/tfgrpo_demo.yaml``), published
     to its own log with one experience entry per applied operation; returns the log's name."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     import trainer
     from trainer._json import read_json_file
     from trainer.publish import publish_run
+    from trainer.reports import step_progress
     from trainer.tfgrpo_config import TFGRPOConfig
     from trainer.tfgrpo_trainer import TFGRPOTrainer
 
@@ -154,8 +153,7 @@ def train_tfgrpo(rt: LedgerRuntime, console: Console, runs_dir: Path) -> str:
     config.eval_path = str(repo / config.eval_path)
     with console.status("loading SmolLM2-135M-Instruct (converted once from the GGUF)"):
         tfgrpo = TFGRPOTrainer(config)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as bar:  # as `gym train tfgrpo`
+    with step_progress(console) as bar:  # as `gym train tfgrpo`
         task = bar.add_task("tfgrpo steps", total=config.epochs * tfgrpo.steps_per_epoch)
         report = read_json_file(tfgrpo.train(
             on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)))

@@ -19,7 +19,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from trainer._json import read_json_file
@@ -33,11 +32,6 @@ console = Console()
 def train_group() -> None:
     """Train: LoRA adapters (sft, dpo, grpo, gspo through TRL + PEFT) or a Training-Free GRPO
     experience library."""
-
-
-def step_progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console)
 
 
 @train_app.command("tfgrpo")
@@ -62,7 +56,9 @@ def train_tfgrpo(
     with console.status("loading models"):
         trainer = TFGRPOTrainer(config)
     total = config.epochs * trainer.steps_per_epoch
-    with step_progress() as bar:
+    from trainer.reports import step_progress
+
+    with step_progress(console) as bar:
         task = bar.add_task("tfgrpo steps", total=total)
 
         def advance(row: dict) -> None:
@@ -159,7 +155,9 @@ def eval_library(
         arms["adapter"] = (tuned, [])
         if library:
             arms["adapter+library"] = (tuned, experiences)
-    with step_progress() as bar:
+    from trainer.reports import step_progress
+
+    with step_progress(console) as bar:
         task = bar.add_task("eval arms x seeds", total=len(arms) * seeds)
         results = evaluate_arms(arms, problems, load_verifier(verifier), k=k,
                                 seeds=tuple(range(seeds)), temperature=temperature,

@@ -23,11 +23,7 @@ same order; a mismatch is an error, never a warning.
 
 from __future__ import annotations
 
-import hashlib
-import platform
-import subprocess
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,17 +35,16 @@ from ledger.entries import (
     encode_entry,
     entry_cid,
     fold_library,
-    weights_digest,
 )
 from ledger.errors import NotFoundError
 from trainer._json import read_json_file
 from trainer.errors import TrainerError
+from trainer.provenance import code_version, file_digest, hardware, model_digest, packages
 
 if TYPE_CHECKING:
     from trainer.adapters.publish import PublishedAdapter
 
 RUN_REPORT = "run_report.json"  # what `gym train tfgrpo` writes last
-PACKAGES = ("zoo-gym", "torch", "transformers", "math-verify", "trl", "peft")
 
 
 class PublishRunError(TrainerError, ValueError):
@@ -71,50 +66,6 @@ class PublishedRun:
     size: int  # log size after the anchor
     root: bytes
     tx_hash: str
-
-
-def model_digest(model_dir: str | Path) -> str | None:
-    """``sha256:`` over the names and SHA-256 of a local model's weight and config files
-    (``ledger.entries.weights_digest``), or None when ``model_dir`` is not a local directory (a
-    remote API model)."""
-    path = Path(model_dir)
-    return weights_digest(path) if path.is_dir() else None
-
-
-def file_digest(path: str | Path) -> str:
-    with open(path, "rb") as handle:
-        return "sha256:" + hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def code_version() -> str:
-    """The git commit of this checkout (``-dirty`` when it has changes), else the version."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return f"zoo-gym {version('zoo-gym')}"
-    return commit + ("-dirty" if dirty else "")
-
-
-def _packages() -> dict[str, str]:
-    found = {}
-    for name in PACKAGES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    return found
-
-
-def _hardware() -> dict:
-    import torch
-
-    return {"machine": platform.machine(), "system": platform.system(),
-            "python": platform.python_version(), "cpu_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def _read_json(path: Path) -> dict:
@@ -147,8 +98,8 @@ def build_run_entries(run_dir: str | Path, content, *, domain: str = "math") -> 
     metrics.update(library_size=report["library_size"],
                    operations_applied=report["operations_applied"], mean_reward=rewards)
     run = encode_entry(RunEntry(
-        config=config, code_version=code_version(), packages=_packages(),
-        hardware=_hardware(), dataset_digests=[file_digest(p) for p in datasets],
+        config=config, code_version=code_version(), packages=packages(),
+        hardware=hardware(), dataset_digests=[file_digest(p) for p in datasets],
         metrics=metrics, artifacts=artifacts))
     run_cid = entry_cid(run)
 

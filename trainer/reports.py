@@ -11,11 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ledger.entries import AdapterFile
 from trainer.adapters.publish import PublishedAdapter
 from trainer.publish import PublishedRun, publish_run_dir
+
+
+def step_progress(console: Console) -> Progress:
+    """The bar of training and evaluation steps (`gym train tfgrpo`, `gym eval`, `gym demo`)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console)
 
 
 def files_table(cid: str, files: list[AdapterFile]) -> Table:

@@ -32,7 +32,7 @@ from trainer.adapters.errors import AdapterError, DeltaFormatError
 from trainer.adapters.merge import load_adapted, load_base, merge_adapter
 from trainer.adapters.perplexity import load_eval_texts, perplexity
 from trainer.backends import tiny_random_model
-from trainer.publish import model_digest
+from trainer.provenance import model_digest
 
 IDS = torch.tensor([[5, 17, 42, 99, 7, 250, 3, 64], [1, 2, 3, 4, 5, 6, 7, 8]])
 

@@ -11,7 +11,7 @@ import torch
 
 from trainer.adapters.perplexity import render_text
 from trainer.data import generate_problems, write_jsonl
-from trainer.publish import file_digest, model_digest
+from trainer.provenance import file_digest, model_digest
 
 
 def make_adapter_run(directory: Path, base_src: Path, *, rank: int = 96, steps: int = 4,

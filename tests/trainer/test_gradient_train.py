@@ -20,7 +20,7 @@ from trainer.gradient import (
     train,
     validate_config,
 )
-from trainer.publish import file_digest, model_digest
+from trainer.provenance import file_digest, model_digest
 from trainer.tfgrpo_config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

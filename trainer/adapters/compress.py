@@ -51,7 +51,7 @@ from trainer.adapters.merge import (
     load_base,
     prepare_output,
 )
-from trainer.publish import model_digest
+from trainer.provenance import model_digest
 
 DELTA_FILE = "delta.safetensors"
 CONFIG_FILE = "delta_config.json"

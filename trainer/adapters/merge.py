@@ -23,7 +23,7 @@ from pathlib import Path
 from ledger.entries import files_digest
 from trainer.adapters.errors import AdapterError, BaseModelMismatchError
 from trainer.adapters.fetch import read_adapter_entry
-from trainer.publish import model_digest
+from trainer.provenance import model_digest
 
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*",
                    "merges.txt", "chat_template.*", "*.model")

@@ -39,7 +39,6 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,7 @@ class TrainResult:
 def resolve_base_model(config: GradientConfig, run_dir: Path) -> BaseWeights:
     """Where the base weights are, their name and digest (writes `base/` for tiny-random)."""
     from trainer.backends import default_model_dir, tiny_random_model
-    from trainer.publish import model_digest
+    from trainer.provenance import model_digest
 
     if config.model == TINY_RANDOM:
         path = tiny_random_model(run_dir / "base")
@@ -274,7 +273,7 @@ def metric_curves(log_history: list[dict]) -> tuple[dict[str, list[float]], dict
 
 def build_manifest(config: GradientConfig, base: BaseWeights, adapter_config: dict,
                    log_history: list[dict], global_step: int) -> dict[str, Any]:
-    from trainer.publish import _hardware, _packages, code_version, file_digest
+    from trainer.provenance import code_version, file_digest, hardware, packages
 
     curves, summary = metric_curves(log_history)
     dataset_digest = file_digest(config.dataset.path)
@@ -289,20 +288,15 @@ def build_manifest(config: GradientConfig, base: BaseWeights, adapter_config: di
     for key in FINAL_METRICS:
         if curves.get(key):
             final["final_" + key.replace("/", "_")] = curves[key][-1]
-    packages = _packages()
-    for name in EXTRA_PACKAGES:  # what gradient training runs on, beyond trainer.publish's list
-        try:
-            packages[name] = version(name)
-        except PackageNotFoundError:
-            pass
     run_config = {**config.to_dict(), "base_model": {"name": base.name,
                                                      "weights_digest": base.weights_digest}}
     return {
         "method": config.method,
         "base_model": {"name": base.name, "weights_digest": base.weights_digest},
         "adapter_dir": ADAPTER_DIR,
-        "run": {"config": run_config, "code_version": code_version(), "packages": packages,
-                "hardware": _hardware(), "dataset_digests": [dataset_digest],
+        "run": {"config": run_config, "code_version": code_version(),
+                "packages": packages(EXTRA_PACKAGES),
+                "hardware": hardware(), "dataset_digests": [dataset_digest],
                 "metrics": metrics},
         "adapter": {"config": adapter_config, "dataset_digest": dataset_digest,
                     "metrics": final},
