@@ -14,7 +14,9 @@ import pytest
 
 from devnet.settings import ANVIL_DEV_KEYS
 
-sys.path.insert(0, str(Path(__file__).parent))  # `gym_helpers`, shared by the test folders
+# `gym_helpers`, shared by the test folders. Its own folder: tests/ itself holds ledger/,
+# governance/, ... (no __init__.py), which would shadow the real packages as namespace packages.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 GYM = Path(sys.executable).parent / "gym"
 
 
