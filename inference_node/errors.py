@@ -6,6 +6,8 @@ as one ``error: ...`` line (exit 1), as it does the other packages' bases.
 - ``ReceiptError``: a receipt does not check out; its ``reason`` is one of ``REASONS``. It is
   also a ``ledger`` ``VerificationError`` (expected and computed values), as every verifier's
   error in this repository is.
+- ``SamplingError``: a sampler input is out of its domain (``inference_node.sampling``: a
+  temperature, top-p, seed, request key, position or logits row the spec does not define).
 - ``EngineError`` (``inference_node.engine``): an engine failed while running a request.
 - ``APIError`` (``inference_node.serving``): an error answer, HTTP status and OpenAI's fields.
 """
@@ -29,6 +31,10 @@ class KeyLoadError(NodeError):
     def __init__(self, message: str, *, option: str | None = None):
         super().__init__(message)
         self.option = option
+
+
+class SamplingError(InferenceNodeError, ValueError):
+    """A sampler input is outside the domain ``docs/sampling.md`` defines."""
 
 
 REASONS = (
