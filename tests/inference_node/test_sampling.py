@@ -77,6 +77,7 @@ def test_docs_test_vectors(position):
     assert pick(LOGITS, position, temperature=0).token == greedy
     assert pick(LOGITS, position, temperature=0.8).token == tempered
     assert pick(LOGITS, position, temperature=0.8, top_p=0.7).token == nucleus
+    assert pick(LOGITS, position, temperature=0.8, top_p=0.7).kept == 3  # ids 0, 3, 6
 
 
 def test_position_key_is_the_documented_sha256_layout():
