@@ -32,7 +32,8 @@ def format_revert_value(error: str, abi_input: dict, value: Any) -> Any:
         return "|".join(s.label for s in ProposalState if int.from_bytes(value, "big") & (1 << s))
     if name == "status" and error == "NodeRegistryChallengeNotOpen":
         return ChallengeStatus(value).label
-    if name in ("amount", "stake", "minStake") and error.startswith("NodeRegistry"):
+    if name in ("amount", "stake", "minStake") and error.startswith("NodeRegistry") or \
+            name in ("votes", "threshold") and error == "GovernorInsufficientProposerVotes":
         return format_gym(value)
     return plain_value(error, abi_input, value)
 
@@ -47,7 +48,7 @@ def _meaning(name: str, v: dict[str, Any]) -> str:
             lambda: f"the signature does not recover to {v['voter']} at its current nonce "
                     "(forged, or already used)",
         "GovernorInsufficientProposerVotes":
-            lambda: f"{v['proposer']} has {v['votes']} votes, proposing needs {v['threshold']}: "
+            lambda: f"{v['proposer']} has {v['votes']} of votes, proposing needs {v['threshold']}: "
                     "delegate first (`gym gov delegate`)",
         "GovernorNonexistentProposal": lambda: "no proposal has this id",
         "GovernorInvalidVoteType": lambda: "support must be 0 (against), 1 (for) or 2 (abstain)",

@@ -45,7 +45,7 @@ from inference_node.challenges import challenged_receipt, open_challenge
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
 from inference_node.launch import NodeLaunch, load_key, open_registry, start_node
 from inference_node.receipts import ReceiptDomain
-from inference_node.settings import NodeSettings
+from inference_node.settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, NodeSettings
 from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
 
 app = typer.Typer(help="Run an inference node: an OpenAI-compatible server over a frozen model.",
@@ -103,10 +103,10 @@ def serve(
         help="Experience library JSON ({log_id, size, root, experiences: [{id, text}]}), "
              "injected into every prompt. Omit to serve with no library.",
         exists=True, dir_okay=False)] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = DEFAULT_PORT,
     max_queue: Annotated[int, typer.Option(
-        help="Waiting requests (streamed ones included) before answering 429.")] = 64,
+        help="Waiting requests (streamed ones included) before answering 429.")] = DEFAULT_MAX_QUEUE,
     max_batch: Annotated[int, typer.Option(help="Requests decoded together.")] = 8,
     served_model_name: Annotated[str | None, typer.Option(
         help="Model id in /v1/models; default: the model directory's name.")] = None,

@@ -5,13 +5,17 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DEFAULT_HOST = "127.0.0.1"  # loopback: a node is exposed on purpose, never by default
+DEFAULT_PORT = 8000
+DEFAULT_MAX_QUEUE = 64
+
 
 class NodeSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GYM_NODE_", extra="ignore")
 
     served_model_name: str | None = Field(
         default=None, description="model id in /v1/models and responses; default: the engine's")
-    max_queue: int = Field(default=64, ge=1, description="waiting requests before 429")
+    max_queue: int = Field(default=DEFAULT_MAX_QUEUE, ge=1, description="waiting requests before 429")
     default_max_tokens: int = Field(default=256, ge=1, description="when a request sets none")
     max_body_bytes: int = Field(
         default=4 * 1024 * 1024, ge=1024, description="request bodies above this are refused "
@@ -19,8 +23,8 @@ class NodeSettings(BaseSettings):
     max_json_depth: int = Field(
         default=32, ge=4, description="JSON nesting beyond this is refused with 400 before the "
         "decoder runs (an OpenAI request nests 5 levels; JSON schemas in tools a few more)")
-    host: str = "127.0.0.1"
-    port: int = 8000
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
     registry: str | None = Field(
         default=None, description="NodeRegistry address (GYM_NODE_REGISTRY); default: the "
         "deployment's")
