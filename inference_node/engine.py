@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,7 +36,11 @@ class SamplingParams:
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    # The verifiable sampler's inputs (`inference_node.sampling`, docs/sampling.md): with no
+    # seed the engine draws one (`resolve_seed`); `request_key` is the normalized request's
+    # 32-byte digest when the node serves (a receipt signs both), zeros otherwise.
     seed: int | None = None
+    request_key: bytes = bytes(32)
     stop: tuple[str, ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0  # alternatives reported per position when `logprobs`
@@ -73,6 +79,14 @@ class Generation:
     prompt_tokens: int
     completion_tokens: int
     activations: list[Any] | None = None  # as `GenerationDelta.activations`
+
+
+def resolve_seed(params: SamplingParams) -> SamplingParams:
+    """``params`` with a seed: its own, or a fresh random one below 2**52 (as the node draws
+    one for a receipt), so every request samples through the same seeded sampler."""
+    if params.seed is not None:
+        return params
+    return dataclasses.replace(params, seed=secrets.randbits(52))
 
 
 class Engine(abc.ABC):

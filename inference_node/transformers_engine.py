@@ -9,17 +9,18 @@ It implements `inference_node.engine.Engine`:
   deep-copied per batch). Each request's own tokens are left-padded *after* the prefix: the
   attention mask hides the pad slots and explicit position ids continue from the prefix, so
   every row sees exactly `prefix + its tokens`, as if it ran alone.
-- Sampling is per request: temperature 0 (below `GREEDY_BELOW`) is greedy; otherwise
-  temperature, then top-p, then a draw from the request's own `torch.Generator` seeded with its
-  `seed`, so a seeded request is reproducible whatever else is in the batch (up to float
-  differences from batch shapes).
+- Sampling is per request and stateless: every token is `inference_node.sampling.choose` on
+  the row's logits, keyed by the request's seed, its request key and the token's position
+  (gym-sampler/1, docs/sampling.md), so a seeded request gives the same tokens whatever else is
+  in the batch (up to float differences from batch shapes, which only matter at near-ties),
+  and a verifier re-derives each token from one prefill.
 - Stop strings are matched on the decoded text; text that might be the start of a stop string is
   held back until it is decided, so a stream never shows the stop string. Finished and cancelled
   rows are dropped from the batch (`DynamicCache.batch_select_indices`).
 - Logprobs are those of the model's own distribution (before temperature and top-p), as vLLM
   and OpenAI report them.
-- A request fails alone: a seed its generator refuses fails it before the batch is built, an
-  error while sampling its token drops its row, and when a forward pass fails the requests that
+- A request fails alone: an error while sampling its token (a seed outside the sampler's
+  range included) drops its row, and when a forward pass fails the requests that
   have emitted nothing yet run again one by one (the others fail: their stream has begun).
   A request whose consumer is gone (`stream` closed: a client that disconnected) is dropped
   at the next token.
@@ -30,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -45,13 +45,12 @@ from inference_node.engine import (
     SamplingParams,
     TokenLogprob,
     deltas_until_finished,
+    resolve_seed,
 )
 from inference_node.injection import PrefixKVCache, Prompt
+from inference_node.sampling import choose
 
 log = logging.getLogger(__name__)
-
-GREEDY_BELOW = 1e-5  # temperatures under this decode greedily (vLLM's _SAMPLING_EPS)
-
 
 @dataclass(eq=False)
 class _Request:
@@ -61,7 +60,6 @@ class _Request:
     events: asyncio.Queue
     cancelled: bool = False
     # decoding state, owned by the worker thread
-    generator: Any = None
     token_ids: list[int] = field(default_factory=list)
     activations: list[Any] = field(default_factory=list)
     sent_chars: int = 0
@@ -146,7 +144,8 @@ class TransformersEngine(Engine):
     async def stream(self, prompt: Prompt, params: SamplingParams
                      ) -> AsyncIterator[GenerationDelta]:
         self.start()
-        request = _Request(prompt, params, asyncio.get_running_loop(), asyncio.Queue())
+        request = _Request(prompt, resolve_seed(params), asyncio.get_running_loop(),
+                           asyncio.Queue())
         with self._wakeup:
             self._waiting.append(request)
             self._wakeup.notify()
@@ -222,9 +221,6 @@ class TransformersEngine(Engine):
         from transformers import DynamicCache
 
         torch = self.torch
-        batch = [r for r in batch if self._seeded(r)]
-        if not batch:
-            return
         self.batch_sizes[len(batch)] += 1
         self._running = len(batch)
         prefix = batch[0].prompt.prefix
@@ -308,19 +304,6 @@ class TransformersEngine(Engine):
             if hook is not None:
                 hook.remove()
 
-    def _seeded(self, request: _Request) -> bool:
-        """Give ``request`` its own generator; False (and the request failed alone) when its
-        seed is one the generator refuses."""
-        request.generator = self.torch.Generator(device=self.device)
-        seed = request.params.seed
-        try:
-            request.generator.manual_seed(seed if seed is not None
-                                          else int.from_bytes(os.urandom(8), "little") >> 1)
-        except (RuntimeError, ValueError, OverflowError, TypeError) as exc:
-            request.emit(EngineError(f"invalid seed {seed}: {exc}"))
-            return False
-        return True
-
     def _step(self, request: _Request, logits: Any, state: Any = None) -> int | None:
         """Sample one token for `request`, emit its delta; the token to feed back, or None if
         done. `state`: the final hidden state that gave `logits` (captured for receipts)."""
@@ -330,7 +313,7 @@ class TransformersEngine(Engine):
         params = request.params
         if params.capture_activations:
             request.activations.append(state)
-        token = self._sample(logits, params, request.generator)
+        token = self._sample(logits, params, len(request.token_ids))
         logprobs = None
         if params.logprobs:
             logp = torch.log_softmax(logits, -1)
@@ -371,21 +354,10 @@ class TransformersEngine(Engine):
                                      activations))
         return None if finish else token
 
-    def _sample(self, logits: Any, params: SamplingParams, generator: Any) -> int:
-        torch = self.torch
-        if params.temperature < GREEDY_BELOW:
-            return int(logits.argmax())
-        # Shifted so the largest logit is 0: a tiny temperature then sends the others to -inf
-        # (probability 0) instead of overflowing to inf and NaN.
-        probs = torch.softmax((logits - logits.max()) / params.temperature, -1)
-        if params.top_p < 1.0:
-            sorted_probs, order = probs.sort(descending=True)
-            outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
-            sorted_probs[outside] = 0.0
-            probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
-        return int(torch.multinomial(probs, 1, generator=generator))
-
-
+    def _sample(self, logits: Any, params: SamplingParams, position: int) -> int:
+        """The sampler's token (gym-sampler/1) for the completion token at ``position``."""
+        return choose(logits, temperature=params.temperature, top_p=params.top_p,
+                      seed=params.seed, request_key=params.request_key, position=position).token
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent_chars: int) -> int | None:
