@@ -41,16 +41,27 @@ def decode_hidden_states(model: Any, prompt_ids: Sequence[int],
                          completion_ids: Sequence[int]) -> list[Any]:
     """Final hidden states (bfloat16, CPU) at the positions that produced each completion
     token: one prefill over ``prompt + completion[:-1]``."""
+    return prefill(model, prompt_ids, completion_ids, logits=False)[0]
+
+
+def prefill(model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int], *,
+            logits: bool = True) -> tuple[list[Any], Any]:
+    """One prefill over ``prompt + completion[:-1]``: the final hidden states at the positions
+    that produced each completion token (bfloat16, CPU; what the commitment is over) and, with
+    ``logits``, the LM head's float32 logits at those positions ([completion, vocab], CPU; what
+    the sampling check reads), from the same body output."""
     import torch
 
     if not prompt_ids or not completion_ids:
         raise ValueError("an activation commitment needs a prompt and at least one token")
     device = next(model.parameters()).device
     ids = torch.tensor([[*prompt_ids, *completion_ids[:-1]]], device=device)
-    with torch.inference_mode():  # the body only: the LM head's logits are not needed
-        hidden = model.base_model(input_ids=ids, use_cache=False)[0][0]
-    rows = hidden[len(prompt_ids) - 1:].to(torch.bfloat16).cpu()
-    return list(rows)
+    with torch.inference_mode():  # the body, then the LM head on the decode positions only
+        hidden = model.base_model(input_ids=ids, use_cache=False)[0][0][len(prompt_ids) - 1:]
+        scores = None
+        if logits:
+            scores = model.get_output_embeddings()(hidden).float().cpu()
+    return list(hidden.to(torch.bfloat16).cpu()), scores
 
 
 def commit_activations(states: Sequence[Any]) -> str:

@@ -59,6 +59,9 @@ REASONS = (
     "node_slashed",  # the signer's node was slashed below the minimum stake: not active
     "registered_model",  # the node is registered with another model digest
     "receipt_log",  # the inclusion proof is not in the node's registered receipt log
+    "sampling",  # a token is not the verifiable sampler's choice, or the parameters disagree
+    "termination",  # the answer does not end where it says (EOS, stop string, max_tokens)
+    "response_text",  # the text is not the decoding of the completion's token ids
 )
 
 

@@ -73,8 +73,10 @@ from eth_utils import keccak
 from inference_node.activations import commit_activations, decode_hidden_states
 from inference_node.errors import ReceiptError
 from ledger.entries import (
+    GYM_SAMPLER,
     LibraryRef,
     ReceiptEntry,
+    ReceiptEntryV2,
     Sampling,
     TokenCounts,
     decode_entry,
@@ -142,9 +144,13 @@ def build_receipt(*, node: str, model_digest: str, library: LibraryRef | dict,
                   experience_ids: Sequence[str], request_json: Any, text: str,
                   completion_token_ids: Sequence[int], prompt_tokens: int, temperature: float,
                   top_p: float, max_tokens: int, seed: int, activation_commitment: str,
-                  adapter_cid: str | None = None, at: int | None = None) -> ReceiptEntry:
-    """An unsigned receipt; ``EntryError`` if a field breaks the entry format's rules."""
-    return ReceiptEntry(
+                  adapter_cid: str | None = None, at: int | None = None,
+                  finish_reason: str | None = None) -> ReceiptEntry:
+    """An unsigned receipt; ``EntryError`` if a field breaks the entry format's rules. With
+    ``finish_reason`` a v2 receipt (``request_json`` is then the normalized request, and the
+    tokens were chosen by ``GYM_SAMPLER``), else v1."""
+    v2 = {} if finish_reason is None else {"sampler": GYM_SAMPLER, "finish_reason": finish_reason}
+    return (ReceiptEntryV2 if v2 else ReceiptEntry)(**v2,
         node=node.lower(), model_digest=model_digest, adapter_cid=adapter_cid,
         library=library if isinstance(library, LibraryRef) else LibraryRef(**library),
         experience_ids=list(experience_ids), request_digest=request_digest(request_json),
@@ -199,17 +205,23 @@ TYPES: dict[str, list[dict[str, str]]] = {
                {"name": "completion", "type": "uint32"}],
 }
 
+# Receipt v2: the same structs, and the sampler and how the answer ended signed with them.
+TYPES_V2: dict[str, list[dict[str, str]]] = {
+    **TYPES, "Receipt": [*TYPES["Receipt"], {"name": "sampler", "type": "string"},
+                         {"name": "finishReason", "type": "string"}]}
+_TYPES = {1: TYPES, 2: TYPES_V2}
+
 
 def typed_data(receipt: ReceiptEntry, domain: ReceiptDomain) -> dict[str, Any]:
     """The EIP-712 ``eth_signTypedData_v4`` JSON of ``receipt`` (its signature left out)."""
-    return {"types": copy.deepcopy(TYPES), "primaryType": "Receipt",
+    return {"types": copy.deepcopy(_TYPES[receipt.v]), "primaryType": "Receipt",
             "domain": domain.to_json(), "message": typed_data_message(receipt)}
 
 
 def typed_data_message(receipt: ReceiptEntry) -> dict[str, Any]:
     """The ``message`` of `typed_data`: the receipt's fields as the EIP-712 types have them."""
     s, lib = receipt.sampling, receipt.library
-    return {
+    message = {
         "node": receipt.node,
         "modelDigest": _bytes32(receipt.model_digest),
         "adapterCid": _cid_digest(receipt.adapter_cid) if receipt.adapter_cid else b"\0" * 32,
@@ -223,6 +235,9 @@ def typed_data_message(receipt: ReceiptEntry) -> dict[str, Any]:
         "time": receipt.time,
         "activationCommitment": receipt.activation_commitment,
     }
+    if receipt.v == 2:
+        message.update(sampler=receipt.sampler, finishReason=receipt.finish_reason)
+    return message
 
 
 def _encode_type(types: dict[str, list[dict]], primary: str) -> str:
@@ -236,18 +251,19 @@ def _encode_type(types: dict[str, list[dict]], primary: str) -> str:
 
 
 @functools.cache
-def _type_hash(name: str) -> bytes:
-    """``typeHash`` of a struct of `TYPES` (a constant: computed once)."""
-    return keccak(_encode_type(TYPES, name).encode())
+def _type_hash(name: str, version: int = 1) -> bytes:
+    """``typeHash`` of a struct of the receipt version's types (a constant: computed once)."""
+    return keccak(_encode_type(_TYPES[version], name).encode())
 
 
-def _hash_struct(name: str, value: dict[str, Any]) -> bytes:
-    """EIP-712 ``hashStruct`` for the field types of `TYPES`."""
-    encoded = [_type_hash(name)]
-    for field in TYPES[name]:
+def _hash_struct(name: str, value: dict[str, Any], version: int = 1) -> bytes:
+    """EIP-712 ``hashStruct`` for the field types of `TYPES` (``TYPES_V2`` for version 2)."""
+    types = _TYPES[version]
+    encoded = [_type_hash(name, version)]
+    for field in types[name]:
         kind, item = field["type"], value[field["name"]]
-        if kind in TYPES:
-            encoded.append(_hash_struct(kind, item))
+        if kind in types:
+            encoded.append(_hash_struct(kind, item, version))
         elif kind == "string":
             encoded.append(keccak(item.encode()))
         elif kind == "bytes32[]":
@@ -272,7 +288,7 @@ def receipt_hash(receipt: ReceiptEntry, domain: ReceiptDomain) -> bytes:
     eth-account's generic ``encode_typed_data`` gives, test_receipts checks, in a tenth of
     the time; the type hashes and each domain's separator are computed once)."""
     return keccak(b"\x19\x01" + _domain_separator(domain)
-                  + _hash_struct("Receipt", typed_data_message(receipt)))
+                  + _hash_struct("Receipt", typed_data_message(receipt), receipt.v))
 
 
 def sign_receipt(receipt: ReceiptEntry, key: str | bytes, domain: ReceiptDomain) -> ReceiptEntry:
@@ -282,8 +298,8 @@ def sign_receipt(receipt: ReceiptEntry, key: str | bytes, domain: ReceiptDomain)
         raise ValueError(f"receipt names node {receipt.node}, the key is {account.address}")
     unsigned = receipt.model_copy(update={"signature": None})
     signed = account.unsafe_sign_hash(receipt_hash(unsigned, domain))
-    return ReceiptEntry(**{**unsigned.model_dump(exclude_none=True),
-                           "signature": "0x" + bytes(signed.signature).hex()})
+    return type(receipt)(**{**unsigned.model_dump(exclude_none=True),
+                            "signature": "0x" + bytes(signed.signature).hex()})
 
 
 def verify_receipt_signature(receipt: ReceiptEntry, domain: ReceiptDomain) -> str:
@@ -318,7 +334,7 @@ def parse_receipt(data: bytes | str | dict) -> ReceiptEntry:
     """A receipt from its canonical bytes, a header value, or its JSON object."""
     try:
         if isinstance(data, dict):
-            entry = ReceiptEntry(**data)
+            entry = (ReceiptEntryV2 if data.get("v") == 2 else ReceiptEntry)(**data)
         else:
             if isinstance(data, str):
                 data = base64.urlsafe_b64decode(data + "=" * (-len(data) % 4))
@@ -333,7 +349,19 @@ def parse_receipt(data: bytes | str | dict) -> ReceiptEntry:
 def bundle_json(receipt: ReceiptEntry, domain: ReceiptDomain, *, route: str, request: Any,
                 text: str, completion_token_ids: Sequence[int],
                 inclusion: dict | None = None) -> dict[str, Any]:
-    """What ``gym verify receipt`` reads: the receipt with the evidence to recheck it."""
+    """What ``gym verify receipt`` reads: the receipt with the evidence to recheck it. For a v2
+    receipt ``request`` may be the body the client sent: it is normalized, with what it left
+    unset taken from the receipt (``normalized_request.from_client_request``)."""
+    if receipt.v == 2:
+        from inference_node.normalized_request import FORMAT, from_client_request
+
+        if not (isinstance(request, dict) and request.get("v") == FORMAT):
+            request = from_client_request(route, request, max_tokens=receipt.sampling.max_tokens,
+                                          seed=receipt.sampling.seed)
+        return {"type": "receipt-bundle", "v": 2, "receipt": json.loads(encode_entry(receipt)),
+                "domain": domain.to_json(), "request": request,
+                "response": {"text": text, "token_ids": list(completion_token_ids)},
+                "inclusion": inclusion}
     return {"type": "receipt-bundle", "v": 1, "receipt": json.loads(encode_entry(receipt)),
             "domain": domain.to_json(), "route": route, "request": request,
             "response": {"text": text, "token_ids": list(completion_token_ids)},
@@ -367,9 +395,12 @@ class ReceiptSigner:
     def issue(self, *, library: LibraryRef, experience_ids: Sequence[str], request_json: Any,
               prompt_ids: Sequence[int], text: str, completion_ids: Sequence[int],
               temperature: float, top_p: float, max_tokens: int, seed: int,
-              activations: Sequence[Any] | None = None) -> ReceiptEntry:
+              activations: Sequence[Any] | None = None, finish_reason: str | None = None
+              ) -> ReceiptEntry:
         """Commit to the activations, build and sign the receipt. ``activations``: the decode
-        positions' final hidden states captured by the engine; without them, one prefill."""
+        positions' final hidden states captured by the engine; without them, one prefill.
+        ``finish_reason``: a v2 receipt (``request_json`` the normalized request, the tokens
+        chosen by the verifiable sampler); without it v1, kept for tests of old receipts."""
         if activations is None:
             if self.model is None:
                 raise RuntimeError("the engine captured no activations and the signer has no "
@@ -384,7 +415,7 @@ class ReceiptSigner:
             library=library, experience_ids=experience_ids, request_json=request_json, text=text,
             completion_token_ids=completion_ids, prompt_tokens=len(prompt_ids),
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-            activation_commitment=commitment)
+            activation_commitment=commitment, finish_reason=finish_reason)
         return receipt.model_copy(update={"signature": "0x" + self.sign_digest(
             receipt_hash(receipt, self.domain)).hex()})
 

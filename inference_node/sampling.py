@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from inference_node.errors import SamplingError
+from ledger.entries import GYM_SAMPLER
 
-SAMPLER = "gym-sampler/1"  # name/version a receipt records
+SAMPLER = GYM_SAMPLER  # "gym-sampler/1": the name and version a v2 receipt records
 KEY_TAG = b"gym-sampler/1"  # first bytes hashed into every position key
 GREEDY_BELOW = 1e-5  # temperature < GREEDY_BELOW: greedy argmax, no noise
 DEFAULT_EPS = 1e-3  # logit tolerance for fp32 engines (max |logit difference| assumed)

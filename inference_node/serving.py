@@ -48,6 +48,7 @@ from inference_node.errors import InferenceNodeError
 from inference_node.injection import InjectedPrompt, LibraryInjector
 from inference_node.library import LibrarySnapshot, LibrarySource
 from inference_node.metrics import NodeMetrics
+from inference_node.normalized_request import normalized_request, request_key
 from inference_node.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -80,6 +81,7 @@ from ledger.errors import LedgerError
 # Clients cap response headers (h11: 16 KiB in all); the commitment grows by ~180 characters
 # per 32 completion tokens, so a very long answer carries its receipt in the body only.
 MAX_RECEIPT_HEADER = 8 * 1024
+SEED_LIMIT = 2**53 - 1  # the largest seed: receipts are RFC 8785 JSON, whose integers stop here
 
 StreamChunk = ChatCompletionChunk | CompletionResponse  # one SSE event's body
 
@@ -99,6 +101,7 @@ class APIError(InferenceNodeError):
 class Prepared:
     injected: InjectedPrompt
     params: SamplingParams
+    normalized: dict  # the normalized request (`inference_node.normalized_request`)
     started: float
     receipt: ReceiptEntry | None = None  # set once the answer is signed
     receipt_json: dict | None = None  # its canonical JSON
@@ -213,7 +216,7 @@ class OpenAIServing:
     async def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
                        injected_for: Callable[[LibrarySnapshot], InjectedPrompt],
                        max_tokens: tuple[str, int | None], logprobs: bool, top_logprobs: int,
-                       prompt_param: str) -> Prepared:
+                       prompt_param: str, route: str) -> Prepared:
         """Checks, then the prompt built and tokenized on the tokenizer thread (a large prompt
         must not stall the event loop), then admission: the request counts as waiting from
         here until `Prepared.handed_over`, when the engine's queue takes over."""
@@ -225,12 +228,12 @@ class OpenAIServing:
             raise APIError(400, "Only n=1 is supported: a node answers (and signs) one sample "
                            "per request.", param="n", code="unsupported_value")
         seed = request.seed
-        if self.receipts is not None:
-            if seed is not None and not 0 <= seed < 2**53:  # RFC 8785 integers
-                raise APIError(400, "This node signs receipts, which record the seed: it must "
-                               "be between 0 and 2**53 - 1.", param="seed", code="invalid_value")
-            if seed is None:  # the receipt names the seed, so the answer can be reproduced
-                seed = secrets.randbits(52)
+        if seed is not None and not 0 <= seed <= SEED_LIMIT:
+            raise APIError(400, f"The seed keys this node's verifiable sampler and its receipts "
+                           f"record it: it must be between 0 and {SEED_LIMIT} (2**53 - 1).",
+                           param="seed", code="invalid_value")
+        if seed is None:  # the receipt names the seed, so the answer can be reproduced
+            seed = secrets.randbits(52)
         self._check_queue()  # cheap refusal before tokenizing
         snapshot = self.library_source.current()
         injected = await asyncio.get_running_loop().run_in_executor(
@@ -248,14 +251,19 @@ class OpenAIServing:
                            f"in the {prompt_param} with the library, {limit} in the "
                            f"completion). Please reduce the length of the {prompt_param} or "
                            "completion.", param=limit_param, code="context_length_exceeded")
-        params = SamplingParams(max_tokens=min(limit or self.settings.default_max_tokens, room),
+        normalized = normalized_request(
+            route, request, max_tokens=min(limit or self.settings.default_max_tokens, room),
+            seed=seed)
+        params = SamplingParams(max_tokens=normalized["max_tokens"],
                                 temperature=request.temperature, top_p=request.top_p,
-                                seed=seed, stop=tuple(request.stop_list()), logprobs=logprobs,
+                                seed=seed, request_key=request_key(normalized),
+                                stop=tuple(request.stop_list()), logprobs=logprobs,
                                 top_logprobs=top_logprobs,
                                 capture_activations=self.receipts is not None)
         self._check_queue()  # no await from here until the engine (or the stream) takes it
         self._admitted += 1
-        return Prepared(injected, params, started, release=self._release_admission)
+        return Prepared(injected, params, normalized, started,
+                        release=self._release_admission)
 
     def _release_admission(self) -> None:
         self._admitted -= 1
@@ -282,11 +290,11 @@ class OpenAIServing:
         def issue() -> tuple[ReceiptEntry, bytes, str]:
             receipt = self.receipts.issue(
                 library=library_ref(snapshot.log_id, snapshot.size, snapshot.root),
-                experience_ids=snapshot.experience_ids, request_json=request_json,
+                experience_ids=snapshot.experience_ids, request_json=prepared.normalized,
                 prompt_ids=prepared.injected.prompt.all_token_ids, text=result.text,
                 completion_ids=result.token_ids, temperature=params.temperature,
                 top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
-                activations=result.activations)
+                activations=result.activations, finish_reason=result.finish_reason)
             data = encode_entry(receipt)
             cid = entry_cid(data)
             if self.receipt_log is not None:  # appended in the background, in batches
@@ -333,7 +341,7 @@ class OpenAIServing:
         return await self._prepare(
             request, lambda snapshot: self.injector.chat(messages, snapshot), limit,
             request.logprobs, (request.top_logprobs or 0) if request.logprobs else 0,
-            "messages")
+            "messages", "chat")
 
     async def chat(self, request: ChatCompletionRequest, prepared: Prepared,
                    request_json: dict | None = None) -> ChatCompletionResponse:
@@ -413,7 +421,7 @@ class OpenAIServing:
         return await self._prepare(
             request, lambda snapshot: self.injector.completion(text, snapshot),
             ("max_tokens", request.max_tokens), request.logprobs is not None,
-            request.logprobs or 0, "prompt")
+            request.logprobs or 0, "prompt", "completion")
 
     async def completion(self, request: CompletionRequest, prepared: Prepared,
                          request_json: dict | None = None) -> CompletionResponse:

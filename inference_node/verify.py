@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference_node.activations import decode_hidden_states, verify_activations
+from inference_node.activations import prefill, verify_activations
 from inference_node.errors import NodeError, ReceiptError
+from inference_node.generation_checks import check_sampling, check_termination, eos_token_ids
+from inference_node.normalized_request import check_normalized, request_key
 from inference_node.receipts import (
     ReceiptDomain,
     model_digest,
@@ -55,9 +57,11 @@ def read_bundle(path: Path) -> object:
 
 @dataclass(frozen=True)
 class ReceiptCheck:
-    name: str  # signature, request, response, library, inclusion, anchoring, model, activations
+    name: str  # signature, request/response, registration, library, inclusion, anchoring,
+    # adapter, activations, termination, sampling
     passed: bool | None  # None: skipped
     detail: str
+    near_ties: int | None = None  # sampling: positions where another token was also acceptable
 
 
 def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
@@ -71,9 +75,11 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
     inclusion anchoring; ``model`` + ``tokenizer`` (+ ``model_dir`` for its digest): the
     activation commitment."""
     if not isinstance(bundle, dict) or bundle.get("type") != "receipt-bundle" \
-            or bundle.get("v") != 1:
-        raise ReceiptError("malformed", "not a receipt-bundle v1 document")
+            or bundle.get("v") not in (1, 2):
+        raise ReceiptError("malformed", "not a receipt-bundle v1 or v2 document")
     receipt = parse_receipt(bundle.get("receipt"))
+    if receipt.v != bundle["v"]:
+        raise ReceiptError("malformed", f"a v{bundle['v']} bundle holds a v{receipt.v} receipt")
     signed_domain = ReceiptDomain.from_json(bundle.get("domain"))
     if domain is not None and domain != signed_domain:
         raise ReceiptError("wrong_domain", "the receipt is signed for another deployment",
@@ -86,6 +92,9 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
             or not isinstance(response.get("token_ids"), list):
         raise ReceiptError("malformed", "the bundle needs request {…} and response {text, "
                            "token_ids}")
+    if receipt.v == 2:
+        request = check_normalized(request)
+        _check_sampling_params(receipt, request)
     computed = request_digest(request)
     if computed != receipt.request_digest:
         raise ReceiptError("request_digest", "the request is not the one the receipt signs",
@@ -125,6 +134,7 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
 
     if model is None:
         checks.append(ReceiptCheck("activations", None, "needs --model"))
+        checks.extend(_skipped_answer_checks(receipt, "needs --model"))
         return checks
     if model_dir is not None and model_digest(model_dir) != receipt.model_digest:
         raise ReceiptError("model_digest", "the model given is not the receipt's",
@@ -132,14 +142,53 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
     if texts is None:
         raise ReceiptError("experience_content", "the experiences' texts need the chain and "
                            "content store to rebuild the prompt")
-    prompt_ids = _rebuild_prompt(bundle.get("route"), request, receipt, texts, tokenizer)
+    prompt_ids = _rebuild_prompt(bundle.get("route") if receipt.v == 1 else request["route"],
+                                 request, receipt, texts, tokenizer)
     if len(prompt_ids) != receipt.tokens.prompt:
         raise ReceiptError("token_counts", "prompt tokens after injecting the library",
                            expected=receipt.tokens.prompt, computed=len(prompt_ids))
-    verify_activations(decode_hidden_states(model, prompt_ids, token_ids),
-                       receipt.activation_commitment)
+    states, logits = prefill(model, prompt_ids, token_ids, logits=receipt.v == 2)
+    verify_activations(states, receipt.activation_commitment)
     checks.append(ReceiptCheck("activations", True, "one prefill matches the TOPLOC commitment"))
+    if receipt.v == 1:
+        checks.extend(_skipped_answer_checks(receipt, ""))
+        return checks
+    how = check_termination(token_ids, response["text"], receipt.finish_reason,
+                            max_tokens=request["max_tokens"], stop=request["stop"],
+                            eos=eos_token_ids(model, tokenizer), tokenizer=tokenizer)
+    checks.append(ReceiptCheck("termination", True, f"{receipt.finish_reason!r}: ends by {how},"
+                               " nothing after it; the text decodes from the tokens"))
+    from inference_node.sampling import GREEDY_BELOW
+
+    s = receipt.sampling
+    result = check_sampling(logits, token_ids, temperature=s.temperature, top_p=s.top_p,
+                            seed=s.seed, request_key=request_key(request), tokenizer=tokenizer)
+    mode = ("greedy" if s.temperature < GREEDY_BELOW
+            else f"temperature {s.temperature:g}, top_p {s.top_p:g}, seed {s.seed}")
+    checks.append(ReceiptCheck(
+        "sampling", True, f"all {result.positions} tokens are {receipt.sampler}'s choice "
+        f"({mode}); {result.near_ties} near-ties, {result.tolerated} tolerated",
+        near_ties=result.near_ties))
     return checks
+
+
+def _skipped_answer_checks(receipt: ReceiptEntry, why: str) -> list[ReceiptCheck]:
+    """The termination and sampling checks, skipped: a v1 receipt predates the verifiable
+    sampler (its tokens cannot be re-derived), else ``why``."""
+    why = why if receipt.v == 2 else ("receipt v1: its tokens were sampled before the "
+                                      "verifiable sampler, so they cannot be checked")
+    return [ReceiptCheck("termination", None, why), ReceiptCheck("sampling", None, why)]
+
+
+def _check_sampling_params(receipt: ReceiptEntry, request: dict) -> None:
+    """A v2 receipt's sampling parameters are the normalized request's."""
+    s = receipt.sampling
+    signed = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
+              "seed": s.seed}
+    asked = {name: request[name] for name in signed}
+    if signed != asked:
+        raise ReceiptError("sampling", "the receipt's sampling parameters are not the "
+                           "request's", expected=asked, computed=signed)
 
 
 def _check_library(receipt: ReceiptEntry, contract: Any, content: Any, from_block: int

@@ -315,11 +315,24 @@ class ReceiptEntry(_Strict):
     signature: Signature65Hex | None = None
 
 
+GYM_SAMPLER = "gym-sampler/1"  # the verifiable sampler a v2 receipt names (docs/sampling.md)
+
+
+class ReceiptEntryV2(ReceiptEntry):
+    """Receipt v2 (docs/receipts.md): every token was chosen by the named verifiable sampler,
+    ``request_digest`` covers the normalized request (``inference_node.normalized_request``),
+    and ``finish_reason`` says how the answer ended (the verifier checks that it did)."""
+
+    v: Literal[2] = 2  # type: ignore[assignment]
+    sampler: Literal[GYM_SAMPLER]  # type: ignore[valid-type]
+    finish_reason: Literal["stop", "length"]
+
+
 Entry = ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry
 ENTRY_TYPES: dict[str, dict[int, type[Entry]]] = {
     "adapter": {1: AdapterEntry},
     "experience": {1: ExperienceEntry},
-    "receipt": {1: ReceiptEntry},
+    "receipt": {1: ReceiptEntry, 2: ReceiptEntryV2},
     "run": {1: RunEntry},
 }
 

@@ -156,7 +156,10 @@ def test_content_parts_empty_prompt_and_the_context(http):
     assert error_of(http.post("/chat/completions", json=long), 400)["param"] == "messages"
 
     reply = http.post("/chat/completions", json={"model": MODEL_NAME, "messages": USER,
-                                                 "max_tokens": 2, "seed": 2**63 - 1})
+                                                 "max_tokens": 2, "seed": 2**53})
+    assert error_of(reply, 400)["param"] == "seed"  # the sampler's and the receipts' range
+    reply = http.post("/chat/completions", json={"model": MODEL_NAME, "messages": USER,
+                                                 "max_tokens": 2, "seed": 2**53 - 1})
     assert reply.status_code == 200, reply.text
     address = "client_addr"  # the same keep-alive connection throughout: none was reset
     assert reply.extensions["network_stream"].get_extra_info(address) == \

@@ -101,7 +101,7 @@ def test_seedless_request_gets_a_recorded_seed(signing_node):
 def test_full_bundle_verifies_with_the_model(answered, tiny_model_dir):
     checks = offline_verify(bundle_of(answered[0]), tiny_model_dir, model_dir=tiny_model_dir)
     assert [c.name for c in checks if c.passed] == ["signature", "request/response", "library",
-                                                   "activations"]
+                                                   "activations", "termination", "sampling"]
 
 
 def _resign(receipt_json: dict, **changes) -> dict:
@@ -215,10 +215,12 @@ def test_completion_route_receipt_verifies(signing_node, tiny_model_dir):
         evidence["domain"]), route="completion", request=request, text=text,
         completion_token_ids=evidence["completion_token_ids"])
     checks = offline_verify(bundle, tiny_model_dir, model_dir=tiny_model_dir)
-    assert checks[-1].name == "activations" and checks[-1].passed
+    assert [c.name for c in checks[-3:]] == ["activations", "termination", "sampling"]
+    assert all(c.passed for c in checks[-3:])
     with pytest.raises(ReceiptError) as failure:
-        offline_verify({**bundle, "route": "chat"}, tiny_model_dir)
-    assert failure.value.reason in ("malformed", "token_counts", "activation_mismatch")
+        offline_verify({**bundle, "request": {**bundle["request"], "route": "chat"}},
+                       tiny_model_dir)
+    assert failure.value.reason == "malformed"  # a chat request has messages, not a prompt
 
 
 def test_receipt_hash_is_eip712_as_eth_account_computes_it(answered):

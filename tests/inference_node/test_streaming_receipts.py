@@ -41,7 +41,7 @@ def test_last_chunk_carries_a_receipt_that_verifies(client, signing_node, tiny_m
                          completion_token_ids=evidence["completion_token_ids"])
     checks = offline_verify(bundle, tiny_model_dir, model_dir=tiny_model_dir)
     assert [c.name for c in checks if c.passed] == ["signature", "request/response", "library",
-                                                   "activations"]
+                                                   "activations", "termination", "sampling"]
 
     plain_request = {k: v for k, v in request.items() if k != "stream"}
     plain = httpx.post(f"{signing_node.base_url}/chat/completions", json=plain_request,
@@ -82,7 +82,8 @@ def test_streamed_completion_receipt(client, tiny_model_dir):
                          route="completion", request=request, text=text,
                          completion_token_ids=extra["receipt_evidence"]["completion_token_ids"])
     checks = offline_verify(bundle, tiny_model_dir, model_dir=tiny_model_dir)
-    assert checks[-1].name == "activations" and checks[-1].passed
+    assert [c.name for c in checks[-3:]] == ["activations", "termination", "sampling"]
+    assert all(c.passed for c in checks[-3:])
 
 
 def test_plain_node_streams_without_receipts(server):

@@ -1,0 +1,108 @@
+"""The normalized request (``gym-request/1``): what a v2 receipt's ``request_digest`` covers, and
+the key of the verifiable sampler (``inference_node.sampling``). Build, digest, check.
+
+The normalized request holds the fields that determine a completion's tokens, with the node's
+defaults filled in, and nothing else, so an equivalent request (``stream`` given or not, keys in
+another order, ``max_tokens`` left to the node's default, content given as text parts) has the
+same digest::
+
+    {"v": "gym-request/1", "route": "chat", "model": <served name>,
+     "messages": [{"role": …, "content": <text, parts joined>}, …],
+     "max_tokens": <the completion's limit>, "temperature": T, "top_p": P,
+     "seed": <the request's seed, or the one the node drew>, "stop": [<stop strings>]}
+
+``route`` "completion" has ``"prompt": <text>`` in place of ``messages``. Left out, because
+they do not change the tokens: ``stream``, ``stream_options``, ``n`` (always 1), ``user``,
+``logprobs``/``top_logprobs`` and ``echo`` (the response digest covers the completion only).
+
+``request_digest`` = ``sha256:`` + hex SHA-256 of its RFC 8785 bytes; ``request_key`` is the same
+32 bytes, which key the sampler's noise. A client that kept the request it sent and the receipt
+rebuilds it with ``from_client_request``: what the request leaves unset (``max_tokens``,
+``seed``) is taken from the receipt, which signs those values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import rfc8785
+from pydantic import ValidationError
+
+from inference_node.errors import ReceiptError
+from inference_node.protocol import ChatCompletionRequest, CompletionRequest
+
+FORMAT = "gym-request/1"
+ROUTES = ("chat", "completion")
+
+
+def normalized_request(route: str, request: ChatCompletionRequest | CompletionRequest, *,
+                       max_tokens: int, seed: int) -> dict[str, Any]:
+    """The normalized form of a validated request, with the limit and seed the node uses."""
+    body: dict[str, Any] = {"v": FORMAT, "route": route, "model": request.model}
+    if route == "chat":
+        body["messages"] = [{"role": m.role, "content": m.text()} for m in request.messages]
+    elif route == "completion":
+        body["prompt"] = request.prompt_text()
+    else:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    body.update(max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p,
+                seed=seed, stop=request.stop_list())
+    return body
+
+
+def request_key(normalized: dict[str, Any]) -> bytes:
+    """The 32-byte SHA-256 of the normalized request's RFC 8785 bytes (the sampler's key)."""
+    return hashlib.sha256(rfc8785.dumps(normalized)).digest()
+
+
+def request_digest(normalized: dict[str, Any]) -> str:
+    return "sha256:" + request_key(normalized).hex()
+
+
+def parse_client_request(route: object, body: object) -> ChatCompletionRequest | CompletionRequest:
+    """A request body as the node validates it; ``ReceiptError`` malformed otherwise."""
+    model = {"chat": ChatCompletionRequest, "completion": CompletionRequest}.get(route)  # type: ignore[call-overload]
+    if model is None:
+        raise ReceiptError("malformed", f"route must be 'chat' or 'completion', got {route!r}")
+    if not isinstance(body, dict):
+        raise ReceiptError("malformed", f"the request must be a JSON object, got "
+                           f"{type(body).__name__}")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise ReceiptError("malformed", f"not a valid {route} request: "
+                           f"{exc.errors(include_url=False)[0]['msg']}") from None
+
+
+def limit_of(request: ChatCompletionRequest | CompletionRequest) -> int | None:
+    """The completion limit the request asks for (``max_completion_tokens`` first), or None."""
+    limit = getattr(request, "max_completion_tokens", None)
+    return limit if limit is not None else request.max_tokens
+
+
+def from_client_request(route: object, body: object, *, max_tokens: int, seed: int
+                        ) -> dict[str, Any]:
+    """The normalized request of a body a client sent; ``max_tokens`` and ``seed`` (the
+    receipt's) fill what the body leaves unset. A body that sets them keeps its own values,
+    so a receipt for another limit or seed fails the digest."""
+    request = parse_client_request(route, body)
+    limit = limit_of(request)
+    return normalized_request(str(route), request,
+                              max_tokens=max_tokens if limit is None else limit,
+                              seed=seed if request.seed is None else request.seed)
+
+
+def check_normalized(normalized: object) -> dict[str, Any]:
+    """A normalized request read from a bundle: well formed, and its own normalization (so the
+    digest a verifier recomputes is over exactly these fields); ``ReceiptError`` malformed."""
+    if not isinstance(normalized, dict) or normalized.get("v") != FORMAT:
+        raise ReceiptError("malformed", f"not a {FORMAT} normalized request")
+    route = normalized.get("route")
+    body = {k: v for k, v in normalized.items() if k not in ("v", "route")}
+    if not isinstance(body.get("max_tokens"), int) or not isinstance(body.get("seed"), int):
+        raise ReceiptError("malformed", "a normalized request sets max_tokens and seed")
+    again = from_client_request(route, body, max_tokens=body["max_tokens"], seed=body["seed"])
+    if again != normalized:
+        raise ReceiptError("malformed", "the request is not in normalized form")
+    return again
