@@ -34,7 +34,7 @@ def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     config = getattr(model, "generation_config", None)
     eos = getattr(config, "eos_token_id", None) if config is not None else None
     eos = eos if eos is not None else tokenizer.eos_token_id
-    return frozenset(eos if isinstance(eos, list) else [eos]) - {None}
+    return frozenset(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
 
 
 def check_sampling(logits: Any, tokens: Sequence[int], *, temperature: float, top_p: float,

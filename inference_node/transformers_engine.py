@@ -47,6 +47,7 @@ from inference_node.engine import (
     deltas_until_finished,
     resolve_seed,
 )
+from inference_node.generation_checks import eos_token_ids
 from inference_node.injection import PrefixKVCache, Prompt
 from inference_node.sampling import choose
 
@@ -88,9 +89,7 @@ class TransformersEngine(Engine):
         self.prefix_reuse = prefix_reuse
         self.device = next(model.parameters()).device
         self.max_model_len = int(getattr(model.config, "max_position_embeddings", 2048))
-        eos = model.generation_config.eos_token_id if model.generation_config else None
-        eos = eos if eos is not None else tokenizer.eos_token_id
-        self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos]) - {None}
+        self.eos_ids = eos_token_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else next(iter(self.eos_ids), 0)
         self.prefix_cache = PrefixKVCache(self._prefill_prefix)
