@@ -18,7 +18,11 @@ it as the demo's step 6, under its heading):
 5. runs what ``gym verify receipt BUNDLE --model DIR`` runs on it (signature, digests,
    registration, library root and state, inclusion, anchoring, one prefill against the
    activation commitment) and prints the checks;
-6. stops the node with SIGTERM: it finishes what is in flight, anchors what is pending and
+6. plays a dishonest node (``inference_node.forgery``): the same request answered with
+   fabricated text, committed with a real prefill and signed with the node's key; verification
+   refuses it with the failure's name (``sampling``) and a challenger (Anvil account 5) opens a
+   challenge against the node in the NodeRegistry with the forged bundle as evidence;
+7. stops the node with SIGTERM: it finishes what is in flight, anchors what is pending and
    exits 0.
 
 Any failure raises ``NodeError`` (the demo prints one line and exits 1); the node process is
@@ -40,11 +44,45 @@ from typing import Any
 
 import httpx
 
+from contracts.devnet_accounts import devnet_account_key
 from inference_node.errors import NodeError, ReceiptError
 
 QUESTION = ("A farmer has 12 apples and buys 3 boxes with 7 apples in each. How many apples "
             "does the farmer have now?")
 ANCHOR_INTERVAL_S = 2
+CHALLENGER_KEY = devnet_account_key(5)  # a public devnet key: the auditor who challenges
+
+
+def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, console: Any, *,
+                    registry: str, model_dir: Path, node_key: str) -> None:
+    """Step 6 of the module doc: the node forges one answer, the verifier catches it, and a
+    challenger opens a challenge against the node with that evidence."""
+    from inference_node.forgery import FORGED_TEXT, catch_and_challenge, forge_answer
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.registry import NodeRegistry
+    from inference_node.verify import check_receipt_bundle, library_texts, load_verifier_model
+
+    console.print("[bold]a dishonest node[/bold]: same request, its own answer "
+                  f"({FORGED_TEXT!r}), a real prefill commitment, signed with its key")
+    with console.status("forging the answer"):
+        model, tokenizer = load_verifier_model(model_dir)
+        texts = library_texts(receipt, ledger_rt.contract, ledger_rt.content,
+                              ledger_rt.chain.deployment_block)
+        forged = forge_answer(receipt, bundle, node_key=node_key, model=model,
+                              tokenizer=tokenizer, model_dir=model_dir, texts=texts)
+    challenger = NodeRegistry(ledger_rt.contract.w3, registry, CHALLENGER_KEY,
+                              from_block=ledger_rt.chain.deployment_block)
+    domain = ReceiptDomain.from_json(bundle["domain"])
+    with console.status("verifying the forged receipt (gym verify receipt --model)"):
+        caught = catch_and_challenge(
+            forged, verify=lambda b: check_receipt_bundle(b, ledger_rt, registry=registry,
+                                                          model_dir=model_dir),
+            registry=challenger, content=ledger_rt.content, domain=domain)
+    console.print(f"[red]forged receipt FAILS[/red] ({caught.failure.reason}): "
+                  f"{caught.failure}", highlight=False)
+    console.print(f"challenge {caught.challenge.id} opened against node operator "
+                  f"{caught.challenge.operator} with evidence {caught.challenge.evidence_cid} "
+                  "(governance judges it: gym gov propose-slash)", highlight=False)
 
 
 def _free_port() -> int:
@@ -168,6 +206,8 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
         console.print(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
                                            f"{Path(model_dir).name}"))
         console.print("[green]receipt verified[/green]")
+        _dishonest_node(bundle, receipt, settings, ledger_rt, console, registry=registry,
+                        model_dir=Path(model_dir), node_key=key)
 
         with console.status("stopping the node (SIGTERM)"):
             proc.send_signal(signal.SIGTERM)

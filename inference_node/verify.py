@@ -191,6 +191,18 @@ def _check_sampling_params(receipt: ReceiptEntry, request: dict) -> None:
                            "request's", expected=asked, computed=signed)
 
 
+def library_texts(receipt: ReceiptEntry, contract: Any, content: Any, from_block: int = 0
+                  ) -> dict[str, str]:
+    """The texts of the receipt's experiences, by CID, once the library check passes."""
+    return _check_library(receipt, contract, content, from_block)
+
+
+def rebuild_prompt_ids(request: dict, receipt: ReceiptEntry, texts: dict[str, str],
+                       tokenizer: Any) -> list[int]:
+    """The prompt a node ran for a v2 receipt's normalized ``request``, library injected."""
+    return _rebuild_prompt(request["route"], request, receipt, texts, tokenizer)
+
+
 def _check_library(receipt: ReceiptEntry, contract: Any, content: Any, from_block: int
                    ) -> dict[str, str]:
     from inference_node.sync import LibrarySyncError, library_at
