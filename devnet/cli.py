@@ -192,7 +192,8 @@ def demo(
     sft: Annotated[bool, typer.Option("--sft", help="Also train and publish a short LoRA SFT "
                                       "adapter (SmolLM2, about a minute on CPU).")] = False,
     node: Annotated[bool, typer.Option(help="Serve the curated library from an inference node, "
-                                       "ask it a question and verify the receipt.")] = True,
+                                       "ask it a question, verify the receipt and catch a "
+                                       "forged one.")] = True,
 ) -> None:
     """Run the whole flow on embedded defaults: devnet, publish, train, audit, curate, tear down.
 
@@ -207,7 +208,9 @@ def demo(
     curated library's on-chain root; starts an inference node that registers in the
     NodeRegistry and serves the curated library, asks it a question through the openai SDK and
     verifies the receipt (signature, registration, library root, log inclusion, anchoring,
-    activations); stops the devnet it started (unless --keep).
+    activations, termination, sampling); then plays a dishonest node whose forged answer fails
+    verification by name and is challenged in the NodeRegistry; stops the devnet it started
+    (unless --keep).
     """
     from devnet.demo import run_demo
 

@@ -8,10 +8,14 @@ the engine, streamed or not, plus the engine's own queue), run the engine, and s
 as OpenAI does. Every answer names the library it was prompted with in `system_fingerprint`
 (`library-<version>`) and in the `x-gym-library-*` headers.
 
+Sampling: every request is run with a seed (the request's, 0 … 2**53 - 1, or a random 52-bit
+one the node draws) and its normalized request's digest as the key of the verifiable sampler
+(`inference_node.normalized_request`, `inference_node.sampling`), signed or not.
+
 Receipts (`inference_node.receipts`), when the node has a `ReceiptSigner`: a non-streaming answer
-gets a signed receipt binding the library snapshot, the request body, the completion's text and
-token ids, the sampling parameters (a request without a seed is given a random one, so the
-receipt can name it) and a TOPLOC activation commitment. The receipt is appended to the node's
+gets a signed v2 receipt binding the library snapshot, the normalized request, the completion's
+text and token ids, the sampling parameters (the seed included, so the answer can be
+reproduced), the sampler, the finish reason and a TOPLOC activation commitment. The receipt is appended to the node's
 `ReceiptLog` and returned in the body (`receipt`, plus `receipt_evidence`: the completion token
 ids and the EIP-712 domain a verifier needs) and as `X-Gym-Receipt` (base64url of its canonical
 bytes; left out above `MAX_RECEIPT_HEADER`, `X-Gym-Receipt-Cid` is always there). A streamed
