@@ -101,7 +101,8 @@ def test_concurrent_signed_answers_verify(signing_node, tiny_model_dir):
         assert reply.status_code == 200, reply.text
         checks = offline_verify(bundle_of(reply.json(), request), tiny_model_dir,
                                 model_dir=tiny_model_dir)
-        assert checks[-1].name == "activations" and checks[-1].passed
+        assert [c.name for c in checks[-3:]] == ["activations", "termination", "sampling"]
+        assert all(c.passed for c in checks[-3:])
 
 
 def test_verifying_keeps_torch_threads(engine):
