@@ -147,6 +147,7 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
     if len(prompt_ids) != receipt.tokens.prompt:
         raise ReceiptError("token_counts", "prompt tokens after injecting the library",
                            expected=receipt.tokens.prompt, computed=len(prompt_ids))
+    _check_fits_the_model(model, prompt_ids, token_ids)
     states, logits = prefill(model, prompt_ids, token_ids, logits=receipt.v == 2)
     verify_activations(states, receipt.activation_commitment)
     checks.append(ReceiptCheck("activations", True, "one prefill matches the TOPLOC commitment"))
@@ -170,6 +171,22 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
         f"({mode}); {result.near_ties} near-ties, {result.tolerated} tolerated",
         near_ties=result.near_ties))
     return checks
+
+
+def _check_fits_the_model(model: Any, prompt_ids: list[int], token_ids: list) -> None:
+    """Before the prefill: every token id is one of the model's, and prompt + answer fit its
+    context (a hostile bundle must not crash or exhaust the verifier)."""
+    vocab = model.get_input_embeddings().num_embeddings
+    bad = next((t for t in token_ids if type(t) is not int or not 0 <= t < vocab), None)
+    if bad is not None:
+        raise ReceiptError("malformed", f"token id {bad!r} is not one of the model's {vocab}")
+    if not token_ids:
+        raise ReceiptError("token_counts", "an answer has at least one token")
+    context = getattr(model.config, "max_position_embeddings", None)
+    if context is not None and len(prompt_ids) + len(token_ids) > context:
+        raise ReceiptError("token_counts", f"prompt and answer are {len(prompt_ids)} + "
+                           f"{len(token_ids)} tokens, more than the model's {context}-token "
+                           "context")
 
 
 def _skipped_answer_checks(receipt: ReceiptEntry, why: str) -> list[ReceiptCheck]:

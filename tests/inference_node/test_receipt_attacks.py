@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from eth_account import Account
 from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, WORDS, make_engine
 
 from inference_node import verify
@@ -33,10 +34,12 @@ from inference_node.normalized_request import (
 from inference_node.receipts import (
     ReceiptDomain,
     ReceiptSigner,
+    build_receipt,
     bundle_json,
     library_ref,
     model_digest,
     parse_receipt,
+    sign_receipt,
 )
 
 
@@ -373,3 +376,24 @@ def test_two_hundred_honest_receipts_verify_and_near_ties_are_counted(
     # every combination of route, streaming and greedy/sampled, and both endings, ran
     assert len(seen) == 8 and endings == {"stop", "length"}, (sorted(seen), endings)
     print(f"\n200 honest receipts, {tokens} tokens: {near_ties} near-ties")
+
+
+@pytest.mark.parametrize("token_ids,reason", [([3, 10**6], "malformed"), ([3, True], "malformed"),
+                                              ([5] * 5000, "token_counts")])
+def test_a_hostile_answer_is_refused_before_the_prefill(node, verifier, tiny_model_dir,
+                                                        monkeypatch, token_ids, reason):
+    """Token ids the model does not have, or more than its context holds, in a receipt the
+    node signed: one clear failure, no crash and no huge allocation in the verifier."""
+    engine, _ = node
+    answer = run(engine, ask("count the apple", temperature=0))
+    n = answer.normalized
+    receipt = sign_receipt(build_receipt(
+        node=Account.from_key(NODE_KEY).address, model_digest=model_digest(tiny_model_dir),
+        library=library_ref(SNAPSHOT.log_id, SNAPSHOT.size, SNAPSHOT.root),
+        experience_ids=SNAPSHOT.experience_ids, request_json=n, text="x",
+        completion_token_ids=token_ids, prompt_tokens=len(answer.prompt_ids),
+        temperature=0, top_p=1, max_tokens=8, seed=n["seed"],
+        activation_commitment="toploc1:1:32:AA==", finish_reason="length"), NODE_KEY, DOMAIN)
+    bundle = bundle_json(receipt, DOMAIN, route="chat", request=answer.request, text="x",
+                         completion_token_ids=token_ids)
+    fails(bundle, reason, verifier, tiny_model_dir, monkeypatch)
