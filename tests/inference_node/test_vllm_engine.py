@@ -143,7 +143,8 @@ def test_greedy_output_equals_transformers(engine, reference, injector):
 @pytest.mark.slow
 @needs_vllm
 def test_smollm2_greedy_output_equals_transformers():
-    """The real checkpoint, as a node runs it (compiled, float32): same tokens, same text."""
+    """The real checkpoint, as a node runs it (compiled, float32): same tokens, same text,
+    greedy and sampled (gym-sampler/1 on both engines' logits)."""
     from inference_node.vllm_engine import VLLMEngine
     from trainer.backends import default_model_dir
 
@@ -154,13 +155,14 @@ def test_smollm2_greedy_output_equals_transformers():
     reference = TransformersEngine.from_pretrained(model_dir, device="cpu")
     try:
         injector = LibraryInjector(engine.tokenizer)
-        params = SamplingParams(max_tokens=32, temperature=0.0)
-        for question in ("What is 12 + 7?", "Name three primary colors.",
-                         "A farmer has 3 boxes of 12 apples. How many apples?"):
-            prompt = injector.chat([{"role": "user", "content": question}], library).prompt
-            ours = run(engine.generate(prompt, params))
-            theirs = run(reference.generate(prompt, params))
-            assert (ours.token_ids, ours.text) == (theirs.token_ids, theirs.text)
+        for params in (SamplingParams(max_tokens=32, temperature=0.0),
+                       sampled(0.8, 0.9, max_tokens=32), sampled(1.0, 1.0, max_tokens=32)):
+            for question in ("What is 12 + 7?", "Name three primary colors.",
+                             "A farmer has 3 boxes of 12 apples. How many apples?"):
+                prompt = injector.chat([{"role": "user", "content": question}], library).prompt
+                ours = run(engine.generate(prompt, params))
+                theirs = run(reference.generate(prompt, params))
+                assert (ours.token_ids, ours.text) == (theirs.token_ids, theirs.text)
     finally:
         engine.shutdown()
         reference.shutdown()
