@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -191,3 +192,56 @@ def run_server(engine, source, settings: NodeSettings | None = None, **app_kwarg
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+# --------------------------------------------------------------------------- honest receipts
+
+PROMPTS = ["the farmer buys twelve apple", "count the banana and check each step",
+           "seven river and three mountain", "what is the answer", "train serve verify receipt",
+           "north south east west", "one two four five six", "the model is fast or slow"]
+SAMPLINGS = [{"temperature": 0}, {"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9},
+             {"temperature": 1.3, "top_p": 0.95}, {"temperature": 0.4, "top_p": 0.5}]
+
+
+def honest_requests(count: int):
+    """``count`` varied requests: route, prompt, sampling, length, stop strings, streaming."""
+    for i in range(count):
+        prompt, sampling = PROMPTS[i % len(PROMPTS)], SAMPLINGS[(i // 3) % len(SAMPLINGS)]
+        body = {"model": MODEL_NAME, "max_tokens": 1 + (i * 7) % 24, **sampling}
+        if i % 4:
+            body["seed"] = i
+        if i % 5 == 0:
+            body["stop"] = [WORDS[i % 40], WORDS[(i + 9) % 40]]
+        route = "chat" if i % 3 else "completion"
+        if route == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        yield route, body, i % 2 == 1
+
+
+def answer_over_http(base_url: str, route: str, body: dict, stream: bool
+                     ) -> tuple[dict, dict, str]:
+    """The receipt, its evidence and the text of one answer, streamed or not."""
+    path = "/chat/completions" if route == "chat" else "/completions"
+    if not stream:
+        reply = httpx.post(base_url + path, json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        data = reply.json()
+        choice = data["choices"][0]
+        return data["receipt"], data["receipt_evidence"], (
+            choice["message"]["content"] if route == "chat" else choice["text"])
+    text, last = [], None
+    with httpx.stream("POST", base_url + path, json={**body, "stream": True},
+                      timeout=60) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            assert "error" not in event, event
+            for choice in event["choices"]:
+                text.append(choice["delta"].get("content") or "" if route == "chat"
+                            else choice["text"])
+            if "receipt" in event:
+                last = event
+    return last["receipt"], last["receipt_evidence"], "".join(text)

@@ -25,6 +25,8 @@ from node_helpers import (
     NODE_KEY,
     SNAPSHOT,
     WORDS,
+    answer_over_http,
+    honest_requests,
     make_engine,
     needs_vllm,
     run_server,
@@ -476,3 +478,35 @@ def test_abandoned_requests_are_aborted_in_vllm(engine):
         metrics = run(asyncio.wait_for(scenario(), 300))
     assert 'route="/v1/chat/completions",status="499"} 4.0' in metrics
     assert "gym_node_generation_tokens_total 4.0" in metrics  # only the last request
+
+
+@needs_vllm
+def test_honest_receipts_of_a_vllm_node_verify(engine, vllm_model_dir):
+    """Sixty varied answers of a signing vLLM node (chat and completion, streamed and not,
+    greedy and sampled, stop strings): each receipt verifies in full with a transformers
+    prefill (activations, termination, every token's sampling); near-ties are counted."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference_node.verify import verify_receipt_bundle
+
+    engine.start()
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
+    near_ties = tokens = 0
+    endings = set()
+    with run_server(engine, StaticLibrarySource(), receipts=signer) as node:
+        for route, body, stream in honest_requests(60):
+            receipt, evidence, text = answer_over_http(node.base_url, route, body, stream)
+            bundle = bundle_json(parse_receipt(receipt), ReceiptDomain.from_json(
+                evidence["domain"]), route=route, request=body, text=text,
+                completion_token_ids=evidence["completion_token_ids"])
+            checks = verify_receipt_bundle(bundle, model=model, tokenizer=tokenizer,
+                                           model_dir=vllm_model_dir)
+            assert [c.name for c in checks[-3:]] == ["activations", "termination", "sampling"]
+            assert all(c.passed for c in checks[-3:]), (route, body, stream)
+            near_ties += checks[-1].near_ties
+            tokens += len(evidence["completion_token_ids"])
+            endings.add(parse_receipt(receipt).finish_reason)
+    assert endings == {"stop", "length"}
+    print(f"\n60 honest vLLM receipts, {tokens} tokens: {near_ties} near-ties")
