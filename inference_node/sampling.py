@@ -152,44 +152,80 @@ def _best(ids: torch.Tensor, scores: torch.Tensor) -> tuple[int, float]:
     return int(ids[index]), float(top2[0]) - float(top2[1])
 
 
+FIRST_PREFIX = 64  # top-p: the sorted prefix tried first; grown 4x while it cannot decide
+PREFIX_GROWTH = 4
+
+
 @dataclass(frozen=True)
 class _Nucleus:
-    """A tempered row: log-probabilities sorted descending (ties by ascending id), their ids,
-    probabilities and cumulative sums, and how many of them top-p keeps."""
+    """A tempered row's top-p, on the first ``size`` entries of its descending order (all of
+    them when ``complete``): log-probabilities sorted descending, their ids, probabilities and
+    running sums (float64, left to right, on the CPU), and how many of them top-p keeps.
 
-    logp: torch.Tensor  # [V] by token id
+    A prefix is returned only when it decides the kept set exactly: the threshold probability
+    ``probs[reach]`` is strictly greater than the prefix's last one, so every token outside the
+    prefix is less probable and dropped, and the prefix's running sums are those of the full
+    order (the sorted values, hence their left-to-right sums, do not depend on how equal values
+    are ordered). ``finite``: candidates in the prefix; ``all_in``: the prefix holds every
+    candidate."""
+
     sorted_logp: torch.Tensor
     order: torch.Tensor
     probs: torch.Tensor
     cumsum: torch.Tensor
     kept: int
     finite: int
+    complete: bool
+    all_in: bool
+
+    @property
+    def size(self) -> int:
+        return self.sorted_logp.numel()
 
 
 def _log_probs(row: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(row.to(torch.float64) / temperature, dim=-1)
 
 
-def _nucleus(logp: torch.Tensor, top_p: float) -> _Nucleus:
-    sorted_logp, order = torch.sort(logp, descending=True, stable=True)
-    probs = sorted_logp.exp()
-    cumsum = probs.cumsum(0)
-    finite = int(torch.isfinite(logp).sum())
-    reach = int(torch.searchsorted(cumsum, torch.tensor([top_p], dtype=cumsum.dtype,
-                                                        device=cumsum.device)))
-    if reach >= finite:  # the candidates' mass never reaches top_p (rounding): keep them all
-        kept = finite
-    else:
-        kept = min(int((probs >= probs[reach]).sum()), finite)
-    return _Nucleus(logp, sorted_logp, order, probs, cumsum, kept, finite)
+def _nucleus(logp: torch.Tensor, top_p: float, size: int = FIRST_PREFIX) -> _Nucleus:
+    """Top-p on the shortest prefix (at least ``size`` long, else the full sort) that decides
+    it. Same ``kept``, same running sums, same kept ids as sorting the whole row."""
+    vocab = logp.numel()
+    while True:
+        complete = size * PREFIX_GROWTH > vocab
+        if complete:  # a prefix this long costs about as much as the sort
+            sorted_logp, order = torch.sort(logp, descending=True, stable=True)
+        else:
+            sorted_logp, order = torch.topk(logp, size)  # descending; ties in any order
+        sorted_logp, order = sorted_logp.cpu(), order.cpu()
+        probs = sorted_logp.exp()
+        cumsum = probs.cumsum(0)  # CPU: a sequential left-to-right float64 sum
+        reach = int(torch.searchsorted(cumsum, torch.tensor([top_p], dtype=cumsum.dtype)))
+        finite = int(torch.isfinite(sorted_logp).sum()) if complete \
+            or not math.isfinite(float(sorted_logp[-1])) else size
+        if complete:
+            if reach >= finite:  # the candidates' mass never reaches top_p (rounding): keep all
+                kept = finite
+            else:
+                kept = min(int((probs >= probs[reach]).sum()), finite)
+            return _Nucleus(sorted_logp, order, probs, cumsum, kept, finite, True, True)
+        if math.isfinite(float(sorted_logp[0])) and reach < size \
+                and float(probs[reach]) > float(probs[-1]):
+            kept = int((probs >= probs[reach]).sum())  # probs[reach] > 0: all candidates
+            return _Nucleus(sorted_logp, order, probs, cumsum, kept, finite, False,
+                            finite < size)
+        size *= PREFIX_GROWTH
 
 
-def _kept_ids(logp: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Ids (ascending) of the tokens top-p keeps; every allowed token when top_p == 1."""
+def _kept_ids(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids (ascending) of the tokens top-p keeps, every allowed token when top_p == 1, and
+    their log-probabilities."""
     if top_p >= 1:
-        return torch.nonzero(torch.isfinite(logp)).flatten()
+        ids = torch.nonzero(torch.isfinite(logp)).flatten()
+        return ids, logp[ids]
     nucleus = _nucleus(logp, top_p)
-    return torch.sort(nucleus.order[:nucleus.kept]).values
+    ids, by_id = torch.sort(nucleus.order[:nucleus.kept])
+    return ids, nucleus.sorted_logp[:nucleus.kept][by_id]
 
 
 def choose(logits_row: torch.Tensor, *, temperature: float, top_p: float, seed: int,
@@ -203,9 +239,8 @@ def choose(logits_row: torch.Tensor, *, temperature: float, top_p: float, seed: 
         ids = torch.arange(z.numel(), device=z.device)
         token, margin = _best(ids, z)
         return Choice(token, margin, int(torch.isfinite(z).sum()))
-    logp = _log_probs(z, temperature)
-    ids = _kept_ids(logp, top_p)
-    scores = logp[ids] + _gumbel(position_key(seed, request_key, position), ids)
+    ids, kept_logp = _kept_ids(_log_probs(z, temperature), top_p)
+    scores = kept_logp + _gumbel(position_key(seed, request_key, position), ids)
     token, margin = _best(ids, scores)
     return Choice(token, margin, ids.numel())
 
@@ -281,27 +316,47 @@ def _check_full(logp: torch.Tensor, key: int, claimed: int, tolerance: float) ->
     return _RowCheck(expected, margin, accepted, margin <= tolerance)
 
 
+def _nucleus_bounds(n: _Nucleus, top_p: float, r: float) -> tuple[int, int] | None:
+    """``plus`` and ``minus`` (``_check_nucleus``) on the prefix ``n``, or None when the
+    prefix is too short to decide them exactly."""
+    before = torch.cat([torch.zeros(1, dtype=n.cumsum.dtype), n.cumsum])
+    ascending = -n.sorted_logp  # ascending, +inf for masked tokens
+    finite = n.sorted_logp[:n.finite]
+    # possibly kept: mass of tokens surely more probable (log p > log p_i + 2r) < top_p * e^r.
+    # That mass only counts tokens before i, so it is exact on the prefix; it grows along the
+    # order, so once the prefix's last candidate fails, every later one fails too.
+    possibly = before[torch.searchsorted(ascending, -(finite + 2 * r), side="left")] \
+        < top_p * math.exp(r)
+    if not n.all_in and bool(possibly[-1]):
+        return None
+    plus = max(int(possibly.sum()), n.kept)
+    # certainly kept: e^r * mass of the others that may be more probable (> log p_i - 2r) < top_p;
+    # exact on the prefix when nothing after it is above the lowest kept log p - 2r
+    head = n.sorted_logp[:n.kept]
+    low = head - 2 * r
+    if not n.all_in and not float(n.sorted_logp[-1]) <= float(low[-1]):
+        return None
+    maybe_above = before[torch.searchsorted(ascending, -low, side="left")]
+    maybe_above = maybe_above - torch.where(head > low, n.probs[:n.kept], 0.0)  # not itself
+    minus = min(int((math.exp(r) * maybe_above < top_p).sum()), n.kept)
+    return plus, minus
+
+
 def _check_nucleus(logp: torch.Tensor, top_p: float, key: int, claimed: int,
                    tolerance: float) -> _RowCheck:
     """Top-p < 1. With r = tolerance (a bound on how far every log-probability and every score
     difference can move), three prefixes of the sorted order: ``minus`` (kept for certain),
     ``kept`` (kept on these logits), ``plus`` (possibly kept). A token passes if it is possibly
     kept and its score is within r of the best certainly-kept score (docs/sampling.md)."""
-    n = _nucleus(logp, top_p)
     r = tolerance
-    device = logp.device
-    before = torch.cat([torch.zeros(1, dtype=n.cumsum.dtype, device=device), n.cumsum])
-    ascending = -n.sorted_logp  # ascending, +inf for masked tokens
-    finite = n.sorted_logp[:n.finite]
-    # possibly kept: mass of tokens surely more probable (log p > log p_i + 2r) < top_p * e^r
-    surely_above = before[torch.searchsorted(ascending, -(finite + 2 * r), side="left")]
-    plus = max(int((surely_above < top_p * math.exp(r)).sum()), n.kept)
-    # certainly kept: e^r * mass of the others that may be more probable (> log p_i - 2r) < top_p
-    head = n.sorted_logp[:n.kept]
-    low = head - 2 * r
-    maybe_above = before[torch.searchsorted(ascending, -low, side="left")]
-    maybe_above = maybe_above - torch.where(head > low, n.probs[:n.kept], 0.0)  # not itself
-    minus = min(int((math.exp(r) * maybe_above < top_p).sum()), n.kept)
+    size = FIRST_PREFIX
+    while True:
+        n = _nucleus(logp, top_p, size)
+        bounds = _nucleus_bounds(n, top_p, r)
+        if bounds is not None:
+            break
+        size = n.size * PREFIX_GROWTH  # never None on the complete order
+    plus, minus = bounds
 
     ids = n.order[:plus]
     scores = n.sorted_logp[:plus] + _gumbel(key, ids)

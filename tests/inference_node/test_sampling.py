@@ -339,3 +339,160 @@ def test_noise_functions_reject_bad_keys_and_ids():
         uniforms(0, torch.tensor([0.5]))
     with pytest.raises(SamplingError):
         position_key(0, KEY, 2**64)
+
+
+# --------------------------------------------------------------------------- top-p on a prefix
+# sampling._nucleus decides top-p on a top-k prefix when it can; these references sort the whole
+# row, as docs/sampling.md states the rule, and every result must be the same bit for bit.
+
+
+def reference_nucleus(logp: torch.Tensor, top_p: float):
+    """Step 4 on the full stable sort: (sorted logp, order, probs, running sums, kept, finite)."""
+    sorted_logp, order = torch.sort(logp, descending=True, stable=True)
+    probs = sorted_logp.exp()
+    cumsum = probs.cumsum(0)
+    finite = int(torch.isfinite(logp).sum())
+    reach = int(torch.searchsorted(cumsum, torch.tensor([top_p], dtype=torch.float64)))
+    kept = finite if reach >= finite else min(int((probs >= probs[reach]).sum()), finite)
+    return sorted_logp, order, probs, cumsum, kept, finite
+
+
+def reference_choose(logp, nucleus, *, top_p, seed, position):
+    """Steps 4 and 5 on the full sort ``nucleus`` of the tempered row ``logp``."""
+    if top_p >= 1:
+        ids = torch.nonzero(torch.isfinite(logp)).flatten()
+    else:
+        _, order, _, _, kept, _ = nucleus
+        ids = torch.sort(order[:kept]).values
+    scores = logp[ids] + sampling._gumbel(position_key(seed, KEY, position), ids)
+    index = int(torch.argmax(scores))
+    margin = math.inf if ids.numel() < 2 else \
+        float(torch.topk(scores, 2).values[0]) - float(torch.topk(scores, 2).values[1])
+    return sampling.Choice(int(ids[index]), margin, ids.numel()), ids
+
+
+def reference_check_nucleus(nucleus, top_p, key, claimed, r):
+    """The verifier's top-p rule (plus / minus prefixes) on the full sort."""
+    sorted_logp, order, probs, cumsum, kept, finite = nucleus
+    before = torch.cat([torch.zeros(1, dtype=torch.float64), cumsum])
+    ascending = -sorted_logp
+    candidates = sorted_logp[:finite]
+    surely_above = before[torch.searchsorted(ascending, -(candidates + 2 * r), side="left")]
+    plus = max(int((surely_above < top_p * math.exp(r)).sum()), kept)
+    head = sorted_logp[:kept]
+    low = head - 2 * r
+    maybe_above = before[torch.searchsorted(ascending, -low, side="left")]
+    maybe_above = maybe_above - torch.where(head > low, probs[:kept], 0.0)
+    minus = min(int((math.exp(r) * maybe_above < top_p).sum()), kept)
+    ids = order[:plus]
+    scores = sorted_logp[:plus] + sampling._gumbel(key, ids)
+    kept_ids, by_id = torch.sort(ids[:kept])
+    kept_scores = scores[:kept][by_id]
+    expected = int(kept_ids[int(torch.argmax(kept_scores))])
+    top2 = torch.topk(kept_scores, min(2, kept)).values
+    margin = math.inf if kept < 2 else float(top2[0]) - float(top2[1])
+    floor = (float(scores[:minus].max()) if minus else -math.inf) - r
+    passing = ids[scores >= floor]
+    accepted = claimed == expected or bool((passing == claimed).any())
+    return sampling._RowCheck(expected, margin, accepted, bool((passing != expected).any()))
+
+
+def nucleus_rows(seed: int):
+    """(logits, allowed or None) rows that stress the prefix: plain, tied at and around the
+    threshold, flat, masked down to fewer or more candidates than the first prefix."""
+    gen = torch.Generator().manual_seed(seed)
+    first = sampling.FIRST_PREFIX
+    for vocab in (300, 4000):
+        yield torch.randn(vocab, generator=gen) * 3, None
+        yield torch.randn(vocab, generator=gen) * 0.3, None  # flat: the sort decides
+        yield torch.round(torch.randn(vocab, generator=gen) * 2), None  # many exact ties
+        yield torch.round(torch.randn(vocab, generator=gen) * 8) / 4, None
+        yield torch.zeros(vocab), None  # every token tied
+        tied = torch.full((vocab,), -20.0)  # a head, then a tied block straddling the prefix
+        tied[:10] = 3.0
+        tied[10:10 + 2 * first] = 1.0
+        yield tied[torch.randperm(vocab, generator=gen)], None
+        logits = torch.randn(vocab, generator=gen) * 2
+        for candidates in (1, first - 1, first, first + 1, vocab // 3):
+            allowed = torch.zeros(vocab, dtype=torch.bool)
+            allowed[torch.randperm(vocab, generator=gen)[:candidates]] = True
+            yield logits, allowed
+        masked = torch.randn(vocab, generator=gen) * 4
+        masked[torch.randperm(vocab, generator=gen)[:vocab // 2]] = float("-inf")
+        yield masked, None
+    yield torch.randn(49152, generator=gen) * 3, None  # SmolLM2's vocabulary
+    peaked = torch.randn(49152, generator=gen) * 2
+    peaked[7] = 30.0
+    yield peaked, None
+
+
+TOP_PS = (1e-12, 0.05, 0.5, 0.9, 0.99, 0.999999, 1 - 2**-53, 1.0)
+TEMPERATURES = (1e-5, 0.05, 0.7, 1.0, 20.0)
+
+
+def test_cpu_cumsum_is_the_left_to_right_float64_sum():
+    # the spec's running sum; a prefix's sums are then the full row's first sums
+    gen = torch.Generator().manual_seed(0)
+    p = torch.rand(49152, generator=gen, dtype=torch.float64) \
+        * torch.exp(torch.randn(49152, generator=gen, dtype=torch.float64) * 10)
+    running, sums = 0.0, []
+    for value in p.tolist():
+        running += value
+        sums.append(running)
+    assert p.cumsum(0).tolist() == sums
+    assert p[:100].cumsum(0).tolist() == sums[:100]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_top_p_prefix_equals_the_full_sort(seed):
+    prefixes = complete = 0
+    rows = list(nucleus_rows(seed))
+    for index, (logits, allowed) in enumerate(rows):
+        z = logits if allowed is None else logits.masked_fill(~allowed, float("-inf"))
+        for temperature in TEMPERATURES:
+            logp = torch.log_softmax(z.double() / temperature, -1)
+            references = {}
+            for top_p in TOP_PS[:-1]:
+                n = sampling._nucleus(logp, top_p)
+                sorted_logp, order, probs, cumsum, kept, finite = references[top_p] = \
+                    reference_nucleus(logp, top_p)
+                prefixes += not n.complete
+                complete += n.complete
+                assert n.kept == kept
+                assert torch.equal(n.cumsum, cumsum[:n.size])  # bit for bit
+                assert torch.equal(n.sorted_logp, sorted_logp[:n.size])
+                assert torch.equal(n.probs, probs[:n.size])
+                assert torch.equal(torch.sort(n.order[:kept]).values,
+                                   torch.sort(order[:kept]).values)
+                if n.all_in:
+                    assert n.finite == finite
+            for top_p in TOP_PS:
+                params = {"temperature": temperature, "top_p": top_p, "seed": seed,
+                          "position": index}
+                want, want_ids = reference_choose(logp, references.get(top_p), top_p=top_p,
+                                                  seed=seed, position=index)
+                got = choose(logits, request_key=KEY, allowed=allowed, **params)
+                assert got == want, (index, temperature, top_p)
+                assert torch.equal(sampling._kept_ids(logp, top_p)[0], want_ids)
+    assert prefixes > 100 and complete > 100  # both paths ran
+
+
+def test_check_nucleus_on_a_prefix_equals_the_full_sort(seed=0):
+    gen = torch.Generator().manual_seed(100 + seed)
+    for index, (logits, allowed) in enumerate(nucleus_rows(seed)):
+        z = logits if allowed is None else logits.masked_fill(~allowed, float("-inf"))
+        for temperature in (0.05, 0.7, 20.0):
+            logp = torch.log_softmax(z.double() / temperature, -1)
+            key = position_key(seed, KEY, index)
+            for top_p in (1e-12, 0.5, 0.9, 0.999999):
+                nucleus = reference_nucleus(logp, top_p)
+                order, kept = nucleus[1], nucleus[4]
+                # claims: the tokens either side of the edge, a random token
+                claims = {int(i) for i in order[max(0, kept - 2):kept + 2]}
+                claims.add(int(torch.randint(z.numel(), (1,), generator=gen)))
+                for eps in (0.0, 1e-3, 1.0):
+                    r = 2 * eps / temperature
+                    for claimed in claims:
+                        want = reference_check_nucleus(nucleus, top_p, key, claimed, r)
+                        got = sampling._check_nucleus(logp, top_p, key, claimed, r)
+                        assert got == want, (index, temperature, top_p, eps, claimed)
