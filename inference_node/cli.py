@@ -5,6 +5,7 @@
                    [--register [--stake GYM] [--endpoint URL]]
                    [--engine auto|transformers|vllm [--eager]] [--host H] [--port P] [--max-queue N]
                    [--max-body-bytes N] [--receipt-wal FILE]
+                   [--bundle-retention 7d|12h|3600|0] [--bundle-max-bytes N] [--bundle-store F]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
@@ -41,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contracts.gym_token import format_gym
+from inference_node.bundle_store import DEFAULT_MAX_BYTES, DEFAULT_RETENTION, parse_duration
 from inference_node.challenges import challenged_receipt, open_challenge
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
 from inference_node.launch import NodeLaunch, load_key, open_registry, start_node
@@ -178,6 +180,18 @@ def serve(
     adapter_proof: Annotated[Path | None, typer.Option(
         help="Also check this inclusion proof of the adapter entry (`gym ledger proof --json`) "
              "against the root anchored on chain.", exists=True, dir_okay=False)] = None,
+    bundle_retention: Annotated[str, typer.Option(
+        help="Keep each receipt's bundle (the normalized request, i.e. the user's messages or "
+             "prompt, and the answer) this long and serve it at GET /v1/receipts/{cid}, so "
+             "clients and auditors can check the receipt in full: seconds, or with a unit "
+             "(90m, 12h, 7d). 0 keeps nothing (no request texts stored).")
+    ] = DEFAULT_RETENTION,
+    bundle_max_bytes: Annotated[int, typer.Option(
+        min=1, help="Keep at most this many bytes of bundles; the oldest are dropped first.")
+    ] = DEFAULT_MAX_BYTES,
+    bundle_store: Annotated[Path | None, typer.Option(
+        help="SQLite file of the kept bundles; default: receipt-bundles/<log>.sqlite beside "
+             "the local content store (GYM_DATA_DIR).", dir_okay=False)] = None,
 ) -> None:
     """Serve /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics.
 
@@ -186,12 +200,18 @@ def serve(
     base), is merged into the served weights. With a key, every answer carries a signed
     receipt (streamed answers on their last chunk), written ahead to --receipt-wal (on disk
     before the answer leaves; a node restarted after a crash appends what it holds), appended
-    to the node's receipt log and anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
+    to the node's receipt log and anchored every --anchor-interval seconds; each receipt's
+    bundle (request and answer) is kept for --bundle-retention and served at
+    GET /v1/receipts/{cid}. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _key(key_env, keystore, password_env)
+    try:
+        retention_s = parse_duration(bundle_retention)
+    except NodeError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--bundle-retention") from None
     if register and (key is None or offline):
         raise typer.BadParameter("--register needs a key (--key-env or --keystore) and the "
                                  "chain (not --offline)", param_hint="--register")
@@ -210,7 +230,8 @@ def serve(
         anchor_interval_s=anchor_interval, receipt_wal=receipt_wal, register=register,
         registry=registry_address(ctx) if register else None, stake=stake, endpoint=endpoint,
         adapter=adapter, adapter_log=adapter_log, adapter_index=adapter_index,
-        adapter_proof=adapter_proof)
+        adapter_proof=adapter_proof, bundle_retention_s=retention_s,
+        bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store)
     with start_node(launch, ctx.obj, console=console) as running:
         snapshot = running.source.current()
         name = running.settings.served_model_name or running.engine.model_name
