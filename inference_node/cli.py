@@ -9,7 +9,8 @@
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
-    gym verify receipt BUNDLE.json [--model DIR] [--offline]
+    gym verify receipt (BUNDLE.json | --response RESP.json --request REQ.json | --cid CID --node URL)
+                       [--model DIR] [--offline] [--save-bundle FILE]
 
 ``serve`` runs ``inference_node.launch.start_node``, ``challenge``
 ``inference_node.challenges.open_challenge``, ``verify receipt``
@@ -35,7 +36,7 @@ from __future__ import annotations
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -304,24 +305,69 @@ def challenge(
 
 def verify_receipt(
     ctx: typer.Context,
-    bundle_file: Annotated[Path, typer.Argument(
-        help="Receipt bundle JSON: {type: receipt-bundle, receipt, domain, route, request, "
-             "response: {text, token_ids}, inclusion}.", exists=True, dir_okay=False)],
+    bundle_file: Annotated[Path | None, typer.Argument(
+        help="Receipt bundle JSON: {type: receipt-bundle, receipt, domain, request, "
+             "response: {text, token_ids}, inclusion}. Or give --response and --request, or "
+             "--cid and --node.", exists=True, dir_okay=False)] = None,
+    response: Annotated[Path | None, typer.Option(
+        help="The node's answer saved as JSON (the openai SDK's `completion.model_dump()`, "
+             "chat or completion, with its receipt and receipt_evidence), or a streamed "
+             "answer saved as a JSON array of its chunks. Needs --request.",
+        exists=True, dir_okay=False)] = None,
+    request: Annotated[Path | None, typer.Option(
+        help="The request body sent for --response, as JSON.", exists=True, dir_okay=False)
+    ] = None,
+    cid: Annotated[str | None, typer.Option(
+        help="Fetch the bundle of the receipt with this CID from --node "
+             "(GET {node}/v1/receipts/{cid}; the node keeps bundles for its retention "
+             "period).")] = None,
+    node: Annotated[str | None, typer.Option(
+        help="The node's URL for --cid (http://host:port, with or without /v1).")] = None,
+    save_bundle: Annotated[Path | None, typer.Option(
+        help="Write the bundle checked to this file (e.g. to `gym node challenge` it).",
+        dir_okay=False)] = None,
     model: Annotated[Path | None, typer.Option(
-        help="Recheck the activation commitment with this model (one prefill pass).",
-        exists=True, file_okay=False)] = None,
+        help="Recheck the activation commitment, how the answer ended and every token's "
+             "sampling with this model (one prefill pass).", exists=True, file_okay=False)
+    ] = None,
     offline: Annotated[bool, typer.Option(
         help="Check only what needs no chain: signature (in the bundle's domain), digests, "
-             "the inclusion proof's path.")] = False,
+             "the inclusion proof's path (and with --model the answer's tokens).")] = False,
 ) -> None:
     """Check a receipt: signature, request/response digests, the signer's registration (a
     registered, active node serving the receipt's model), library root and state, log
-    inclusion and anchoring, and with --model the activation commitment."""
+    inclusion and anchoring, and with --model the activation commitment, termination and
+    sampling. The receipt comes from exactly one of: a BUNDLE file; --response with
+    --request (what a client saved); --cid with --node (the node's retained bundle)."""
+    from inference_node.bundle_sources import bundle_from_response, fetch_bundle, read_json_file
+
+    sources = [bundle_file is not None, response is not None or request is not None,
+               cid is not None or node is not None]
+    if sum(sources) != 1:
+        raise typer.BadParameter("give exactly one receipt source: BUNDLE, --response with "
+                                 "--request, or --cid with --node")
+    if sources[1] and (response is None or request is None):
+        raise typer.BadParameter("--response and --request go together")
+    if sources[2] and (cid is None or node is None):
+        raise typer.BadParameter("--cid and --node go together")
     try:
-        bundle = read_bundle(bundle_file)
-    except NodeError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        if bundle_file is not None:
+            bundle, title = read_bundle(bundle_file), bundle_file.name
+        elif response is not None:
+            bundle = bundle_from_response(read_json_file(response, "response"),
+                                          read_json_file(request, "request"))
+            title = response.name
+        else:
+            with console.status(f"fetching the bundle of {cid} from {node}"):
+                bundle = fetch_bundle(node, cid)
+            title = cid
+    except (NodeError, ReceiptError) as exc:
+        _fail(exc)
+    if save_bundle is not None:
+        import json
+
+        save_bundle.write_text(json.dumps(bundle, indent=1))
+        console.print(f"wrote the bundle to {save_bundle}", highlight=False)
     rt = None if offline else _runtime(ctx, "checking a receipt against the chain (else "
                                             "--offline)")
     try:
@@ -330,9 +376,17 @@ def verify_receipt(
                                           registry=None if offline else registry_address(ctx),
                                           content=None if ctx.obj is None else ctx.obj.content)
     except ReceiptError as exc:
+        _fail(exc)
+    Console(width=200).print(checks_table(checks, f"receipt {title}"))
+
+
+def _fail(exc: NodeError | ReceiptError) -> NoReturn:
+    """Print why the receipt cannot be checked or fails, and exit 1."""
+    if isinstance(exc, ReceiptError):
         console.print(f"[red]receipt FAILS[/] ({exc.reason}): {exc}", highlight=False)
         if exc.expected is not None:
             console.print(f"  expected {exc.expected}\n  computed {exc.computed}",
                           highlight=False)
-        raise typer.Exit(1) from None
-    Console().print(checks_table(checks, f"receipt {bundle_file.name}"))
+    else:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(1)

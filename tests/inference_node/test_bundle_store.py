@@ -33,9 +33,9 @@ def engine(tiny_model_dir):
     return make_engine(tiny_model_dir)
 
 
-def node_with(engine, tiny_model_dir, bundles, receipt_log=None):
+def node_with(engine, tiny_model_dir, bundles, receipt_log=None, source=None):
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
-    return run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer,
+    return run_server(engine, source or StaticLibrarySource(SNAPSHOT), receipts=signer,
                       receipt_log=receipt_log, bundles=bundles)
 
 
