@@ -390,3 +390,53 @@ def _fail(exc: NodeError | ReceiptError) -> NoReturn:
     else:
         console.print(f"[red]error:[/] {exc}", highlight=False)
     raise typer.Exit(1)
+
+
+def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None,
+                      model: Path | None = None, sample: int | None = None,
+                      node: str | None = None, seed: int | None = None) -> bool:
+    """The receipt part of `gym audit` (``inference_node.receipt_audit``), after the log's
+    replay gave ``collector`` its receipts: every signature under the deployment's domain and
+    one signer; with ``sample``, that many bundles fetched from ``node`` (default: the endpoint
+    the NodeRegistry has for the signer) and checked in full (with ``model``: activations,
+    termination, sampling). Prints the report; whether it is clean."""
+    from inference_node.bundle_sources import fetch_bundle
+    from inference_node.receipt_audit import (
+        check_signatures,
+        choose_sample,
+        print_receipt_audit,
+        verify_sample,
+    )
+    from inference_node.verify import load_verifier_model
+
+    rt = _runtime(ctx, "auditing a receipt log")
+    contract = rt.contract
+    domain = ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower())
+    report = check_signatures(collector, domain)
+    if sample is not None and collector.receipts:
+        chosen = choose_sample(collector.receipts, sample, seed)
+        registry = registry_address(ctx)
+        url = node or _registered_endpoint(ctx, registry, report.signer)
+        loaded = load_verifier_model(model) if model is not None else None
+        with console.status(f"checking {len(chosen)} receipts' bundles from {url}") as status:
+            verify_sample(
+                report, chosen, lambda cid: fetch_bundle(url, cid),
+                lambda bundle: check_receipt_bundle(bundle, rt, registry=registry,
+                                                    model_dir=model, content=rt.content,
+                                                    loaded=loaded),
+                progress=lambda done: status.update(f"checked {done} of {len(chosen)}"))
+    print_receipt_audit(report, Console(width=200), owner)
+    return report.ok
+
+
+def _registered_endpoint(ctx: typer.Context, registry: str | None, signer: str | None) -> str:
+    """The endpoint the NodeRegistry has for ``signer``; ``NodeError`` (give --node) else."""
+    if registry is None or signer is None:
+        raise NodeError("--sample fetches bundles from the node: give --node URL (no "
+                        "NodeRegistry is known to look its endpoint up)")
+    reg = node_registry(ctx)
+    operator = reg.operator_of_signer(signer)
+    record = reg.node_of(operator) if operator is not None else None
+    if record is None or not record.endpoint:
+        raise NodeError(f"the NodeRegistry has no endpoint for signer {signer}: give --node URL")
+    return record.endpoint
