@@ -14,7 +14,10 @@
 
 ``serve`` runs ``inference_node.launch.start_node``, ``challenge``
 ``inference_node.challenges.open_challenge``, ``verify receipt``
-``inference_node.verify.check_receipt_bundle``.
+``inference_node.verify.check_receipt_bundle`` on a bundle read from a file, built from a saved
+answer and request, or fetched from a node (``inference_node.bundle_sources``).
+``audit_receipt_log`` is the receipt part of ``gym audit`` (the root command wires it after
+``ledger``'s replay; ``inference_node.receipt_audit``).
 
 Mount with ``app.add_typer(inference_node.cli.app, name="node")`` and
 ``verify_app.command("receipt")(inference_node.cli.verify_receipt)``. They take the chain and
