@@ -18,6 +18,9 @@ the CLI root builds from settings (each member built on first use). Expected fai
     gym verify checkpoint note.txt --vkey VKEY [--offline]
     gym verify entry entry.json
     gym audit alice/math | --log-id N       # chain events + content store only
+
+``gym audit`` is mounted by the root (``devnet/cli.py``), which also checks a receipt log's
+receipts (``inference_node``); ``replay_log`` is its ledger part.
 """
 
 from __future__ import annotations
@@ -417,17 +420,6 @@ def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:
         raise LedgerError(f"{len(ids)} logs are named {name!r} on chain (ids "
                           f"{', '.join(map(str, ids))}): pass --log-id N")
     return ids[0]
-
-
-def audit(ctx: typer.Context,
-          log: Annotated[str | None, typer.Argument(help="Log name as created on chain.")] = None,
-          log_id: Annotated[int | None, typer.Option("--log-id", help="On-chain log id.")] = None,
-          from_block: Annotated[int | None, typer.Option(help="First block to scan (default: "
-                                                         "the deployment block).")] = None
-          ) -> None:
-    """Replay a log from chain events and the content store alone; exit 1 on any discrepancy."""
-    if not replay_log(ctx, log, log_id, from_block).ok:
-        raise typer.Exit(1)
 
 
 def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
