@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from importlib.metadata import version
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -51,7 +52,6 @@ app.add_typer(devnet.ipfs_cli.app, name="ipfs")
 app.add_typer(ledger.cli.app, name="ledger")
 ledger.cli.verify_app.command("receipt")(inference_node.cli.verify_receipt)
 app.add_typer(ledger.cli.verify_app, name="verify")
-app.command(name="audit")(ledger.cli.audit)
 trainer.gradient.cli.register(trainer.cli.train_app)
 app.add_typer(trainer.cli.train_app, name="train")
 app.add_typer(trainer.adapters.cli.app, name="adapter")
@@ -104,6 +104,50 @@ def root(
     # Commands outside `gym gov` that need the DAO (the dashboard) build it on demand.
     ctx.meta["governance_runtime"] = lambda: governance_runtime(settings, ctx.obj)
     ctx.meta["node_registry_address"] = lambda: deployed_address(settings, "NodeRegistry")
+
+
+@app.command(name="audit")
+def audit(
+    ctx: typer.Context,
+    log: Annotated[str | None, typer.Argument(help="Log name as created on chain.")] = None,
+    log_id: Annotated[int | None, typer.Option("--log-id", help="On-chain log id.")] = None,
+    from_block: Annotated[int | None, typer.Option(help="First block to scan (default: the "
+                                                   "deployment block).")] = None,
+    model: Annotated[Path | None, typer.Option(
+        help="Receipt log with --sample: recheck each sampled receipt's activations, "
+             "termination and sampling with this model.", exists=True, file_okay=False)
+    ] = None,
+    sample: Annotated[int | None, typer.Option(
+        min=1, help="Receipt log: fetch this many receipts' bundles, chosen at random, from the "
+                    "node and check each in full.")] = None,
+    node: Annotated[str | None, typer.Option(
+        help="The node's URL for --sample; default: its endpoint in the NodeRegistry.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of the --sample choice (the same seed samples the same receipts).")
+    ] = None,
+) -> None:
+    """Replay a log from chain events and the content store alone; exit 1 on any discrepancy.
+
+    When the log holds receipts (a node's receipt log), also check every receipt's signature
+    under this deployment's domain and that one signer (the node) signed them all, naming each
+    failure; with --sample N, check N random receipts in full from the bundles the node keeps
+    (a bundle past the node's retention is reported as not retained, not as a failure).
+    """
+    from inference_node.receipt_audit import ReceiptCollector
+
+    collector = ReceiptCollector()
+    report = ledger.cli.replay_log(ctx, log, log_id, from_block, on_entry=collector)
+    ok = report.ok
+    if collector.receipts:
+        ok = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,
+                                                  model=model, sample=sample, node=node,
+                                                  seed=seed) and ok
+    elif sample is not None or model is not None or node is not None:
+        raise typer.BadParameter("--model, --sample and --node apply to a log of receipts; "
+                                 f"log {report.log_id} holds none")
+    if not ok:
+        raise typer.Exit(1)
 
 
 @devnet_app.command()

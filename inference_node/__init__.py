@@ -9,7 +9,10 @@ to), `vllm_engine` (the vLLM engine), `injection` (library rendering and prefix 
 `receipts` (EIP-712 signed proof-of-inference receipts, their wire format), `activations` (the
 TOPLOC activation commitment they carry), `verify` (checking a receipt bundle), `receipt_log`
 (the node's own receipt log, appended in the background and anchored periodically),
-`receipt_wal` (its write-ahead file: a receipt is on disk before its answer leaves), `registry`
+`receipt_wal` (its write-ahead file: a receipt is on disk before its answer leaves),
+`bundle_store` (bundle retention: what a verifier needs beside each receipt, served by CID),
+`bundle_sources` (bundles from a client's saved answer and request, or fetched from a node),
+`receipt_audit` (`gym audit` of a receipt log: signatures, one signer, a sample), `registry`
 (the NodeRegistry contract: registration, challenges), `challenges` (challenge evidence),
 `serving` + `server` (the FastAPI app), `launch` (`start_node`: engine, signer, receipt log,
 registration, app), `metrics`, `settings`, `errors` (one base, `InferenceNodeError`), `cli`

@@ -5,14 +5,19 @@
                    [--register [--stake GYM] [--endpoint URL]]
                    [--engine auto|transformers|vllm [--eager]] [--host H] [--port P] [--max-queue N]
                    [--max-body-bytes N] [--receipt-wal FILE]
+                   [--bundle-retention 7d|12h|3600|0] [--bundle-max-bytes N] [--bundle-store F]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
-    gym verify receipt BUNDLE.json [--model DIR] [--offline]
+    gym verify receipt (BUNDLE.json | --response RESP.json --request REQ.json | --cid CID --node URL)
+                       [--model DIR] [--offline] [--save-bundle FILE]
 
 ``serve`` runs ``inference_node.launch.start_node``, ``challenge``
 ``inference_node.challenges.open_challenge``, ``verify receipt``
-``inference_node.verify.check_receipt_bundle``.
+``inference_node.verify.check_receipt_bundle`` on a bundle read from a file, built from a saved
+answer and request, or fetched from a node (``inference_node.bundle_sources``).
+``audit_receipt_log`` is the receipt part of ``gym audit`` (the root command wires it after
+``ledger``'s replay; ``inference_node.receipt_audit``).
 
 Mount with ``app.add_typer(inference_node.cli.app, name="node")`` and
 ``verify_app.command("receipt")(inference_node.cli.verify_receipt)``. They take the chain and
@@ -34,13 +39,14 @@ from __future__ import annotations
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from contracts.gym_token import format_gym
+from inference_node.bundle_store import DEFAULT_MAX_BYTES, DEFAULT_RETENTION, parse_duration
 from inference_node.challenges import challenged_receipt, open_challenge
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
 from inference_node.launch import NodeLaunch, load_key, open_registry, start_node
@@ -178,6 +184,18 @@ def serve(
     adapter_proof: Annotated[Path | None, typer.Option(
         help="Also check this inclusion proof of the adapter entry (`gym ledger proof --json`) "
              "against the root anchored on chain.", exists=True, dir_okay=False)] = None,
+    bundle_retention: Annotated[str, typer.Option(
+        help="Keep each receipt's bundle (the normalized request, i.e. the user's messages or "
+             "prompt, and the answer) this long and serve it at GET /v1/receipts/{cid}, so "
+             "clients and auditors can check the receipt in full: seconds, or with a unit "
+             "(90m, 12h, 7d). 0 keeps nothing (no request texts stored).")
+    ] = DEFAULT_RETENTION,
+    bundle_max_bytes: Annotated[int, typer.Option(
+        min=1, help="Keep at most this many bytes of bundles; the oldest are dropped first.")
+    ] = DEFAULT_MAX_BYTES,
+    bundle_store: Annotated[Path | None, typer.Option(
+        help="SQLite file of the kept bundles; default: receipt-bundles/<log>.sqlite beside "
+             "the local content store (GYM_DATA_DIR).", dir_okay=False)] = None,
 ) -> None:
     """Serve /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics.
 
@@ -186,12 +204,18 @@ def serve(
     base), is merged into the served weights. With a key, every answer carries a signed
     receipt (streamed answers on their last chunk), written ahead to --receipt-wal (on disk
     before the answer leaves; a node restarted after a crash appends what it holds), appended
-    to the node's receipt log and anchored every --anchor-interval seconds. SIGTERM or Ctrl-C stops it gracefully: no new
+    to the node's receipt log and anchored every --anchor-interval seconds; each receipt's
+    bundle (request and answer) is kept for --bundle-retention and served at
+    GET /v1/receipts/{cid}. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _key(key_env, keystore, password_env)
+    try:
+        retention_s = parse_duration(bundle_retention)
+    except NodeError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--bundle-retention") from None
     if register and (key is None or offline):
         raise typer.BadParameter("--register needs a key (--key-env or --keystore) and the "
                                  "chain (not --offline)", param_hint="--register")
@@ -210,7 +234,8 @@ def serve(
         anchor_interval_s=anchor_interval, receipt_wal=receipt_wal, register=register,
         registry=registry_address(ctx) if register else None, stake=stake, endpoint=endpoint,
         adapter=adapter, adapter_log=adapter_log, adapter_index=adapter_index,
-        adapter_proof=adapter_proof)
+        adapter_proof=adapter_proof, bundle_retention_s=retention_s,
+        bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store)
     with start_node(launch, ctx.obj, console=console) as running:
         snapshot = running.source.current()
         name = running.settings.served_model_name or running.engine.model_name
@@ -283,24 +308,69 @@ def challenge(
 
 def verify_receipt(
     ctx: typer.Context,
-    bundle_file: Annotated[Path, typer.Argument(
-        help="Receipt bundle JSON: {type: receipt-bundle, receipt, domain, route, request, "
-             "response: {text, token_ids}, inclusion}.", exists=True, dir_okay=False)],
+    bundle_file: Annotated[Path | None, typer.Argument(
+        help="Receipt bundle JSON: {type: receipt-bundle, receipt, domain, request, "
+             "response: {text, token_ids}, inclusion}. Or give --response and --request, or "
+             "--cid and --node.", exists=True, dir_okay=False)] = None,
+    response: Annotated[Path | None, typer.Option(
+        help="The node's answer saved as JSON (the openai SDK's `completion.model_dump()`, "
+             "chat or completion, with its receipt and receipt_evidence), or a streamed "
+             "answer saved as a JSON array of its chunks. Needs --request.",
+        exists=True, dir_okay=False)] = None,
+    request: Annotated[Path | None, typer.Option(
+        help="The request body sent for --response, as JSON.", exists=True, dir_okay=False)
+    ] = None,
+    cid: Annotated[str | None, typer.Option(
+        help="Fetch the bundle of the receipt with this CID from --node "
+             "(GET {node}/v1/receipts/{cid}; the node keeps bundles for its retention "
+             "period).")] = None,
+    node: Annotated[str | None, typer.Option(
+        help="The node's URL for --cid (http://host:port, with or without /v1).")] = None,
+    save_bundle: Annotated[Path | None, typer.Option(
+        help="Write the bundle checked to this file (e.g. to `gym node challenge` it).",
+        dir_okay=False)] = None,
     model: Annotated[Path | None, typer.Option(
-        help="Recheck the activation commitment with this model (one prefill pass).",
-        exists=True, file_okay=False)] = None,
+        help="Recheck the activation commitment, how the answer ended and every token's "
+             "sampling with this model (one prefill pass).", exists=True, file_okay=False)
+    ] = None,
     offline: Annotated[bool, typer.Option(
         help="Check only what needs no chain: signature (in the bundle's domain), digests, "
-             "the inclusion proof's path.")] = False,
+             "the inclusion proof's path (and with --model the answer's tokens).")] = False,
 ) -> None:
     """Check a receipt: signature, request/response digests, the signer's registration (a
     registered, active node serving the receipt's model), library root and state, log
-    inclusion and anchoring, and with --model the activation commitment."""
+    inclusion and anchoring, and with --model the activation commitment, termination and
+    sampling. The receipt comes from exactly one of: a BUNDLE file; --response with
+    --request (what a client saved); --cid with --node (the node's retained bundle)."""
+    from inference_node.bundle_sources import bundle_from_response, fetch_bundle, read_json_file
+
+    sources = [bundle_file is not None, response is not None or request is not None,
+               cid is not None or node is not None]
+    if sum(sources) != 1:
+        raise typer.BadParameter("give exactly one receipt source: BUNDLE, --response with "
+                                 "--request, or --cid with --node")
+    if sources[1] and (response is None or request is None):
+        raise typer.BadParameter("--response and --request go together")
+    if sources[2] and (cid is None or node is None):
+        raise typer.BadParameter("--cid and --node go together")
     try:
-        bundle = read_bundle(bundle_file)
-    except NodeError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(1) from None
+        if bundle_file is not None:
+            bundle, title = read_bundle(bundle_file), bundle_file.name
+        elif response is not None:
+            bundle = bundle_from_response(read_json_file(response, "response"),
+                                          read_json_file(request, "request"))
+            title = response.name
+        else:
+            with console.status(f"fetching the bundle of {cid} from {node}"):
+                bundle = fetch_bundle(node, cid)
+            title = cid
+    except (NodeError, ReceiptError) as exc:
+        _fail(exc)
+    if save_bundle is not None:
+        import json
+
+        save_bundle.write_text(json.dumps(bundle, indent=1))
+        console.print(f"wrote the bundle to {save_bundle}", highlight=False)
     rt = None if offline else _runtime(ctx, "checking a receipt against the chain (else "
                                             "--offline)")
     try:
@@ -309,9 +379,67 @@ def verify_receipt(
                                           registry=None if offline else registry_address(ctx),
                                           content=None if ctx.obj is None else ctx.obj.content)
     except ReceiptError as exc:
+        _fail(exc)
+    Console(width=200).print(checks_table(checks, f"receipt {title}"))
+
+
+def _fail(exc: NodeError | ReceiptError) -> NoReturn:
+    """Print why the receipt cannot be checked or fails, and exit 1."""
+    if isinstance(exc, ReceiptError):
         console.print(f"[red]receipt FAILS[/] ({exc.reason}): {exc}", highlight=False)
         if exc.expected is not None:
             console.print(f"  expected {exc.expected}\n  computed {exc.computed}",
                           highlight=False)
-        raise typer.Exit(1) from None
-    Console().print(checks_table(checks, f"receipt {bundle_file.name}"))
+    else:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(1)
+
+
+def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None,
+                      model: Path | None = None, sample: int | None = None,
+                      node: str | None = None, seed: int | None = None) -> bool:
+    """The receipt part of `gym audit` (``inference_node.receipt_audit``), after the log's
+    replay gave ``collector`` its receipts: every signature under the deployment's domain and
+    one signer; with ``sample``, that many bundles fetched from ``node`` (default: the endpoint
+    the NodeRegistry has for the signer) and checked in full (with ``model``: activations,
+    termination, sampling). Prints the report; whether it is clean."""
+    from inference_node.bundle_sources import fetch_bundle
+    from inference_node.receipt_audit import (
+        check_signatures,
+        choose_sample,
+        print_receipt_audit,
+        verify_sample,
+    )
+    from inference_node.verify import load_verifier_model
+
+    rt = _runtime(ctx, "auditing a receipt log")
+    contract = rt.contract
+    domain = ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower())
+    report = check_signatures(collector, domain)
+    if sample is not None and collector.receipts:
+        chosen = choose_sample(collector.receipts, sample, seed)
+        registry = registry_address(ctx)
+        url = node or _registered_endpoint(ctx, registry, report.signer)
+        loaded = load_verifier_model(model) if model is not None else None
+        with console.status(f"checking {len(chosen)} receipts' bundles from {url}") as status:
+            verify_sample(
+                report, chosen, lambda cid: fetch_bundle(url, cid),
+                lambda bundle: check_receipt_bundle(bundle, rt, registry=registry,
+                                                    model_dir=model, content=rt.content,
+                                                    loaded=loaded),
+                progress=lambda done: status.update(f"checked {done} of {len(chosen)}"))
+    print_receipt_audit(report, Console(width=200), owner)
+    return report.ok
+
+
+def _registered_endpoint(ctx: typer.Context, registry: str | None, signer: str | None) -> str:
+    """The endpoint the NodeRegistry has for ``signer``; ``NodeError`` (give --node) else."""
+    if registry is None or signer is None:
+        raise NodeError("--sample fetches bundles from the node: give --node URL (no "
+                        "NodeRegistry is known to look its endpoint up)")
+    reg = node_registry(ctx)
+    operator = reg.operator_of_signer(signer)
+    record = reg.node_of(operator) if operator is not None else None
+    if record is None or not record.endpoint:
+        raise NodeError(f"the NodeRegistry has no endpoint for signer {signer}: give --node URL")
+    return record.endpoint

@@ -12,7 +12,8 @@ adapter or sign receipts) and, in order:
    to transformers when vLLM does not start);
 4. with a key, builds the receipt signer (EIP-712 domain: the deployment's ExperienceLedger, or
    unbound with ``offline``) and the node's receipt log (created and anchored by that same key,
-   as the NodeRegistry wants the operator to own it; written ahead to a WAL file);
+   as the NodeRegistry wants the operator to own it; written ahead to a WAL file) and, unless
+   ``bundle_retention_s`` is 0, the bundle store (``inference_node.bundle_store``);
 5. with ``register``, puts the receipt log on chain and registers (or updates) the node in the
    NodeRegistry;
 6. builds the app (``inference_node.server.create_app``).
@@ -36,6 +37,7 @@ from typing import Any, Self
 
 from rich.console import Console
 
+from inference_node.bundle_store import DEFAULT_MAX_BYTES
 from inference_node.engine_select import EngineChoice
 from inference_node.errors import KeyLoadError, NodeError
 from inference_node.settings import NodeSettings
@@ -73,6 +75,9 @@ class NodeLaunch:
     adapter_log: str | None = None  # prove the adapter entry is leaf adapter_index of this log
     adapter_index: int | None = None
     adapter_proof: Path | None = None  # or check this inclusion proof of the adapter entry
+    bundle_retention_s: float = 7 * 86400  # keep receipt bundles this long; 0: keep none
+    bundle_max_bytes: int = DEFAULT_MAX_BYTES  # at most this many bytes of bundles, oldest dropped
+    bundle_store: Path | None = None  # default: receipt-bundles/<log>.sqlite beside the content
 
 
 @dataclass
@@ -86,12 +91,15 @@ class RunningNode:
     settings: NodeSettings
     signer: Any = None  # ReceiptSigner, with a key
     receipt_log: Any = None  # ReceiptLog, with a key
+    bundles: Any = None  # BundleStore, with a key and a retention
     workdir: Path | None = None  # where an adapter was merged; removed by close()
 
     def serve_until_stopped(self) -> None:
         serve_until_stopped(self.app, self.settings.host, self.settings.port)
 
     def close(self) -> None:
+        if self.bundles is not None:
+            self.bundles.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -265,7 +273,7 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
                                      max_batch=launch.max_batch,
                                      prefix_reuse=launch.prefix_reuse, eager=launch.eager)
     console.print(f"engine: [bold]{choice.kind}[/] ({choice.reason})")
-    signer = receipts_log = None
+    signer = receipts_log = bundles = None
     if launch.key is not None:
         rt = _needs(ledger, "signing receipts")
         key = launch.key
@@ -284,6 +292,16 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
         console.print(f"signing receipts as [bold]{signer.address}[/] (chain "
                       f"{domain.chain_id}), receipt log {receipts_log.name!r}, written ahead "
                       f"to {wal}")
+        if launch.bundle_retention_s > 0:
+            from inference_node.bundle_store import BundleStore
+
+            path = launch.bundle_store or (rt.content_dir.parent / "receipt-bundles"
+                                           / (log_name.replace("/", "_") + ".sqlite"))
+            bundles = BundleStore(path, retention_s=launch.bundle_retention_s,
+                                  max_bytes=launch.bundle_max_bytes)
+            console.print(f"keeping receipt bundles (requests and answers) for "
+                          f"{launch.bundle_retention_s:g} s, at most {launch.bundle_max_bytes} "
+                          f"bytes, in {path}; served at GET /v1/receipts/{{cid}}")
         if receipts_log.recovered:
             console.print(f"appended {receipts_log.recovered} receipts that an earlier run "
                           "wrote ahead but did not append (it was stopped abruptly)")
@@ -293,8 +311,9 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
                           launch.endpoint or f"http://{settings.host}:{settings.port}/v1",
                           console)
     app = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log,
-                     adapter_cid=launch.adapter)
-    return RunningNode(app, engine, choice, source, settings, signer, receipts_log, workdir)
+                     adapter_cid=launch.adapter, bundles=bundles)
+    return RunningNode(app, engine, choice, source, settings, signer, receipts_log, bundles,
+                       workdir)
 
 
 def register_node(registry: Any, signer: Any, receipts_log: Any, stake: str | None,

@@ -4,7 +4,10 @@
 uvicorn. Routes: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions` (JSON, or
 Server-Sent Events `data: {chunk}` … `data: [DONE]` with `"stream": true`), `GET /health`,
 `GET /metrics` (Prometheus text), and on a node that signs receipts
-`GET /v1/receipts/{cid}/proof` (the receipt's inclusion proof in the node's receipt log).
+`GET /v1/receipts/{cid}/proof` (the receipt's inclusion proof in the node's receipt log) and,
+when it keeps bundles (`create_app(..., bundles=BundleStore)`, `inference_node.bundle_store`),
+`GET /v1/receipts/{cid}` (the receipt's whole bundle, as `gym verify receipt --cid` reads it;
+404 when unknown, expired or not kept).
 
 `create_app(..., receipts=ReceiptSigner, receipt_log=ReceiptLog)` turns receipts on (see
 `inference_node.serving`); the receipt log is anchored every `receipt_log.interval_s` and once
@@ -47,6 +50,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inference_node.bundle_store import BundleStore
 from inference_node.engine import Engine
 from inference_node.library import LibrarySource
 from inference_node.protocol import (
@@ -218,6 +222,11 @@ async def create_completion(raw: Request, serving: Serving) -> Response:
                            serving.completion, serving.completion_stream)
 
 
+@router.get("/v1/receipts/{cid}")
+async def receipt_bundle(cid: str, serving: Serving) -> dict:
+    return await asyncio.to_thread(serving.receipt_bundle, cid)
+
+
 @router.get("/v1/receipts/{cid}/proof")
 async def receipt_proof(cid: str, serving: Serving) -> dict:
     if serving.receipt_log is None:
@@ -295,13 +304,15 @@ class RequestMetrics:
 
 def create_app(engine: Engine, library_source: LibrarySource,
                settings: NodeSettings | None = None, *, receipts: ReceiptSigner | None = None,
-               receipt_log: ReceiptLog | None = None, adapter_cid: str | None = None) -> FastAPI:
+               receipt_log: ReceiptLog | None = None, adapter_cid: str | None = None,
+               bundles: BundleStore | None = None) -> FastAPI:
     """The node's app; starts the engine's worker (and library polling, receipt anchoring) on
     startup and stops them on shutdown, anchoring pending receipts last. ``adapter_cid``: the
-    adapter entry merged into the engine's weights (``inference_node.adapters``), in /health."""
+    adapter entry merged into the engine's weights (``inference_node.adapters``), in /health.
+    ``bundles``: keep each receipt's bundle there and serve it (``GET /v1/receipts/{cid}``)."""
     settings = settings or NodeSettings()
     serving = OpenAIServing(engine, library_source, settings, receipts, receipt_log,
-                            adapter_cid=adapter_cid)
+                            adapter_cid=adapter_cid, bundles=bundles)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -23,6 +23,8 @@ answer's headers leave before its last token exists, so its receipt rides on the
 before `data: [DONE]` (the finish chunk, or the usage chunk when `stream_options.include_usage`
 asks for one), as the same two fields `receipt` and `receipt_evidence`; the SDKs keep unknown
 fields (the `openai` SDK in `chunk.model_extra`). It verifies as the non-streamed one does.
+With a `BundleStore` (`inference_node.bundle_store`) the signing thread also keeps what a
+verifier needs beside the receipt, and `receipt_bundle(cid)` serves the whole bundle.
 
 Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
 A failure after a stream has started cannot change the HTTP status any more; it is sent as one
@@ -39,6 +41,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from inference_node.bundle_store import MAX_CID_CHARS, BundleStore
 from inference_node.engine import (
     Engine,
     EngineError,
@@ -77,7 +80,14 @@ from inference_node.protocol import (
 from inference_node.protocol import TokenLogprob as ApiTokenLogprob
 from inference_node.protocol import TopLogprob as ApiTopLogprob
 from inference_node.receipt_log import ReceiptLog
-from inference_node.receipts import ReceiptSigner, library_ref, receipt_header
+from inference_node.receipts import (
+    ReceiptDomain,
+    ReceiptSigner,
+    bundle_json,
+    library_ref,
+    parse_receipt,
+    receipt_header,
+)
 from inference_node.settings import NodeSettings
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError
@@ -162,10 +172,10 @@ def sse(payload: str) -> str:
 class OpenAIServing:
     def __init__(self, engine: Engine, library_source: LibrarySource,
                  settings: NodeSettings, receipts: ReceiptSigner | None = None,
-                 receipt_log: ReceiptLog | None = None, *, adapter_cid: str | None = None
-                 ) -> None:
+                 receipt_log: ReceiptLog | None = None, *, adapter_cid: str | None = None,
+                 bundles: BundleStore | None = None) -> None:
         self.engine = engine
-        self.receipts, self.receipt_log = receipts, receipt_log
+        self.receipts, self.receipt_log, self.bundles = receipts, receipt_log, bundles
         self.adapter_cid = adapter_cid
         self.library_source = library_source
         self.settings = settings
@@ -303,6 +313,10 @@ class OpenAIServing:
             cid = entry_cid(data)
             if self.receipt_log is not None:  # appended in the background, in batches
                 self.receipt_log.submit_encoded(cid, data)
+            if self.bundles is not None:  # what a verifier needs beside the receipt
+                self.bundles.put(cid, receipt=data, domain=self.receipts.domain.to_json(),
+                                 request=prepared.normalized, text=result.text,
+                                 token_ids=result.token_ids)
             return receipt, data, cid
 
         try:
@@ -314,6 +328,30 @@ class OpenAIServing:
         prepared.evidence = {"receipt_cid": cid,
                              "completion_token_ids": result.token_ids,
                              "domain": self.receipts.domain.to_json()}
+
+    def receipt_bundle(self, cid: str) -> dict:
+        """The full bundle of receipt ``cid`` from the bundle store, with its inclusion proof
+        when the receipt log has one (blocking: run it off the event loop); ``APIError`` 404
+        when the node keeps no bundles or not this one."""
+        if self.bundles is None:
+            raise APIError(404, "This node keeps no receipt bundles (it runs with "
+                           "--bundle-retention 0 or signs no receipts).", code="not_found")
+        stored = self.bundles.get(cid)
+        if stored is None:
+            raise APIError(404, f"No bundle for receipt {cid[:MAX_CID_CHARS]!r}: unknown, or no "
+                           f"longer retained (this node keeps bundles "
+                           f"{self.bundles.retention_s:g} s).", param="cid",
+                           code="receipt_not_found")
+        inclusion = None
+        if self.receipt_log is not None:
+            try:
+                inclusion = self.receipt_log.proof(cid)
+            except LedgerError:  # not appended yet, or the store fails: the bundle still helps
+                inclusion = None
+        return bundle_json(parse_receipt(stored.receipt), ReceiptDomain.from_json(stored.domain),
+                           route=stored.request["route"], request=stored.request,
+                           text=stored.text, completion_token_ids=stored.token_ids,
+                           inclusion=inclusion)
 
     def _count_tokens(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.metrics.prompt_tokens.inc(prompt_tokens)

@@ -349,12 +349,15 @@ def load_verifier_model(model_dir: Path, *, adapter: str | None = None, content:
 
 def check_receipt_bundle(bundle: object, rt: Any = None, *, registry: str | None = None,
                          model_dir: Path | None = None, offline: bool = False,
-                         content: Any = None) -> list[ReceiptCheck]:
+                         content: Any = None, loaded: tuple[Any, Any] | None = None
+                         ) -> list[ReceiptCheck]:
     """What `gym verify receipt` runs: ``verify_receipt_bundle`` with the deployment's chain,
     content store and NodeRegistry (at ``registry``) from ``rt`` (a ``ledger.runtime.LedgerRuntime``)
     unless ``offline``, and with the model in ``model_dir`` when given: for a receipt that names
     an adapter, that base with the adapter fetched from ``content`` (default: ``rt``'s content
-    store) and merged. The checks, or the first ``ReceiptError``."""
+    store) and merged. ``loaded``: ``load_verifier_model(model_dir)``'s result, reused for
+    receipts that name no adapter (`gym audit --sample` checks many). The checks, or the first
+    ``ReceiptError``."""
     from inference_node.registry import NodeRegistry
 
     kwargs: dict = {}
@@ -371,7 +374,7 @@ def check_receipt_bundle(bundle: object, rt: Any = None, *, registry: str | None
         adapter = parse_receipt(bundle.get("receipt") if isinstance(bundle, dict) else None
                                 ).adapter_cid
         if adapter is None:
-            model, tokenizer = load_verifier_model(model_dir)
+            model, tokenizer = loaded or load_verifier_model(model_dir)
         else:
             content = content if content is not None else getattr(rt, "content", None)
             if content is None:

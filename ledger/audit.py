@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ledger.content import ContentStore
 
 Progress = Callable[[int, int], None]  # (leaves replayed, leaves on chain)
+EntryHook = Callable[[int, str, bytes], None]  # (leaf index, CID, bytes) of each valid entry
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,10 @@ def _hex(value: bytes) -> str:
 class _Replay:
     """State shared by the publisher and curated replays."""
 
-    def __init__(self, report: AuditReport, content: ContentStore, progress: Progress | None):
+    def __init__(self, report: AuditReport, content: ContentStore, progress: Progress | None,
+                 on_entry: EntryHook | None = None):
         self.report, self.content, self.progress = report, content, progress
+        self.on_entry = on_entry
         self.tree = _Tree()
         self.broken_at: int | None = None  # first leaf that could not be hashed
         self.diverged_at: int | None = None  # first checkpoint whose root did not match
@@ -163,6 +166,9 @@ class _Replay:
             decode_entry(data)
         except EntryError as exc:
             self.flag("entry-invalid", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index)
+        else:
+            if self.on_entry is not None:
+                self.on_entry(index, cid, data)
         return data
 
     def leaf_done(self) -> None:
@@ -195,11 +201,14 @@ class _Replay:
 
 def audit_log(contract: LedgerContract, content: ContentStore, log_id: int, *,
               from_block: int = 0, to_block: int | None = None,
-              progress: Progress | None = None) -> AuditReport:
-    """Replay log ``log_id`` from chain events (from ``from_block``) and ``content``."""
+              progress: Progress | None = None, on_entry: EntryHook | None = None
+              ) -> AuditReport:
+    """Replay log ``log_id`` from chain events (from ``from_block``) and ``content``.
+    ``on_entry`` is called with every valid entry read (leaf index, CID, bytes), in order: what
+    checks a log's entries further (``gym audit`` checks a receipt log's signatures with it)."""
     state = contract.log_info(log_id)
     report = AuditReport(log_id, state.name, state.kind, state.owner, state.size, state.root)
-    replay = _Replay(report, content, progress)
+    replay = _Replay(report, content, progress, on_entry)
     if state.kind == LogKind.PUBLISHER:
         _audit_publisher(contract, replay, log_id, from_block, to_block)
     else:

@@ -18,6 +18,9 @@ the CLI root builds from settings (each member built on first use). Expected fai
     gym verify checkpoint note.txt --vkey VKEY [--offline]
     gym verify entry entry.json
     gym audit alice/math | --log-id N       # chain events + content store only
+
+``gym audit`` is mounted by the root (``devnet/cli.py``), which also checks a receipt log's
+receipts (``inference_node``); ``replay_log`` is its ledger part.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ledger.audit import audit_log, print_audit_report
+from ledger.audit import AuditReport, EntryHook, audit_log, print_audit_report
 from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.json_input import parse_json
@@ -419,13 +422,10 @@ def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:
     return ids[0]
 
 
-def audit(ctx: typer.Context,
-          log: Annotated[str | None, typer.Argument(help="Log name as created on chain.")] = None,
-          log_id: Annotated[int | None, typer.Option("--log-id", help="On-chain log id.")] = None,
-          from_block: Annotated[int | None, typer.Option(help="First block to scan (default: "
-                                                         "the deployment block).")] = None
-          ) -> None:
-    """Replay a log from chain events and the content store alone; exit 1 on any discrepancy."""
+def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
+               from_block: int | None, on_entry: EntryHook | None = None) -> AuditReport:
+    """What `gym audit` runs: the log named by ``log`` or ``log_id`` replayed (``audit_log``,
+    ``on_entry`` called with every valid entry) with a progress bar, and its report printed."""
     rt = runtime_of(ctx)
     if (log is None) == (log_id is None):
         raise LedgerError("name the log to audit: `gym audit NAME` or `gym audit --log-id N`")
@@ -438,7 +438,7 @@ def audit(ctx: typer.Context,
         task = bar.add_task("audit", total=None, log_id=log_id)
         report = audit_log(rt.contract, rt.content, log_id, from_block=start,
                            progress=lambda done, total: bar.update(task, completed=done,
-                                                                   total=total))
+                                                                   total=total),
+                           on_entry=on_entry)
     print_audit_report(report, console)
-    if not report.ok:
-        raise typer.Exit(1)
+    return report
