@@ -229,7 +229,7 @@ def test_known_types_table():
     assert {kind: sorted(v) for kind, v in ENTRY_TYPES.items()} == {
         "adapter": [1],
         "experience": [1],
-        "receipt": [1],
+        "receipt": [1, 2],
         "run": [1],
     }
 
@@ -507,3 +507,15 @@ def test_fold_rejects_ops_on_deleted_experiences():
 def test_module_docstring_example_runs():
     result = doctest.testmod(entries, raise_on_error=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_receipt_v2_names_its_sampler_and_ending():
+    doc = receipt(v=2, sampler="gym-sampler/1", finish_reason="stop")
+    decoded = decode_entry(rfc8785.dumps(doc))
+    assert (decoded.v, decoded.sampler, decoded.finish_reason) == (2, "gym-sampler/1", "stop")
+    for changes in ({"sampler": "other/1"}, {"finish_reason": "tool_calls"}, {"sampler": None}):
+        bad = {k: v for k, v in {**doc, **changes}.items() if v is not None}
+        with pytest.raises(EntryError):
+            decode_entry(rfc8785.dumps(bad))
+    with pytest.raises(EntryError):  # a v1 receipt has neither field
+        decode_entry(rfc8785.dumps({**receipt(), "sampler": "gym-sampler/1"}))
