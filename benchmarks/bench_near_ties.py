@@ -25,6 +25,11 @@ median of the per-receipt ratios and the ratio of the totals. Exits 1 when any h
 fails verification.
 
     .venv/bin/python benchmarks/bench_near_ties.py [--model DIR] [--receipts 200] [--tokens 24]
+        [--engine transformers|vllm]
+
+With ``--engine vllm`` the answers come from the node's vLLM engine (its logits processor forces
+gym-sampler/1's choice), the receipt's commitment from one transformers prefill (as a signing
+vLLM node computes it), and the baseline is vLLM's generation time.
 
 Model: SmolLM2-135M-Instruct by default (``trainer.backends.default_model_dir``), or any local
 causal LM directory with a chat template. float32 on CPU.
@@ -136,6 +141,10 @@ def main() -> int:
     parser.add_argument("--model", type=Path, help="local HF model dir (default: SmolLM2-135M)")
     parser.add_argument("--receipts", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=24, help="the longest max_tokens")
+    parser.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                        help="the engine that generates (vllm: the node's vLLM engine with its "
+                        "gym-sampler/1 logits processor; the receipt's commitment is then one "
+                        "transformers prefill, as a signing vLLM node computes it)")
     args = parser.parse_args()
     if args.model is None:
         from trainer.backends import default_model_dir
@@ -152,8 +161,14 @@ def main() -> int:
 
     verify.check_sampling = recording
 
-    engine = TransformersEngine.from_pretrained(args.model, model_name=MODEL_NAME, device="cpu",
-                                                dtype="float32")
+    if args.engine == "vllm":
+        from inference_node.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine.from_pretrained(args.model, model_name=MODEL_NAME, dtype="float32")
+    else:
+        engine = TransformersEngine.from_pretrained(args.model, model_name=MODEL_NAME,
+                                                    device="cpu", dtype="float32")
+    capture = args.engine == "transformers"  # vLLM returns no hidden states
     injector = LibraryInjector(engine.tokenizer)
     domain = ReceiptDomain()
     signer = ReceiptSigner(NODE_KEY, domain, engine.model, model_digest(args.model))
@@ -174,7 +189,7 @@ def main() -> int:
                                         temperature=body["temperature"], top_p=body["top_p"],
                                         seed=body["seed"], request_key=request_key(normalized),
                                         stop=tuple(body.get("stop", ())),
-                                        capture_activations=True)
+                                        capture_activations=capture)
                 started = time.perf_counter()
                 result = await engine.generate(prompt, params)
                 generate_t.append(time.perf_counter() - started)
@@ -209,7 +224,8 @@ def main() -> int:
     wall = time.perf_counter() - started
 
     median = statistics.median
-    print(f"model: {args.model} on CPU, float32, {torch.get_num_threads()} torch threads; "
+    print(f"engine: {args.engine}; model: {args.model} on CPU, float32, "
+          f"{torch.get_num_threads()} torch threads; "
           f"{args.receipts} honest v2 receipts (chat and completion, max_tokens up to "
           f"{args.tokens}, every third with stop '.'), no library; {wall:.0f} s in all")
     print(f"{'setting':<18} {'rcpt':>4} {'tokens':>6} {'ties':>6} {'per tok':>8} "
@@ -221,7 +237,8 @@ def main() -> int:
           "were not the verifier's choice; margins and tolerances are in logits (greedy) or "
           "scores, log-probability + noise (sampled))")
     ratio = median(v / g for v, g in zip(verify_t, generate_t, strict=True))
-    print(f"generation median, in process with activation capture (baseline): "
+    print(f"generation median, in process{' with activation capture' if capture else ''} "
+          f"(baseline): "
           f"{median(generate_t) * 1e3:8.1f} ms")
     print(f"receipt issue median (TOPLOC commitment, v2 entry, signature): "
           f"{median(issue_t) * 1e3:8.1f} ms")
