@@ -78,8 +78,7 @@ def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, c
             forged, verify=lambda b: check_receipt_bundle(b, ledger_rt, registry=registry,
                                                           model_dir=model_dir),
             registry=challenger, content=ledger_rt.content, domain=domain)
-    console.print(f"[red]forged receipt FAILS[/red] ({caught.failure.reason}): "
-                  f"{caught.failure}", highlight=False)
+    console.print(f"[red]forged receipt FAILS[/red]: {caught.failure}", highlight=False)
     console.print(f"challenge {caught.challenge.id} opened against node operator "
                   f"{caught.challenge.operator} with evidence {caught.challenge.evidence_cid} "
                   "(governance judges it: gym gov propose-slash)", highlight=False)

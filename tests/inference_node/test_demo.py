@@ -61,7 +61,7 @@ def test_demo_node_serves_answers_and_verifies(ledger_devnet, tiny_model_dir):
     assert registry.node_of(node).active
 
     # the dishonest node: its forged answer is caught by name and challenged on chain
-    assert "forged receipt FAILS (sampling): sampling: completion token 0" in text
+    assert "forged receipt FAILS: sampling: completion token 0" in text
     challenges = registry.challenges_against(node)
     assert len(challenges) == 1 and challenges[0].status.name == "OPEN"
     evidence = json.loads(content.cat(challenges[0].evidence_cid))

@@ -70,3 +70,24 @@ def test_eos_ids_come_from_the_generation_config_first(tok):
 
     assert eos_token_ids(Model(), tok) == {5, 7}
     assert eos_token_ids(object(), tok) == {tok.eos_token_id}
+
+
+def test_an_answer_cut_mid_character_may_leave_its_replacement_character_out():
+    """A byte-level tokenizer's answer that stops inside a multi-byte character decodes to a
+    trailing U+FFFD; vLLM's detokenizer leaves it out, transformers' decode keeps it. Both
+    are the answer; any other text is not."""
+
+    pieces = {1: "S", 2: " \U0001f333", 3: "\ufffd"}
+
+    class Bytes:
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(pieces[i] for i in ids)
+
+    def end(text):
+        return check_termination([1, 2, 3], text, "length", max_tokens=3, stop=(),
+                                 eos=frozenset([0]), tokenizer=Bytes())
+
+    assert end("S \U0001f333\ufffd") == end("S \U0001f333") == "max_tokens"
+    with pytest.raises(ReceiptError) as failure:
+        end("S")
+    assert failure.value.reason == "response_text"
