@@ -48,12 +48,13 @@ from pathlib import Path
 
 import torch
 from bench_node_concurrency import MODEL_NAME, NODE_KEY
+from bench_sampling import PROMPTS as SHARED_PROMPTS
 
 from inference_node import verify
 from inference_node.engine import SamplingParams
 from inference_node.errors import ReceiptError
 from inference_node.injection import LibraryInjector
-from inference_node.library import LibrarySnapshot
+from inference_node.library import EMPTY_LIBRARY as NO_LIBRARY
 from inference_node.normalized_request import from_client_request, request_key
 from inference_node.receipts import (
     ReceiptDomain,
@@ -64,14 +65,8 @@ from inference_node.receipts import (
 )
 from inference_node.transformers_engine import TransformersEngine
 
-NO_LIBRARY = LibrarySnapshot("none", "", 0, "", ())
 PROMPTS = (
-    "What is 17 times 23? Think step by step.",
-    "Name three prime numbers larger than 50 and explain why each is prime.",
-    "A train travels 120 km in 1.5 hours. What is its average speed?",
-    "Write one sentence about the moon.",
-    "If a rectangle has sides 7 and 9, what are its area and perimeter?",
-    "List the first five square numbers.",
+    *SHARED_PROMPTS,  # bench_sampling's six, then more
     "Explain in two sentences why the sky is blue.",
     "Translate 'good morning, friends' into French and Spanish.",
     "Give a short recipe for pancakes.",

@@ -76,7 +76,8 @@ def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, c
     with console.status("verifying the forged receipt (gym verify receipt --model)"):
         caught = catch_and_challenge(
             forged, verify=lambda b: check_receipt_bundle(b, ledger_rt, registry=registry,
-                                                          model_dir=model_dir),
+                                                          model_dir=model_dir,
+                                                          loaded=(model, tokenizer)),
             registry=challenger, content=ledger_rt.content, domain=domain)
     console.print(f"[red]forged receipt FAILS[/red]: {caught.failure}", highlight=False)
     console.print(f"challenge {caught.challenge.id} opened against node operator "

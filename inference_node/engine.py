@@ -81,12 +81,17 @@ class Generation:
     activations: list[Any] | None = None  # as `GenerationDelta.activations`
 
 
+def new_seed() -> int:
+    """A random seed below 2**52 for a request that gave none (receipts record it)."""
+    return secrets.randbits(52)
+
+
 def resolve_seed(params: SamplingParams) -> SamplingParams:
-    """``params`` with a seed: its own, or a fresh random one below 2**52 (as the node draws
-    one for a receipt), so every request samples through the same seeded sampler."""
+    """``params`` with a seed: its own, or `new_seed`, so every request samples through the
+    same seeded sampler."""
     if params.seed is not None:
         return params
-    return dataclasses.replace(params, seed=secrets.randbits(52))
+    return dataclasses.replace(params, seed=new_seed())
 
 
 class Engine(abc.ABC):

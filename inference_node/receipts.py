@@ -358,14 +358,14 @@ def bundle_json(receipt: ReceiptEntry, domain: ReceiptDomain, *, route: str, req
         if not (isinstance(request, dict) and request.get("v") == FORMAT):
             request = from_client_request(route, request, max_tokens=receipt.sampling.max_tokens,
                                           seed=receipt.sampling.seed)
-        return {"type": "receipt-bundle", "v": 2, "receipt": json.loads(encode_entry(receipt)),
-                "domain": domain.to_json(), "request": request,
-                "response": {"text": text, "token_ids": list(completion_token_ids)},
-                "inclusion": inclusion}
-    return {"type": "receipt-bundle", "v": 1, "receipt": json.loads(encode_entry(receipt)),
-            "domain": domain.to_json(), "route": route, "request": request,
-            "response": {"text": text, "token_ids": list(completion_token_ids)},
-            "inclusion": inclusion}
+    bundle = {"type": "receipt-bundle", "v": receipt.v,
+              "receipt": json.loads(encode_entry(receipt)), "domain": domain.to_json(),
+              "request": request,
+              "response": {"text": text, "token_ids": list(completion_token_ids)},
+              "inclusion": inclusion}
+    if receipt.v == 1:  # v2 names the route inside its normalized request
+        bundle["route"] = route
+    return bundle
 
 
 def library_ref(log_id: str, size: int, root: str) -> LibraryRef:

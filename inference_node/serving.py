@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +49,7 @@ from inference_node.engine import (
     SamplingParams,
     TokenLogprob,
     collect_generation,
+    new_seed,
 )
 from inference_node.errors import InferenceNodeError
 from inference_node.injection import InjectedPrompt, LibraryInjector
@@ -247,7 +247,7 @@ class OpenAIServing:
                            f"record it: it must be between 0 and {SEED_LIMIT} (2**53 - 1).",
                            param="seed", code="invalid_value")
         if seed is None:  # the receipt names the seed, so the answer can be reproduced
-            seed = secrets.randbits(52)
+            seed = new_seed()
         self._check_queue()  # cheap refusal before tokenizing
         snapshot = self.library_source.current()
         injected = await asyncio.get_running_loop().run_in_executor(
