@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from inference_node.errors import InferenceNodeError
 from inference_node.injection import Prompt
+from inference_node.response_format import Constraint, FormatError
 
 FinishReason = Literal["stop", "length"]
 
@@ -42,6 +43,9 @@ class SamplingParams:
     seed: int | None = None
     request_key: bytes = bytes(32)
     stop: tuple[str, ...] = ()
+    # structured outputs: the grammar every token is chosen under
+    # (`inference_node.response_format`), None when unconstrained
+    constraint: Constraint | None = None
     logprobs: bool = False
     top_logprobs: int = 0  # alternatives reported per position when `logprobs`
     # Hand back the final hidden state of every decode position (a receipt's activation
@@ -115,6 +119,11 @@ class Engine(abc.ABC):
         if generation is None:
             raise EngineError("stream ended without a finish reason")
         return generation
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        """Compile ``constraint`` for this model (blocking; cached), so a schema the grammar
+        compiler refuses is a ``FormatError`` before the request is queued."""
+        raise FormatError("this engine does not support structured outputs")
 
     @abc.abstractmethod
     def queue_depth(self) -> int:

@@ -53,6 +53,7 @@ REASONS = (
     "not_anchored",  # the receipt log's root at that size is not the one on chain
     "model_digest",  # the model given to the verifier is not the receipt's model
     "adapter",  # the receipt's adapter cannot be fetched, fails its CIDs, or has another base
+    "response_format",  # a completion token the request's response-format grammar forbids
     "activation_mismatch",  # the prefill's top-k activations disagree with the commitment
     "not_registered",  # no node in the NodeRegistry signs with the receipt's key
     "node_deregistered",  # the signer's node has left the registry (unbonding)

@@ -39,16 +39,17 @@ def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 
 def check_sampling(logits: Any, tokens: Sequence[int], *, temperature: float, top_p: float,
-                   seed: int, request_key: bytes, tokenizer: Any = None):
+                   seed: int, request_key: bytes, tokenizer: Any = None,
+                   allowed: Any = None):
     """``inference_node.sampling.check_completion`` on the prefill's logits; the
     ``SamplingCheck`` (near-ties counted), or ``ReceiptError`` sampling at the first token the
-    sampler could not have chosen."""
+    sampler could not have chosen. ``allowed``: the response format's masks, one row per token."""
     from inference_node.errors import SamplingError
     from inference_node.sampling import check_completion
 
     try:
         result = check_completion(logits, list(tokens), temperature=temperature, top_p=top_p,
-                                  seed=seed, request_key=request_key)
+                                  seed=seed, request_key=request_key, allowed=allowed)
     except SamplingError as exc:
         raise ReceiptError("sampling", f"the sampler's inputs are out of range ({exc})"
                            ) from None

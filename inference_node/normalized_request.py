@@ -11,7 +11,11 @@ same digest::
      "max_tokens": <the completion's limit>, "temperature": T, "top_p": P,
      "seed": <the request's seed, or the one the node drew>, "stop": [<stop strings>]}
 
-``route`` "completion" has ``"prompt": <text>`` in place of ``messages``. Left out, because
+``route`` "completion" has ``"prompt": <text>`` in place of ``messages``. A request with a
+response format adds ``"response_format"``, in its canonical form
+(``inference_node.response_format``) with a ``json_schema``'s schema as its compact JSON text
+(``normalized_format``: the digest then covers the order of its properties, which RFC 8785
+would sort away); without one the key is absent. Left out, because
 they do not change the tokens: ``stream``, ``stream_options``, ``n`` (always 1), ``user``,
 ``logprobs``/``top_logprobs`` and ``echo`` (the response digest covers the completion only).
 
@@ -31,6 +35,9 @@ from pydantic import ValidationError
 
 from inference_node.errors import ReceiptError
 from inference_node.protocol import ChatCompletionRequest, CompletionRequest
+from inference_node.response_format import MAX_SCHEMA_BYTES, schema_text
+from ledger.errors import LedgerError
+from ledger.json_input import parse_json
 
 FORMAT = "gym-request/1"
 ROUTES = ("chat", "completion")
@@ -48,7 +55,33 @@ def normalized_request(route: str, request: ChatCompletionRequest | CompletionRe
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     body.update(max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p,
                 seed=seed, stop=request.stop_list())
+    if request.response_format is not None:
+        body["response_format"] = normalized_format(request.response_format)
     return body
+
+
+def normalized_format(canonical: dict) -> dict:
+    """A canonical response format as the normalized request holds it: a ``json_schema``'s
+    schema as its compact JSON text, so the digest (RFC 8785 sorts object keys) covers the
+    order of its properties, which is the order the answer writes them in."""
+    if canonical["type"] != "json_schema":
+        return canonical
+    spec = canonical["json_schema"]
+    return {"type": "json_schema", "json_schema": {**spec, "schema": schema_text(spec["schema"])}}
+
+
+def _format_as_sent(normalized: dict) -> dict:
+    """``normalized_format`` undone: the schema text parsed back (key order kept)."""
+    spec = normalized.get("json_schema")
+    if normalized.get("type") != "json_schema" or not isinstance(spec, dict) \
+            or not isinstance(spec.get("schema"), str):
+        raise ReceiptError("malformed", "a normalized json_schema response format holds its "
+                           "schema as JSON text")
+    try:
+        schema = parse_json(spec["schema"].encode(), max_bytes=MAX_SCHEMA_BYTES, what="schema")
+    except LedgerError as exc:
+        raise ReceiptError("malformed", f"the response format's schema: {exc}") from None
+    return {**normalized, "json_schema": {**spec, "schema": schema}}
 
 
 def request_key(normalized: dict[str, Any]) -> bytes:
@@ -75,6 +108,16 @@ def parse_client_request(route: object, body: object) -> ChatCompletionRequest |
                            f"{exc.errors(include_url=False)[0]['msg']}") from None
 
 
+def client_body(normalized: dict[str, Any]) -> dict[str, Any]:
+    """A request body a client could have sent for ``normalized`` (without ``v`` and
+    ``route``; a json_schema's schema an object again)."""
+    body = {k: v for k, v in normalized.items() if k not in ("v", "route")}
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        body["response_format"] = _format_as_sent(fmt)
+    return body
+
+
 def limit_of(request: ChatCompletionRequest | CompletionRequest) -> int | None:
     """The completion limit the request asks for (``max_completion_tokens`` first), or None."""
     limit = getattr(request, "max_completion_tokens", None)
@@ -99,7 +142,7 @@ def check_normalized(normalized: object) -> dict[str, Any]:
     if not isinstance(normalized, dict) or normalized.get("v") != FORMAT:
         raise ReceiptError("malformed", f"not a {FORMAT} normalized request")
     route = normalized.get("route")
-    body = {k: v for k, v in normalized.items() if k not in ("v", "route")}
+    body = client_body(normalized)
     if not isinstance(body.get("max_tokens"), int) or not isinstance(body.get("seed"), int):
         raise ReceiptError("malformed", "a normalized request sets max_tokens and seed")
     again = from_client_request(route, body, max_tokens=body["max_tokens"], seed=body["seed"])

@@ -21,6 +21,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from inference_node.response_format import FormatError, canonical_response_format
+
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit
 MAX_TOP_LOGPROBS = 20
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.long, as vLLM's protocol bounds `seed`
@@ -95,6 +97,16 @@ class _SamplingRequest(_StrictRequest):
     stream_options: StreamOptions | None = None
     n: int = 1
     user: str | None = None
+    # canonical form (`inference_node.response_format`), None when unconstrained
+    response_format: dict | None = None
+
+    @field_validator("response_format", mode="before")
+    @classmethod
+    def _response_format(cls, value: object) -> dict | None:
+        try:
+            return canonical_response_format(value)
+        except FormatError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("stop")
     @classmethod

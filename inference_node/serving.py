@@ -80,6 +80,7 @@ from inference_node.protocol import (
 from inference_node.protocol import TokenLogprob as ApiTokenLogprob
 from inference_node.protocol import TopLogprob as ApiTopLogprob
 from inference_node.receipt_log import ReceiptLog
+from inference_node.response_format import FormatError, constraint_of
 from inference_node.receipts import (
     ReceiptDomain,
     ReceiptSigner,
@@ -268,10 +269,19 @@ class OpenAIServing:
         normalized = normalized_request(
             route, request, max_tokens=min(limit or self.settings.default_max_tokens, room),
             seed=seed)
+        constraint = constraint_of(normalized)
+        if constraint is not None:  # compiled once per schema, off the event loop
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    self._tokenizing, self.engine.check_constraint, constraint)
+            except FormatError as exc:
+                raise APIError(400, str(exc), param=exc.param, code="unsupported_value"
+                               ) from None
         params = SamplingParams(max_tokens=normalized["max_tokens"],
                                 temperature=request.temperature, top_p=request.top_p,
                                 seed=seed, request_key=request_key(normalized),
-                                stop=tuple(request.stop_list()), logprobs=logprobs,
+                                stop=tuple(request.stop_list()), constraint=constraint,
+                                logprobs=logprobs,
                                 top_logprobs=top_logprobs,
                                 capture_activations=self.receipts is not None)
         self._check_queue()  # no await from here until the engine (or the stream) takes it

@@ -14,6 +14,9 @@ It implements `inference_node.engine.Engine`:
   (gym-sampler/1, docs/sampling.md), so a seeded request gives the same tokens whatever else is
   in the batch (up to float differences from batch shapes, which only matter at near-ties),
   and a verifier re-derives each token from one prefill.
+- Structured outputs: a request with a `constraint` samples each token among those its grammar
+  allows (`inference_node.response_format`: one xgrammar matcher per request, advanced by
+  every token), so the answer is valid JSON for its schema unless `max_tokens` cuts it.
 - Stop strings are matched on the decoded text; text that might be the start of a stop string is
   held back until it is decided, so a stream never shows the stop string. Finished and cancelled
   rows are dropped from the batch (`DynamicCache.batch_select_indices`).
@@ -49,6 +52,7 @@ from inference_node.engine import (
 )
 from inference_node.generation_checks import eos_token_ids
 from inference_node.injection import PrefixKVCache, Prompt
+from inference_node.response_format import Constraint, Grammars, TokenMask
 from inference_node.sampling import choose
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,7 @@ class _Request:
     token_ids: list[int] = field(default_factory=list)
     activations: list[Any] = field(default_factory=list)
     sent_chars: int = 0
+    mask: TokenMask | None = None  # the grammar's progress, with `params.constraint`
 
     def emit(self, item: GenerationDelta | Exception) -> None:
         try:
@@ -93,6 +98,8 @@ class TransformersEngine(Engine):
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else next(iter(self.eos_ids), 0)
         self.prefix_cache = PrefixKVCache(self._prefill_prefix)
+        self._grammars: Grammars | None = None
+        self._grammars_lock = threading.Lock()
         self.batch_sizes: collections.Counter[int] = collections.Counter()  # size -> batches run
         self._waiting: collections.deque[_Request] = collections.deque()
         self._wakeup = threading.Condition()
@@ -136,6 +143,17 @@ class TransformersEngine(Engine):
 
     def queue_depth(self) -> int:
         return len(self._waiting)
+
+    def grammars(self) -> Grammars:
+        """The grammar compiler for this model's tokenizer and logits (built on first use)."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                width = self.model.get_output_embeddings().weight.shape[0]
+                self._grammars = Grammars(self.tokenizer, width, self.eos_ids)
+            return self._grammars
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        self.grammars().compile(constraint)
 
     def running(self) -> int:
         return self._running
@@ -312,7 +330,7 @@ class TransformersEngine(Engine):
         params = request.params
         if params.capture_activations:
             request.activations.append(state)
-        token = self._sample(logits, params, len(request.token_ids))
+        token = self._sample(logits, params, len(request.token_ids), request)
         logprobs = None
         if params.logprobs:
             logp = torch.log_softmax(logits, -1)
@@ -353,10 +371,21 @@ class TransformersEngine(Engine):
                                      activations))
         return None if finish else token
 
-    def _sample(self, logits: Any, params: SamplingParams, position: int) -> int:
-        """The sampler's token (gym-sampler/1) for the completion token at ``position``."""
-        return choose(logits, temperature=params.temperature, top_p=params.top_p,
-                      seed=params.seed, request_key=params.request_key, position=position).token
+    def _sample(self, logits: Any, params: SamplingParams, position: int,
+                request: _Request | None = None) -> int:
+        """The sampler's token (gym-sampler/1) for the completion token at ``position``,
+        among those the request's grammar allows."""
+        allowed = None
+        if params.constraint is not None and request is not None:
+            if request.mask is None:
+                request.mask = self.grammars().mask(params.constraint)
+            allowed = request.mask.allowed().to(logits.device)
+        token = choose(logits, temperature=params.temperature, top_p=params.top_p,
+                       seed=params.seed, request_key=params.request_key, position=position,
+                       allowed=allowed).token
+        if request is not None and request.mask is not None and not request.mask.accept(token):
+            raise EngineError(f"the grammar refused its own token {token}")
+        return token
 
 
 def _find_stop(text: str, stops: tuple[str, ...], sent_chars: int) -> int | None:

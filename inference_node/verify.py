@@ -20,6 +20,7 @@ store, NodeRegistry) and a model directory (``load_verifier_model``).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,9 @@ from typing import Any
 from inference_node.activations import prefill, verify_activations
 from inference_node.errors import NodeError, ReceiptError
 from inference_node.generation_checks import check_sampling, check_termination, eos_token_ids
-from inference_node.normalized_request import check_normalized, request_key
+from inference_node.normalized_request import FORMAT as REQUEST_FORMAT
+from inference_node.normalized_request import check_normalized, client_body, request_key
+from inference_node.response_format import FormatError, Grammars, constraint_of, replay
 from inference_node.receipts import (
     ReceiptDomain,
     model_digest,
@@ -159,11 +162,13 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
                             eos=eos_token_ids(model, tokenizer), tokenizer=tokenizer)
     checks.append(ReceiptCheck("termination", True, f"{receipt.finish_reason!r}: ends by {how},"
                                " nothing after it; the text decodes from the tokens"))
+    allowed = _check_response_format(request, token_ids, model, tokenizer, checks)
     from inference_node.sampling import GREEDY_BELOW
 
     s = receipt.sampling
     result = check_sampling(logits, token_ids, temperature=s.temperature, top_p=s.top_p,
-                            seed=s.seed, request_key=request_key(request), tokenizer=tokenizer)
+                            seed=s.seed, request_key=request_key(request), tokenizer=tokenizer,
+                            allowed=allowed)
     mode = ("greedy" if s.temperature < GREEDY_BELOW
             else f"temperature {s.temperature:g}, top_p {s.top_p:g}, seed {s.seed}")
     checks.append(ReceiptCheck(
@@ -171,6 +176,34 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
         f"({mode}); {result.near_ties} near-ties, {result.tolerated} tolerated",
         near_ties=result.near_ties))
     return checks
+
+
+_GRAMMARS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> Grammars
+
+
+def _check_response_format(request: dict, token_ids: list[int], model: Any, tokenizer: Any,
+                           checks: list[ReceiptCheck]) -> Any:
+    """With a response format: every token allowed by its grammar (``response_format``
+    otherwise), and the masks the sampling check applies; None without one."""
+    constraint = constraint_of(request)
+    if constraint is None:
+        return None
+    grammars = _GRAMMARS.get(model)
+    if grammars is None:
+        width = model.get_output_embeddings().weight.shape[0]
+        grammars = _GRAMMARS[model] = Grammars(tokenizer, width, eos_token_ids(model, tokenizer))
+    try:
+        allowed, bad = replay(grammars, constraint, token_ids)
+    except FormatError as exc:
+        raise ReceiptError("response_format", f"the request's response format: {exc}") from None
+    if bad is not None:
+        token = token_ids[bad]
+        raise ReceiptError("response_format", f"completion token {bad} ({token} "
+                           f"{tokenizer.decode([token])!r}) is not allowed by the request's "
+                           f"{request['response_format']['type']} grammar", computed=token)
+    checks.append(ReceiptCheck("response_format", True, f"all {len(token_ids)} tokens are "
+                               f"allowed by the {request['response_format']['type']} grammar"))
+    return allowed
 
 
 def _check_fits_the_model(model: Any, prompt_ids: list[int], token_ids: list) -> None:
@@ -311,6 +344,7 @@ def _rebuild_prompt(route: Any, request: dict, receipt: ReceiptEntry, texts: dic
                                receipt.library.root,
                                tuple((eid, texts[eid]) for eid in receipt.experience_ids))
     injector = LibraryInjector(tokenizer)
+    request = client_body(request) if request.get("v") == REQUEST_FORMAT else request
     try:
         if route == "chat":
             chat = ChatCompletionRequest.model_validate(request)

@@ -80,3 +80,22 @@ def signing_node(tiny_model_dir) -> Iterator[RunningServer]:
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
     with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def json_model_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with a byte-level BPE tokenizer, which can spell any JSON (the
+    word-level `tiny_model_dir` has no braces or quotes): the structured-output tests' model."""
+    from trainer.backends import tiny_random_model
+
+    return tiny_random_model(tmp_path_factory.mktemp("json-tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def json_node(json_model_dir) -> Iterator[RunningServer]:
+    """A node serving `json_model_dir` that signs unbound receipts, with the `SNAPSHOT`
+    library."""
+    engine = make_engine(json_model_dir)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(json_model_dir))
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as running:
+        yield running

@@ -1,0 +1,264 @@
+"""Structured outputs (issue 16): `response_format` enforced by grammar-constrained decoding,
+through the official `openai` SDK; formats the node cannot enforce refused with a 400; the
+format signed in the receipt and re-checked by the verifier, token by token.
+
+The model is a tiny *random* Llama with a byte-level tokenizer (`json_model_dir`): unconstrained
+it writes noise, so every answer that parses and validates does so because of the grammar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, make_engine
+
+from inference_node import verify
+from inference_node.engine import SamplingParams
+from inference_node.errors import ReceiptError
+from inference_node.injection import LibraryInjector
+from inference_node.normalized_request import from_client_request, request_key
+from inference_node.receipts import (
+    ReceiptDomain,
+    ReceiptSigner,
+    bundle_json,
+    library_ref,
+    model_digest,
+    parse_receipt,
+)
+from inference_node.response_format import Constraint, FormatError, canonical_response_format
+
+S = {"type": "string", "maxLength": 8}
+SCHEMAS = [
+    {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]},
+                                      "why": S}, "required": ["verdict", "why"]},
+    {"type": "object", "properties": {"tags": {"type": "array", "items": S, "minItems": 2,
+                                               "maxItems": 3}}, "required": ["tags"]},
+    {"type": "object", "properties": {"user": {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 6},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "required": ["name", "age"], "additionalProperties": False}},
+     "required": ["user"], "additionalProperties": False},
+    {"type": "object", "properties": {"operations": {"type": "array", "maxItems": 2, "items": {
+        "anyOf": [{"type": "object", "properties": {"op": {"const": "ADD"}, "text": S},
+                   "required": ["op", "text"], "additionalProperties": False},
+                  {"type": "object", "properties": {"op": {"const": "DELETE"},
+                                                    "id": {"enum": ["G0", "G1"]}},
+                   "required": ["op", "id"], "additionalProperties": False},
+                  {"type": "object", "properties": {"op": {"const": "NONE"}},
+                   "required": ["op"], "additionalProperties": False}]}}},
+     "required": ["operations"], "additionalProperties": False},
+    {"type": "object", "properties": {"ok": {"type": "boolean"}, "score": {
+        "type": "number", "minimum": 0, "maximum": 1}, "note": {"type": ["string", "null"],
+                                                                "maxLength": 5}},
+     "required": ["ok", "score", "note"]},
+    {"type": "object", "properties": {"point": {"type": "array", "prefixItems": [
+        {"type": "integer"}, {"type": "integer"}], "items": False}}, "required": ["point"]},
+    {"type": "object", "$defs": {"step": {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 1, "maximum": 9}, "do": S},
+        "required": ["n", "do"], "additionalProperties": False}},
+     "properties": {"steps": {"type": "array", "items": {"$ref": "#/$defs/step"},
+                              "minItems": 1, "maxItems": 3}}, "required": ["steps"]},
+    {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"},
+                                      "level": {"type": "integer", "exclusiveMinimum": 0,
+                                                "exclusiveMaximum": 4}},
+     "required": ["code", "level"], "additionalProperties": False},
+    {"type": "object", "properties": {"matrix": {"type": "array", "maxItems": 2, "items": {
+        "type": "array", "items": {"enum": [0, 1]}, "minItems": 2, "maxItems": 2}},
+        "label": {"const": "grid"}}, "required": ["matrix", "label"]},
+]
+
+
+def schema_format(schema: dict, name: str = "answer") -> dict:
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema,
+                                                   "strict": True}}
+
+
+@pytest.fixture(scope="module")
+def client(json_node):
+    with openai.OpenAI(base_url=json_node.base_url, api_key="x", max_retries=0) as c:
+        yield c
+
+
+def ask(client, response_format: dict, seed: int, **fields):
+    fields.setdefault("max_tokens", 160)
+    return client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "describe the thing"}],
+        response_format=response_format, temperature=1.0, seed=seed, **fields)
+
+
+@pytest.mark.parametrize("index", range(len(SCHEMAS)))
+def test_every_answer_parses_and_validates_against_its_schema(client, index):
+    schema = SCHEMAS[index]
+    for seed in range(3):
+        reply = ask(client, schema_format(schema), seed)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "stop", choice.message.content
+        jsonschema.validate(json.loads(choice.message.content), schema)
+
+
+def test_properties_come_in_the_schema_order(client):
+    schema = {"type": "object", "properties": {"zeta": {"enum": [1]}, "alpha": {"enum": [2]}},
+              "required": ["zeta", "alpha"], "additionalProperties": False}
+    assert ask(client, schema_format(schema), 0).choices[0].message.content == \
+        '{"zeta": 1, "alpha": 2}'
+
+
+def test_json_object_gives_a_json_object(client):
+    for seed in range(4):
+        content = ask(client, {"type": "json_object"}, seed, max_tokens=400
+                      ).choices[0].message.content
+        try:
+            value = json.loads(content)
+        except json.JSONDecodeError:  # cut by max_tokens: still a prefix of an object
+            assert content.startswith("{")
+            continue
+        assert isinstance(value, dict)
+
+
+def test_a_streamed_answer_is_the_same_valid_json(client):
+    schema = SCHEMAS[4]
+    whole = ask(client, schema_format(schema), 7).choices[0].message.content
+    parts = [chunk.choices[0].delta.content or ""
+             for chunk in ask(client, schema_format(schema), 7, stream=True) if chunk.choices]
+    assert "".join(parts) == whole
+    jsonschema.validate(json.loads(whole), schema)
+
+
+def test_the_text_format_is_no_constraint(client):
+    reply = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], seed=3, max_tokens=12,
+        response_format={"type": "text"})
+    plain = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], seed=3, max_tokens=12)
+    assert reply.choices[0].message.content == plain.choices[0].message.content
+
+
+@pytest.mark.parametrize("response_format,words", [
+    ({"type": "yaml"}, "unsupported response_format type 'yaml'"),
+    ({"type": "json_schema"}, "json_schema must be an object"),
+    (schema_format({"type": "object", "not": {"type": "string"}}), "'not' is not supported"),
+    (schema_format({"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}}),
+     "properties.a: the keyword 'oneOf' is not supported"),
+    (schema_format({"type": "array", "uniqueItems": True}), "'uniqueItems' is not supported"),
+    (schema_format({"type": "array", "maxItems": 100000}), "maxItems 100000 is above"),
+    (schema_format({"type": "string", "format": "hostname"}), "format 'hostname'"),
+    (schema_format({"type": "integer", "minimum": "zero"}), "not a valid JSON Schema"),
+    (schema_format({"$ref": "https://example.com/s.json"}), "only local $ref"),
+    (schema_format({"type": "object"}, name="no spaces allowed"), "json_schema.name"),
+    ({"type": "json_schema", "json_schema": {"name": "a", "schema": {}, "extra": 1}},
+     "unsupported fields ['extra']"),
+])
+def test_a_format_the_node_cannot_enforce_is_a_400(client, response_format, words):
+    with pytest.raises(openai.BadRequestError) as failure:
+        ask(client, response_format, 0)
+    error = failure.value.body
+    assert words in error["message"], error
+    assert error["param"] == "response_format"
+
+
+def test_a_schema_the_grammar_compiler_refuses_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as failure:
+        ask(client, schema_format({"type": "object", "$ref": "#/$defs/missing"}), 0)
+    assert "cannot be compiled to a grammar" in failure.value.body["message"]
+    assert failure.value.body["param"] == "response_format"
+    ask(client, schema_format(SCHEMAS[0]), 0)  # and the node goes on serving
+
+
+def test_the_canonical_form_ignores_description_and_fills_strict():
+    given = {"type": "json_schema", "json_schema": {"name": "a", "description": "d",
+                                                    "schema": {"type": "object"}}}
+    assert canonical_response_format(given) == {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"},
+                                               "strict": False}}
+    assert canonical_response_format({"type": "text"}) is None
+    with pytest.raises(FormatError):
+        canonical_response_format({"type": "json_object", "json_schema": {}})
+
+
+# --------------------------------------------------------------------------- receipts
+
+
+@pytest.fixture(scope="module")
+def verifier(json_model_dir):
+    return verify.load_verifier_model(json_model_dir)
+
+
+def check(bundle, verifier, model_dir, monkeypatch):
+    model, tokenizer = verifier
+    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
+    return verify.verify_receipt_bundle(bundle, contract=object(), content=object(),
+                                        model=model, tokenizer=tokenizer, model_dir=model_dir)
+
+
+def test_a_constrained_answer_s_receipt_verifies_with_its_grammar(
+        json_node, verifier, json_model_dir, monkeypatch):
+    for index, seed, temperature in [(4, 1, 1.0), (3, 2, 0.0), (7, 3, 0.7)]:
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "plan"}],
+                "max_tokens": 160, "seed": seed, "temperature": temperature,
+                "response_format": schema_format(SCHEMAS[index])}
+        data = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60).json()
+        evidence = data["receipt_evidence"]
+        bundle = bundle_json(parse_receipt(data["receipt"]),
+                             ReceiptDomain.from_json(evidence["domain"]), route="chat",
+                             request=body, text=data["choices"][0]["message"]["content"],
+                             completion_token_ids=evidence["completion_token_ids"])
+        checks = {c.name: c for c in check(bundle, verifier, json_model_dir, monkeypatch)}
+        assert checks["response_format"].passed and checks["sampling"].passed
+
+
+def test_a_node_that_ignores_the_format_fails_response_format(json_model_dir, verifier,
+                                                               monkeypatch):
+    """The attack: a node claims the schema (the receipt signs it) but decodes without the
+    grammar. Its tokens are the verifiable sampler's genuine choices on the unmasked logits,
+    so only the grammar replay can catch it: `response_format` at the first token the
+    grammar forbids."""
+    engine = make_engine(json_model_dir)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(json_model_dir))
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "plan"}],
+            "max_tokens": 24, "seed": 4, "temperature": 1.0,
+            "response_format": schema_format(SCHEMAS[0])}
+    normalized = from_client_request("chat", body, max_tokens=24, seed=4)
+    injected = LibraryInjector(engine.tokenizer).chat(normalized["messages"], SNAPSHOT)
+    engine.start()
+    try:
+        bundles = {}
+        for name, constraint in [("honest", Constraint.of_schema(SCHEMAS[0])),
+                                 ("ignored", None)]:
+            params = SamplingParams(max_tokens=24, temperature=1.0, seed=4,
+                                    request_key=request_key(normalized), constraint=constraint)
+            out = asyncio.run(engine.generate(injected.prompt, params))
+            receipt = signer.issue(
+                library=library_ref(SNAPSHOT.log_id, SNAPSHOT.size, SNAPSHOT.root),
+                experience_ids=SNAPSHOT.experience_ids, request_json=normalized,
+                prompt_ids=list(injected.prompt.all_token_ids), text=out.text,
+                completion_ids=out.token_ids, temperature=1.0, top_p=1.0, max_tokens=24,
+                seed=4, finish_reason=out.finish_reason)
+            bundles[name] = bundle_json(receipt, DOMAIN, route="chat", request=body,
+                                        text=out.text, completion_token_ids=out.token_ids)
+    finally:
+        engine.shutdown()
+    check(bundles["honest"], verifier, json_model_dir, monkeypatch)
+    with pytest.raises(ReceiptError) as failure:
+        check(bundles["ignored"], verifier, json_model_dir, monkeypatch)
+    assert failure.value.reason == "response_format", failure.value
+    assert "not allowed by the request's json_schema grammar" in str(failure.value)
+
+
+def test_the_receipt_signs_the_format_and_its_property_order():
+    """Two schemas with the same keys in another order are different requests (the answer
+    writes properties in schema order), so their digests differ."""
+    one = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    two = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}}
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}]}
+    digests = {json.dumps(s): request_key(from_client_request(
+        "chat", {**body, "response_format": schema_format(s)}, max_tokens=8, seed=0))
+        for s in (one, two)}
+    plain = request_key(from_client_request("chat", body, max_tokens=8, seed=0))
+    assert len(set(digests.values()) | {plain}) == 3
