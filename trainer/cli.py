@@ -5,6 +5,8 @@
     gym eval --library runs/tfgrpo-smollm2/library.json \\
              --dataset trainer/data/arith_heldout.jsonl -k 4 --seeds 3 [--model DIR] [--limit N]
     gym eval --adapter runs/sft-smollm2/adapter --dataset trainer/data/arith_heldout.jsonl
+    gym eval --library library.json --dataset held.jsonl --base-url http://127.0.0.1:8000/v1 \\
+             --model SmolLM2-135M-Instruct [--api-key-env OPENAI_API_KEY]
 
 The root CLI mounts `train_app` as `gym train` and `eval_library` as `gym eval`. Expected
 failures (a bad config, a snapshot from another config, a missing file) raise `ConfigError`,
@@ -14,6 +16,7 @@ failures (a bad config, a snapshot from another config, a missing file) raise `C
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -112,21 +115,36 @@ def eval_library(
         exists=True, file_okay=False)] = None,
     k: Annotated[int, typer.Option("-k", help="Samples per problem.")] = 4,
     seeds: Annotated[int, typer.Option(help="Evaluation seeds 0..N-1.")] = 3,
-    model: Annotated[str, typer.Option(help="Local model dir ('' = SmolLM2 default).")] = "",
+    model: Annotated[str, typer.Option(
+        help="Local model dir ('' = SmolLM2 default); with --base-url, the served model's name."
+    )] = "",
+    base_url: Annotated[str, typer.Option(
+        help="An OpenAI-compatible endpoint (e.g. `gym node serve`'s .../v1) instead of a local "
+             "model: the baseline and library arms run there.")] = "",
+    api_key_env: Annotated[str, typer.Option(
+        help="With --base-url: the environment variable holding the API key (may be unset).")
+    ] = "OPENAI_API_KEY",
     verifier: Annotated[str, typer.Option(help="math | exact | python:module:function")] = "math",
     limit: Annotated[int, typer.Option(help="Use only the first N problems (0 = all).")] = 0,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
     max_new_tokens: Annotated[int, typer.Option(help="Completion length cap.")] = 256,
-    batch_size: Annotated[int, typer.Option(help="Rows per forward batch.")] = 16,
+    batch_size: Annotated[int, typer.Option(
+        help="Rows per forward batch (with --base-url: concurrent requests).")] = 16,
     output: Annotated[Path | None, typer.Option(help="Also write the results as JSON.")] = None,
 ) -> None:
     """Mean@k and Pass@k of the base model against a library and/or an adapter.
 
     Every arm answers the same problems with the same sampling seeds: 'baseline' (base model),
     'library' (base + experiences in the prompt), 'adapter' (base + PEFT adapter),
-    'adapter+library'. Give --library, --adapter or both.
+    'adapter+library'. Give --library, --adapter or both. With --base-url --model NAME the arms
+    run on that endpoint (an adapter needs a local model, so not with --adapter).
     """
-    from trainer.backends import TransformersBackend, adapter_backend, default_model_dir
+    from trainer.backends import (
+        OpenAIBackend,
+        TransformersBackend,
+        adapter_backend,
+        default_model_dir,
+    )
     from trainer.data import load_problems
     from trainer.errors import TrainerError
     from trainer.evaluate import evaluate_arms, load_library
@@ -134,10 +152,18 @@ def eval_library(
 
     if library is None and adapter is None:
         raise TrainerError("nothing to compare: give --library, --adapter or both")
+    if base_url and adapter:
+        raise TrainerError("--adapter needs a local model: it cannot be combined with --base-url")
+    if base_url and not model:
+        raise TrainerError("--base-url needs --model NAME (the model's name on that endpoint)")
     problems = load_problems(dataset, limit)
     experiences = load_library(library) if library else []
-    with console.status("loading model"):
-        backend = TransformersBackend(model or None, batch_size=batch_size)
+    if base_url:
+        backend = OpenAIBackend(base_url, model, os.environ.get(api_key_env),
+                                max_concurrency=batch_size)
+    else:
+        with console.status("loading model"):
+            backend = TransformersBackend(model or None, batch_size=batch_size)
     arms = {"baseline": (backend, [])}
     if library:
         arms["library"] = (backend, experiences)
@@ -165,6 +191,8 @@ def eval_library(
                                 on_progress=lambda: bar.advance(task))
     if adapter:
         results["adapter_dir"] = str(adapter)
+    if base_url:
+        results.update(base_url=base_url, model=model)
     what = ", ".join(filter(None, [f"library of {len(experiences)}" if library else "",
                                    f"adapter {adapter}" if adapter else ""]))
     table = Table(title=f"{len(problems)} problems, k={k}, seeds={seeds}, {what}")

@@ -1,5 +1,7 @@
 """Backends: seeded batched generation on a tiny random model; HTTP retries and counting."""
 
+import json
+
 import httpx
 import pytest
 
@@ -57,7 +59,7 @@ def test_openai_backend_retries_429_and_5xx_then_counts():
     assert backend.generate(PROMPTS[:1], n=1, seed=3) == [["Answer: 4"]]
     assert len(calls) == 3 and backend.usage.retries == 2
     assert backend.usage.snapshot() == {"calls": 1, "prompt_tokens": 11, "completion_tokens": 3,
-                                        "retries": 2}
+                                        "retries": 2, "format_fallbacks": 0}
     body = httpx.Request("POST", "http://x", content=calls[-1].content).read()
     assert b'"seed"' in body and calls[-1].headers["authorization"] == "Bearer k"
 
@@ -88,3 +90,76 @@ def test_openai_backend_retries_timeouts():
                             transport=httpx.MockTransport(handler))
     assert backend.generate(PROMPTS, n=2) == [["ok", "ok"], ["ok", "ok"]]
     assert backend.usage.calls == 4 and backend.usage.retries == 1
+
+
+FORMAT = {"type": "json_schema", "json_schema": {
+    "name": "answer", "strict": True,
+    "schema": {"type": "object", "properties": {"answer": {"type": "integer"}},
+               "required": ["answer"]}}}
+CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"
+
+
+def _format_server(refuse: bool, evidence=None):
+    """A mock endpoint that refuses `response_format` with a 400 (if `refuse`) and attaches
+    `evidence` as the reply's `receipt_evidence` (absent if None)."""
+    bodies = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if refuse and "response_format" in body:
+            return httpx.Response(400, json={"error": {
+                "message": "Unsupported parameter: 'response_format'", "type": "invalid_request_error",
+                "param": "response_format", "code": None}})
+        reply = {"choices": [{"message": {"content": '{"answer": 4}'}}],
+                 "usage": {"prompt_tokens": 5, "completion_tokens": 4}}
+        if evidence is not None:
+            reply.update(receipt={"v": 2}, receipt_evidence=evidence)
+        return httpx.Response(200, json=reply)
+
+    return httpx.MockTransport(handler), bodies
+
+
+def test_openai_backend_sends_response_format_and_collects_receipt_cids():
+    transport, bodies = _format_server(refuse=False, evidence={"receipt_cid": CID})
+    backend = OpenAIBackend("http://test/v1", "m", backoff_s=0, transport=transport)
+    out = backend.generate(PROMPTS, n=2, response_format=FORMAT)
+    assert out == [['{"answer": 4}'] * 2] * 2
+    assert all(body["response_format"] == FORMAT for body in bodies) and len(bodies) == 4
+    assert backend.last_receipts == [[CID, CID], [CID, CID]]
+    assert backend.usage.format_fallbacks == 0
+    backend.generate(PROMPTS[:1])
+    assert "response_format" not in bodies[-1]
+
+
+def test_openai_backend_falls_back_to_the_prompt_when_the_format_is_refused():
+    transport, bodies = _format_server(refuse=True)
+    backend = OpenAIBackend("http://test/v1", "m", max_concurrency=1, backoff_s=0,
+                            transport=transport)
+    assert backend.generate(PROMPTS, n=1, response_format=FORMAT) == [['{"answer": 4}']] * 2
+    # One refused request, then prompt-only: the refusal is remembered for later calls.
+    assert ["response_format" in body for body in bodies] == [True, False, False]
+    assert backend.usage.format_fallbacks == 2 and backend.usage.retries == 0
+    assert backend.usage.snapshot()["format_fallbacks"] == 2
+    backend.generate(PROMPTS[:1], response_format=FORMAT)
+    assert "response_format" not in bodies[-1] and backend.usage.format_fallbacks == 3
+    assert backend.last_receipts == [[None]]
+
+
+def test_a_400_that_does_not_name_the_format_is_an_error():
+    transport, calls = _server([400])
+    backend = OpenAIBackend("http://test/v1", "m", backoff_s=0, transport=transport)
+    with pytest.raises(BackendError, match="HTTP 400"):
+        backend.generate(PROMPTS[:1], response_format=FORMAT)
+    assert len(calls) == 1 and backend.usage.format_fallbacks == 0
+
+
+@pytest.mark.parametrize("evidence", [
+    "bafy", ["bafy"], 7, {}, {"receipt_cid": None}, {"receipt_cid": 12},
+    {"receipt_cid": ["bafy"]}, {"receipt_cid": "b" * 100_000}, {"receipt_cid": ""},
+    {"receipt_cid": "bafy/../../etc"}, {"receipt_cid": "bafy\n"}])
+def test_hostile_receipt_evidence_counts_as_absent(evidence):
+    transport, _ = _format_server(refuse=False, evidence=evidence)
+    backend = OpenAIBackend("http://test/v1", "m", backoff_s=0, transport=transport)
+    assert backend.generate(PROMPTS[:1]) == [['{"answer": 4}']]
+    assert backend.last_receipts == [[None]]
