@@ -8,10 +8,15 @@ shown as `[G0]. text` lines. Each step takes a batch of queries and:
    groups whose rewards all agree (std <= `skip_std_threshold`) carry no relative signal and
    are skipped, as in GRPO;
 2. stage 1, summaries: the stage model summarises each rollout of a kept group: the experiences
-   it used, where it went wrong, and its outcome (given the ground truth when one is used);
+   it used, where it went wrong, and its outcome (given the ground truth when one is used, and
+   the verifier's reasoning for that rollout);
 3. stage 2, semantic group advantage: per group, the stage model compares the summaries of the
    successes and failures and answers with JSON operations on the library,
-   `ADD(text)`, `UPDATE(id, text)`, `DELETE(id)` or `NONE`, each text at most 32 words;
+   `ADD(text)`, `UPDATE(id, text)`, `DELETE(id)` or `NONE`, each text at most 32 words; the
+   call passes the operations' JSON Schema as `response_format`, so a backend that constrains
+   decoding cannot answer anything else. With `stage2: two_step` a free-text critique call
+   proposes experiences first and a "group update" call turns them and the library into
+   operations;
 4. stage 3, consolidation: the batch's operations are merged, deterministically: near-duplicate
    texts (normalised token Jaccard >= `merge_jaccard_threshold`) are added once, a DELETE beats an
    UPDATE of the same experience, the first UPDATE of an experience beats later ones; then they
@@ -29,19 +34,23 @@ library an uninterrupted run would have produced.
 Each experience has a stable id (`x<global step>.<k>`, given when it is added) that survives
 renumbering; the G-number is only a position in the prompt. Every applied operation is kept as
 `{op, id, target, text, step, epoch}`, which is what the ledger needs to publish it as an
-`experience` entry (where the CID of the adding entry then becomes the id).
+`experience` entry (where the CID of the adding entry then becomes the id). When the policy's
+backend leaves receipt CIDs in `last_receipts`, each step's report row keeps them per rollout
+(`rollout_receipts`) and each operation gets its group's (`receipts`), which publishing puts
+into the entry's provenance.
 
 Robustness: the run never crashes on model output. Malformed JSON, truncated JSON (complete
 elements are salvaged), operations that are not objects or name an unknown op, unknown ids,
 overlong or empty texts, empty answers, verifier exceptions and backend errors are each counted,
-logged and skipped. `run_report.json` lists the counters and the LLM calls and tokens per stage
-and step.
+logged and skipped; every operations answer counts once as `answer_with_ops` or
+`answer_without_ops`. `run_report.json` lists the counters and the LLM calls and tokens per
+stage and step.
 
 Deviations from the paper and its reference implementation (youtu-agent `utu/practice`):
 
-- Stage 2 answers with operations directly. The reference first asks for free-text experiences
-  and then, in a separate "group update" call, turns them into operations; here one call per
-  group does both (one fewer call per query).
+- Stage 2 answers with operations directly by default (`stage2: one_step`, one call per
+  group). The reference first asks for free-text experiences and then, in a separate "group
+  update" call per query, turns them into operations; `stage2: two_step` does that.
 - Stage 3 is deterministic code (Jaccard merging, conflict rules) instead of one more LLM call
   that rewrites the batch's operations. Cheaper and reproducible, but it cannot merge two
   paraphrases with few words in common.
