@@ -72,6 +72,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import MISSING, fields
 from pathlib import Path
 from random import Random
 
@@ -372,6 +373,9 @@ class TFGRPOTrainer:
         snapshot = read_json_file(snapshots[-1])
         mine, theirs = self.config.to_dict(), dict(snapshot["config"])
         mine.pop("output_dir"), theirs.pop("output_dir")
+        for f in fields(TFGRPOConfig):  # a snapshot older than a field ran with its default
+            if f.name in mine and f.name not in theirs and f.default is not MISSING:
+                theirs[f.name] = f.default
         if mine != theirs:
             changed = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ResumeError(f"{snapshots[-1]} was written with a different config: {changed}")

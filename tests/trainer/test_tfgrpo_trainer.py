@@ -217,6 +217,14 @@ def test_resume_refuses_a_different_config(tmp_path):
     answers = {x["problem"]: x["answer"] for x in problems}
     TFGRPOTrainer(_config(tmp_path, problems), policy=FakePolicy(answers),
                   stage=ScriptedStage({x["problem"]: "[]" for x in problems})).train()
+    # a snapshot written before stage2 and the objectives existed ran with their defaults
+    snapshot_path = tmp_path / "run" / "snapshots" / "step-00000.json"
+    snapshot = json.loads(snapshot_path.read_text())
+    for name in ("stage2", "agent_objective", "learning_objective"):
+        del snapshot["config"][name]
+    snapshot_path.write_text(json.dumps(snapshot))
+    TFGRPOTrainer(_config(tmp_path, problems), policy=FakePolicy(answers),
+                  stage=ScriptedStage({})).train(resume=True)
     other = _config(tmp_path, problems, seed=99)
     with pytest.raises(ResumeError, match="seed"):
         TFGRPOTrainer(other, policy=FakePolicy(answers), stage=ScriptedStage({})).train(resume=True)
