@@ -63,6 +63,7 @@ from ledger.multiformats import CID, DAG_PB, RAW, SHA2_256, MultiformatError, ra
 MAX_ENTRY_BYTES = 256 * 1024  # one IPFS block, one UnixFS chunk
 MAX_EXPERIENCE_WORDS = 64  # the format's limit; the trainer aims at 32
 MAX_ENTRY_DEPTH = 64  # arrays/objects nested deeper are refused before the JSON decoder runs
+MAX_PROVENANCE_RECEIPTS = 64  # receipt CIDs one experience's provenance may cite
 
 
 class _Rule(ValueError):
@@ -184,6 +185,9 @@ class Provenance(_Strict):
     step: NonNegInt  # training step (epoch x batch) that produced it
     epoch: NonNegInt | None = None  # epoch of that step, for multi-epoch methods
     base_model_digest: Sha256Digest | None = None  # digest of the frozen weights, if local
+    # receipt entries of the rollouts the experience was learnt from, when the policy gave any
+    receipts: Annotated[list[EntryCid], Field(min_length=1, max_length=MAX_PROVENANCE_RECEIPTS)] \
+        | None = None
 
 
 class ExperienceEntry(_Strict):

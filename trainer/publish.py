@@ -9,7 +9,9 @@ A finished run directory (``run_report.json``, ``library.json``, ``snapshots/``)
 3. one ``experience`` entry per applied operation, in the order the trainer applied them:
    ``add`` entries carry the text, ``update``/``delete`` entries name as ``target`` the CID of
    the entry that added the experience (the trainer's stable ids ``x<step>.<k>`` map to those
-   CIDs), and every provenance names the run CID, step, epoch, base model and its digest.
+   CIDs), and every provenance names the run CID, step, epoch, base model and its digest, and
+   (``receipts``) the receipt CIDs of the rollouts the operation was learnt from, when the
+   policy's backend gave any (at most ``MAX_PROVENANCE_RECEIPTS``, in the trainer's order).
 
 All entries are appended in one transaction and anchored with one checkpoint. Before
 returning, the library is recomputed by folding the log's experience entries
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ledger.entries import (
+    MAX_PROVENANCE_RECEIPTS,
     ExperienceEntry,
     Provenance,
     RunEntry,
@@ -122,7 +125,9 @@ def build_run_entries(run_dir: str | Path, content, *, domain: str = "math") -> 
             text=record["text"], domain=domain, op=record["op"], target=target,
             provenance=Provenance(run_cid=run_cid, method="tfgrpo", base_model=policy_model,
                                   step=record["step"], epoch=record["epoch"],
-                                  base_model_digest=digest)))
+                                  base_model_digest=digest,
+                                  receipts=record.get("receipts", [])[:MAX_PROVENANCE_RECEIPTS]
+                                  or None)))
         if record["op"] == "add":
             ids[record["id"]] = entry_cid(data)
         experiences.append(data)

@@ -18,6 +18,11 @@ import yaml
 from trainer.errors import TrainerError
 
 VERIFIER_NAMES = ("math", "exact", "llm-judge")  # plus "python:module:function"
+STAGE2_MODES = ("one_step", "two_step")
+MATH_AGENT_OBJECTIVE = ("You are a careful math solver. Solve the problem step by step, then "
+                        "finish with a last line of the form 'Answer: <number>'.")
+MATH_LEARNING_OBJECTIVE = ("Short, general lessons that help the solver reach the correct answer "
+                           "of math word problems.")
 
 
 class ConfigError(TrainerError, ValueError):
@@ -79,8 +84,17 @@ class TFGRPOConfig:
         "help": "sampling temperature of the stage (summary/advantage) calls."})
     stage_max_new_tokens: int = field(default=256, metadata={
         "help": "completion length cap of the stage calls."})
+    agent_objective: str = field(default=MATH_AGENT_OBJECTIVE, metadata={
+        "help": "what the policy does: its rollout system prompt, and shown to the stage model."})
+    learning_objective: str = field(default=MATH_LEARNING_OBJECTIVE, metadata={
+        "help": "what the library should teach; shown to the stage model in every stage call."})
+    stage2: str = field(default="one_step", metadata={
+        "help": "`one_step`: one call per group answers with operations; `two_step`: a critique "
+                "call writes free-text experiences, a group-update call turns them and the "
+                "library into operations (as youtu-agent's practice does)."})
     max_ops_per_query: int = field(default=3, metadata={
-        "help": "at most this many operations are kept from one query's stage-2 answer."})
+        "help": "at most this many operations per query's stage-2 answer (the schema's "
+                "maxItems); also the number of experiences a two_step critique may propose."})
     skip_std_threshold: float = field(default=0.0, metadata={
         "help": "groups whose reward std is <= this carry no advantage and are skipped."})
     max_experience_words: int = field(default=32, metadata={
@@ -122,6 +136,10 @@ class TFGRPOConfig:
                 self.verifier.startswith("python:") and self.verifier.count(":") == 2):
             raise ConfigError(f"verifier must be one of {VERIFIER_NAMES} or "
                               f"'python:module:function', got {self.verifier!r}")
+        if self.stage2 not in STAGE2_MODES:
+            raise ConfigError(f"stage2 must be one of {STAGE2_MODES}, got {self.stage2!r}")
+        if not self.agent_objective.strip() or not self.learning_objective.strip():
+            raise ConfigError("agent_objective and learning_objective must not be blank")
         if not self.train_path or not self.output_dir:
             raise ConfigError("train_path and output_dir are required")
 

@@ -1,7 +1,12 @@
-"""Training-Free GRPO's library updates: stage-2 answers parsed, stage 3 consolidated and applied.
+"""Training-Free GRPO's library updates: stage-2 answers constrained, parsed; stage 3 applied.
 
-`parse_operations` turns one stage-2 answer into proposals `{op, target, text}`, salvaging
-truncated JSON and counting whatever it drops; `consolidate` reduces a batch's proposals to a
+`operations_schema` is the JSON Schema of a stage-2 answer, `{"operations": [...]}` (an object
+at the root, as OpenAI's strict mode wants), each item one of ADD {op, text}, UPDATE {op, id,
+text}, DELETE {op, id}, NONE {op}; ids are enumerated from the current library, so a library
+with no experiences allows only ADD and NONE. `operations_response_format` wraps it in OpenAI's
+`response_format` shape, which the backends enforce (grammar-constrained decoding locally).
+`parse_operations` turns one stage-2 answer, that object or a bare array, into proposals
+`{op, target, text}`, salvaging truncated JSON and counting whatever it drops; `consolidate` reduces a batch's proposals to a
 conflict-free list (near-duplicate ADDs merged by Jaccard similarity, DELETE beats UPDATE, the
 first UPDATE wins); `apply_operations` applies them and gives each applied operation its
 publishable record. The algorithm is described in `trainer.tfgrpo_trainer`.
@@ -18,6 +23,39 @@ from trainer.tfgrpo_config import TFGRPOConfig
 from trainer.tfgrpo_prompts import Experience
 
 log = logging.getLogger(__name__)
+
+CHARS_PER_WORD = 10  # the schema's maxLength per allowed word; the word count is checked after
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def operations_schema(library_size: int, config: TFGRPOConfig) -> dict:
+    """JSON Schema of one stage-2 answer for a library of `library_size` experiences."""
+    def op(name: str, **properties: dict) -> dict:
+        properties = {"op": {"type": "string", "enum": [name]}, **properties}
+        return {"type": "object", "properties": properties, "required": list(properties),
+                "additionalProperties": False}
+
+    text = {"type": "string", "minLength": 1,
+            "maxLength": config.max_experience_words * CHARS_PER_WORD}
+    variants = [op("ADD", text=text)]
+    if library_size:
+        ident = {"type": "string", "enum": [f"G{i}" for i in range(library_size)]}
+        variants += [op("UPDATE", id=ident, text=text), op("DELETE", id=ident)]
+    variants.append(op("NONE"))
+    return {"type": "object",
+            "properties": {"operations": {"type": "array", "items": {"anyOf": variants},
+                                          "maxItems": config.max_ops_per_query}},
+            "required": ["operations"], "additionalProperties": False}
+
+
+def operations_response_format(library_size: int, config: TFGRPOConfig) -> dict:
+    """`operations_schema` as an OpenAI `response_format` (strict json_schema)."""
+    return {"type": "json_schema",
+            "json_schema": {"name": "library_operations", "strict": True,
+                            "schema": operations_schema(library_size, config)}}
+
 
 # --------------------------------------------------------------------------- parsing
 
@@ -61,7 +99,19 @@ def _resolve_id(raw: object, library: list[Experience]) -> str | None:
 
 def parse_operations(text: str, library: list[Experience], config: TFGRPOConfig,
                      counters: Counter) -> list[dict]:
-    """Valid proposals `{op, target, text}` from one stage-2 answer; everything else counted."""
+    """Valid proposals `{op, target, text}` from one stage-2 answer; everything else counted.
+
+    The answer is `{"operations": [...]}`, a bare array, or one bare operation. Each answer also
+    counts once as `answer_with_ops` (it yielded a valid ADD/UPDATE/DELETE) or
+    `answer_without_ops` (it did not: NONE only, empty, or nothing valid).
+    """
+    proposals = _parse_operations(text, library, config, counters)
+    counters["answer_with_ops" if proposals else "answer_without_ops"] += 1
+    return proposals
+
+
+def _parse_operations(text: str, library: list[Experience], config: TFGRPOConfig,
+                      counters: Counter) -> list[dict]:
     value, status = extract_json(text)
     if status == "malformed":
         counters["malformed_json"] += 1
@@ -147,7 +197,8 @@ def consolidate(library: list[Experience], proposals: list[dict], threshold: flo
 
 def apply_operations(library: list[Experience], operations: list[dict], epoch: int,
                      global_step: int) -> tuple[list[Experience], list[dict]]:
-    """The new library (renumbered by position) and one publishable record per operation."""
+    """The new library (renumbered by position) and one publishable record per operation:
+    `{op, id, target, text, step, epoch}`, plus `receipts` when the proposal carried any."""
     updates = {o["target"]: o["text"] for o in operations if o["op"] == "update"}
     deleted = {o["target"] for o in operations if o["op"] == "delete"}
     new_library = [Experience(e.id, updates.get(e.id, e.text)) for e in library
@@ -158,6 +209,9 @@ def apply_operations(library: list[Experience], operations: list[dict], epoch: i
         if o["op"] == "add":
             experience_id = f"x{global_step}.{k}"
             new_library.append(Experience(experience_id, o["text"]))
-        records.append({"op": o["op"], "id": experience_id, "target": o["target"],
-                        "text": o["text"], "step": global_step, "epoch": epoch})
+        record = {"op": o["op"], "id": experience_id, "target": o["target"],
+                  "text": o["text"], "step": global_step, "epoch": epoch}
+        if o.get("receipts"):  # the receipt CIDs of the rollouts the operation came from
+            record["receipts"] = o["receipts"]
+        records.append(record)
     return new_library, records

@@ -8,10 +8,15 @@ shown as `[G0]. text` lines. Each step takes a batch of queries and:
    groups whose rewards all agree (std <= `skip_std_threshold`) carry no relative signal and
    are skipped, as in GRPO;
 2. stage 1, summaries: the stage model summarises each rollout of a kept group: the experiences
-   it used, where it went wrong, and its outcome (given the ground truth when one is used);
+   it used, where it went wrong, and its outcome (given the ground truth when one is used, and
+   the verifier's reasoning for that rollout);
 3. stage 2, semantic group advantage: per group, the stage model compares the summaries of the
    successes and failures and answers with JSON operations on the library,
-   `ADD(text)`, `UPDATE(id, text)`, `DELETE(id)` or `NONE`, each text at most 32 words;
+   `ADD(text)`, `UPDATE(id, text)`, `DELETE(id)` or `NONE`, each text at most 32 words; the
+   call passes the operations' JSON Schema as `response_format`, so a backend that constrains
+   decoding cannot answer anything else. With `stage2: two_step` a free-text critique call
+   proposes experiences first and a "group update" call turns them and the library into
+   operations;
 4. stage 3, consolidation: the batch's operations are merged, deterministically: near-duplicate
    texts (normalised token Jaccard >= `merge_jaccard_threshold`) are added once, a DELETE beats an
    UPDATE of the same experience, the first UPDATE of an experience beats later ones; then they
@@ -29,19 +34,23 @@ library an uninterrupted run would have produced.
 Each experience has a stable id (`x<global step>.<k>`, given when it is added) that survives
 renumbering; the G-number is only a position in the prompt. Every applied operation is kept as
 `{op, id, target, text, step, epoch}`, which is what the ledger needs to publish it as an
-`experience` entry (where the CID of the adding entry then becomes the id).
+`experience` entry (where the CID of the adding entry then becomes the id). When the policy's
+backend leaves receipt CIDs in `last_receipts`, each step's report row keeps them per rollout
+(`rollout_receipts`) and each operation gets its group's (`receipts`), which publishing puts
+into the entry's provenance.
 
 Robustness: the run never crashes on model output. Malformed JSON, truncated JSON (complete
 elements are salvaged), operations that are not objects or name an unknown op, unknown ids,
 overlong or empty texts, empty answers, verifier exceptions and backend errors are each counted,
-logged and skipped. `run_report.json` lists the counters and the LLM calls and tokens per stage
-and step.
+logged and skipped; every operations answer counts once as `answer_with_ops` or
+`answer_without_ops`. `run_report.json` lists the counters and the LLM calls and tokens per
+stage and step.
 
 Deviations from the paper and its reference implementation (youtu-agent `utu/practice`):
 
-- Stage 2 answers with operations directly. The reference first asks for free-text experiences
-  and then, in a separate "group update" call, turns them into operations; here one call per
-  group does both (one fewer call per query).
+- Stage 2 answers with operations directly by default (`stage2: one_step`, one call per
+  group). The reference first asks for free-text experiences and then, in a separate "group
+  update" call per query, turns them into operations; `stage2: two_step` does that.
 - Stage 3 is deterministic code (Jaccard merging, conflict rules) instead of one more LLM call
   that rewrites the batch's operations. Cheaper and reproducible, but it cannot merge two
   paraphrases with few words in common.
@@ -63,6 +72,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import MISSING, fields
 from pathlib import Path
 from random import Random
 
@@ -71,11 +81,19 @@ from trainer.backends import Backend, BackendError, derive_seed, make_backend
 from trainer.data import load_problems
 from trainer.errors import TrainerError
 from trainer.tfgrpo_config import TFGRPOConfig
-from trainer.tfgrpo_operations import apply_operations, consolidate, parse_operations
+from trainer.tfgrpo_operations import (
+    apply_operations,
+    consolidate,
+    operations_response_format,
+    parse_operations,
+)
 from trainer.tfgrpo_prompts import (
     Experience,
     Group,
     advantage_messages,
+    critique_experiences,
+    critique_messages,
+    group_update_messages,
     rollout_messages,
     summary_messages,
 )
@@ -84,6 +102,7 @@ from trainer.verifiers import Verifier, final_answer, load_verifier
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
+MAX_RECEIPTS_PER_OPERATION = 64  # = ledger.entries.MAX_PROVENANCE_RECEIPTS
 COUNTERS = (
     "backend_error",  # a completion request failed after retries; its item is skipped
     "malformed_json",  # a stage-2 answer held no parsable JSON
@@ -98,6 +117,8 @@ COUNTERS = (
     "skipped_uniform_group",  # a group whose rewards all agree
     "merged_duplicate",  # an ADD that near-duplicated an experience or an earlier ADD
     "conflict_resolved",  # an UPDATE dropped for a DELETE or an earlier UPDATE of its target
+    "answer_with_ops",  # a stage-2 operations answer that yielded at least one valid operation
+    "answer_without_ops",  # one that yielded none (NONE only, empty, malformed or all invalid)
 )
 
 
@@ -166,22 +187,28 @@ class TFGRPOTrainer:
                      "queries": len(batch), "calls": {}, "tokens": {}}
 
         # 1. Rollouts with the current library, scored by the verifier.
-        prompts = [rollout_messages(p["problem"], self.library) for p in batch]
-        outputs = self._generate(self.policy, "rollout", row, prompts, cfg.group_size,
-                                 cfg.temperature, cfg.top_p, cfg.max_new_tokens,
-                                 derive_seed(cfg.seed, "rollout", epoch, step))
+        prompts = [rollout_messages(p["problem"], self.library, cfg.agent_objective)
+                   for p in batch]
+        outputs, receipts = self._generate(self.policy, "rollout", row, prompts, cfg.group_size,
+                                           cfg.temperature, cfg.top_p, cfg.max_new_tokens,
+                                           derive_seed(cfg.seed, "rollout", epoch, step))
+        if any(cid for per_query in receipts for cid in per_query):
+            row["rollout_receipts"] = receipts  # [query][rollout] -> receipt CID or None
         groups: list[Group] = []
         rewards_seen: list[float] = []
         for q, (problem, outs) in enumerate(zip(batch, outputs, strict=True)):
             if outs is None:  # counted by _generate
                 continue
             reference = problem["answer"] if cfg.use_ground_truth else majority_answer(outs)
-            rewards = [self._reward(problem, text, reference) for text in outs]
+            verdicts = [self._reward(problem, text, reference) for text in outs]
+            rewards = [reward for reward, _ in verdicts]
             rewards_seen += rewards
             if reference is None or statistics.pstdev(rewards) <= cfg.skip_std_threshold:
                 self.counters["skipped_uniform_group"] += 1
                 continue
-            groups.append(Group(q, problem, outs, rewards, reference))
+            groups.append(Group(q, problem, outs, rewards, reference,
+                                critiques=[reasoning for _, reasoning in verdicts],
+                                receipts=receipts[q]))
         row["mean_reward"] = statistics.fmean(rewards_seen) if rewards_seen else None
         row["groups_kept"] = len(groups)
 
@@ -189,7 +216,8 @@ class TFGRPOTrainer:
         items = [(g, j) for g in groups for j, text in enumerate(g.outputs) if text.strip()]
         summary_prompts = [summary_messages(g.problem["problem"], g.outputs[j], g.rewards[j],
                                             g.reference if cfg.use_ground_truth else None,
-                                            self.library) for g, j in items]
+                                            self.library, cfg, g.critiques[j])
+                           for g, j in items]
         summaries = self._stage(row, "summary", summary_prompts, epoch, step)
         per_group: dict[int, dict[int, str]] = {g.query: {} for g in groups}
         for (g, j), summary in zip(items, summaries, strict=True):
@@ -202,13 +230,7 @@ class TFGRPOTrainer:
 
         # 3. Stage 2: per group, compare successes and failures into operations.
         groups = [g for g in groups if per_group[g.query]]
-        answers = self._stage(row, "advantage", [
-            advantage_messages(g, per_group[g.query], self.library, cfg) for g in groups],
-            epoch, step)
-        proposals: list[dict] = []
-        for answer in answers:
-            if answer is not None:
-                proposals += parse_operations(answer, self.library, cfg, self.counters)
+        proposals = self._stage2(row, groups, per_group, epoch, step)
 
         # 4. Stage 3: consolidate the batch's operations, apply, renumber.
         operations = consolidate(self.library, proposals, cfg.merge_jaccard_threshold,
@@ -226,57 +248,98 @@ class TFGRPOTrainer:
 
     # -- helpers of a step
 
-    def _reward(self, problem: dict, text: str, reference: str | None) -> float:
+    def _stage2(self, row: dict, groups: list[Group], per_group: dict[int, dict[int, str]],
+                epoch: int, step: int) -> list[dict]:
+        """Proposals from every group's operations answer, each tied to the group's receipts.
+
+        one_step: one schema-constrained call per group. two_step: a free-text critique per
+        group ("advantage"), then a schema-constrained call per critique ("group_update").
+        """
+        cfg = self.config
+        response_format = operations_response_format(len(self.library), cfg)
+        if cfg.stage2 == "one_step":
+            answers = self._stage(row, "advantage", [
+                advantage_messages(g, per_group[g.query], self.library, cfg) for g in groups],
+                epoch, step, response_format)
+        else:
+            critiques = self._stage(row, "advantage", [
+                critique_messages(g, per_group[g.query], cfg) for g in groups], epoch, step)
+            groups = [g for g, c in zip(groups, critiques, strict=True) if c and c.strip()]
+            answers = self._stage(row, "group_update", [
+                group_update_messages(critique_experiences(c), self.library, cfg)
+                for c in critiques if c and c.strip()], epoch, step, response_format)
+        proposals: list[dict] = []
+        for group, answer in zip(groups, answers, strict=True):
+            if answer is None:  # counted by _generate
+                continue
+            cids = list(dict.fromkeys(cid for cid in group.receipts if cid))
+            for proposal in parse_operations(answer, self.library, cfg, self.counters):
+                if cids:
+                    proposal["receipts"] = cids[:MAX_RECEIPTS_PER_OPERATION]
+                proposals.append(proposal)
+        return proposals
+
+    def _reward(self, problem: dict, text: str, reference: str | None) -> tuple[float, str]:
+        """The verifier's (reward, reasoning); (0, "") for an empty text or no reference."""
         if not text.strip():
             self.counters["empty_answer"] += 1
-            return 0.0
+            return 0.0, ""
         if reference is None:
-            return 0.0
+            return 0.0, ""
         try:
             verdict = self.verifier({**problem, "answer": reference, "response": text})
-            return float(verdict["reward"])
+            return float(verdict["reward"]), str(verdict.get("reasoning") or "")
         except Exception as exc:  # noqa: BLE001 - user code on model output must not end the run
             self.counters["verifier_error"] += 1
             log.warning("verifier failed: %r", exc)
-            return 0.0
+            return 0.0, ""
 
-    def _stage(self, row: dict, name: str, prompts: list[list[dict]], epoch: int,
-               step: int) -> list[str | None]:
+    def _stage(self, row: dict, name: str, prompts: list[list[dict]], epoch: int, step: int,
+               response_format: dict | None = None) -> list[str | None]:
         cfg = self.config
-        out = self._generate(self.stage, name, row, prompts, 1, cfg.stage_temperature, 1.0,
-                             cfg.stage_max_new_tokens, derive_seed(cfg.seed, name, epoch, step))
+        out, _ = self._generate(self.stage, name, row, prompts, 1, cfg.stage_temperature, 1.0,
+                                cfg.stage_max_new_tokens,
+                                derive_seed(cfg.seed, name, epoch, step), response_format)
         return [o[0] if o is not None else None for o in out]
 
     def _generate(self, backend: Backend, name: str, row: dict, prompts: list[list[dict]],
-                  n: int, temperature: float, top_p: float, max_new_tokens: int,
-                  seed: int) -> list[list[str] | None]:
-        """Completions per prompt, None where the backend failed (counted, logged).
+                  n: int, temperature: float, top_p: float, max_new_tokens: int, seed: int,
+                  response_format: dict | None = None,
+                  ) -> tuple[list[list[str] | None], list[list[str | None]]]:
+        """Completions per prompt, None where the backend failed (counted, logged), and the
+        receipt CID of each completion (None where the backend gave none).
 
         One batched call first; if it fails, each prompt alone (seeded by its position), so one
         bad request costs one item, not the batch.
         """
         if not prompts:
-            return []
+            return [], []
         usage = backend.usage.snapshot()
+        # Only JSON-answering calls pass a response_format, so any backend serves the others.
+        extra = {"response_format": response_format} if response_format is not None else {}
         try:
             results: list[list[str] | None] = list(
-                backend.generate(prompts, n, temperature, top_p, max_new_tokens, seed))
+                backend.generate(prompts, n, temperature, top_p, max_new_tokens, seed, **extra))
+            receipts = _receipts(backend, results)
         except BackendError as exc:
             log.warning("%s: batched call failed (%s); retrying prompt by prompt", name, exc)
-            results = []
+            results, receipts = [], []
             for i, prompt in enumerate(prompts):
                 try:
-                    results.append(backend.generate([prompt], n, temperature, top_p,
-                                                    max_new_tokens, derive_seed(seed, i))[0])
+                    one = backend.generate([prompt], n, temperature, top_p, max_new_tokens,
+                                           derive_seed(seed, i), **extra)
+                    results.append(one[0])
+                    receipts += _receipts(backend, one)
                 except BackendError as exc_one:
                     self.counters["backend_error"] += 1
                     log.warning("%s: prompt %d failed: %s", name, i, exc_one)
                     results.append(None)
+                    receipts.append([None] * n)
         after = backend.usage.snapshot()
         row["calls"][name] = after["calls"] - usage["calls"]
         row["tokens"][name] = {k: after[k] - usage[k] for k in ("prompt_tokens",
                                                                 "completion_tokens")}
-        return results
+        return results, receipts
 
     # -- snapshots, resumption, report
 
@@ -310,6 +373,9 @@ class TFGRPOTrainer:
         snapshot = read_json_file(snapshots[-1])
         mine, theirs = self.config.to_dict(), dict(snapshot["config"])
         mine.pop("output_dir"), theirs.pop("output_dir")
+        for f in fields(TFGRPOConfig):  # a snapshot older than a field ran with its default
+            if f.name in mine and f.name not in theirs and f.default is not MISSING:
+                theirs[f.name] = f.default
         if mine != theirs:
             changed = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise ResumeError(f"{snapshots[-1]} was written with a different config: {changed}")
@@ -344,6 +410,16 @@ class TFGRPOTrainer:
             "seconds_this_invocation": round(seconds, 3),
         }
         return _write_json(self.output_dir / "run_report.json", report)
+
+
+def _receipts(backend: Backend, results: list[list[str]]) -> list[list[str | None]]:
+    """The receipt CIDs of the backend's last `generate`, shaped like `results`; all None when
+    the backend keeps none or their shape does not match."""
+    given = getattr(backend, "last_receipts", None)
+    if (isinstance(given, list) and len(given) == len(results)
+            and all(isinstance(g, list) and len(g) == len(r) for g, r in zip(given, results))):
+        return [[cid if isinstance(cid, str) and cid else None for cid in g] for g in given]
+    return [[None] * len(r) for r in results]
 
 
 def _write_json(path: Path, data: object) -> Path:

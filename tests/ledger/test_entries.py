@@ -149,6 +149,18 @@ def test_absent_optional_fields_are_left_out_not_null():
     assert decode_entry(data).signature is None
 
 
+def test_provenance_receipts_are_optional_and_round_trip():
+    without = experience()
+    data = encode_entry(build(without))
+    assert b"receipts" not in data and b"null" not in data
+    assert data == rfc8785.dumps(without)  # the field's arrival changed no existing CID
+    cited = experience(provenance={**without["provenance"], "receipts": [CID_B, CID_A]})
+    data = encode_entry(build(cited))
+    assert decode_entry(data).provenance.receipts == [CID_B, CID_A]  # order kept
+    assert encode_entry(decode_entry(data)) == data
+    assert entry_cid(data) != entry_cid(encode_entry(build(without)))
+
+
 def test_nulls_inside_free_form_objects_are_kept():
     data = encode_entry(build(adapter()))
     assert json.loads(data)["config"]["x"] is None
@@ -300,6 +312,13 @@ WORDS_64 = " ".join(["word"] * 64)
         (experience(provenance={**PROV, "method": ""}), "provenance.method", "at least 1"),
         (experience(provenance={**PROV, "run_cid": "bafy"}), "provenance.run_cid", "not a CID"),
         (experience(provenance={**PROV, "seed": 1}), "provenance.seed", "unknown field"),
+        (experience(provenance={**PROV, "receipts": []}), "provenance.receipts", "at least 1"),
+        (experience(provenance={**PROV, "receipts": [CID_A] * 65}), "provenance.receipts",
+         "at most 64"),
+        (experience(provenance={**PROV, "receipts": ["bafy"]}), "provenance.receipts[0]",
+         "not a CID"),
+        (experience(provenance={**PROV, "receipts": CID_A}), "provenance.receipts",
+         "valid list"),
         (experience(provenance={"method": "m", "step": 1}), "provenance.base_model", "required"),
         (experience(extra=1), "extra", "unknown field"),
         (adapter(files=[]), "files", "at least 1 item"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from tfgrpo_fakes import EchoStage
+from gym_helpers import kubo_cid
+from tfgrpo_fakes import EchoStage, ReceiptPolicy, ScriptedStage
 
 from ledger import LocalBlockStore, LogStore, decode_entry, fold_library
 from ledger.audit import audit_log
@@ -57,10 +58,38 @@ def test_entries_carry_provenance_and_fold_to_the_final_library(finished_run, tm
         assert (entry.op, entry.provenance.step, entry.provenance.epoch) == (
             record["op"], record["step"], record["epoch"])
         assert entry.provenance.base_model_digest == model_digest(tiny_model_dir)
+        assert entry.provenance.receipts is None and b"receipts" not in data
         if record["op"] != "add":
             assert entry.target == entries.experience_ids[record["target"]]
     check_fold(entries)
     assert entries.final_library == [e.text for e in trainer.library]
+
+
+def test_experiences_cite_the_receipts_of_their_rollouts(tmp_path, tiny_model_dir, monkeypatch):
+    """A policy that gives receipts: each experience's provenance names its group's receipts
+    (at most 64); the entries of a run without receipts have no such field (finished_run)."""
+    monkeypatch.chdir(tmp_path)
+    problems = generate_problems(2, seed=3)
+    config = TFGRPOConfig(
+        train_path=str(write_jsonl(problems, tmp_path / "train.jsonl")),
+        eval_path=str(tmp_path / "train.jsonl"),
+        output_dir=str(tmp_path / "run"), epochs=1, batch_size=2, group_size=5,
+        policy=ModelConfig(model=str(tiny_model_dir)))
+    cid = lambda query, j: kubo_cid(f"receipt {query} {j}".encode())
+    stage = ScriptedStage({p["problem"]: '{"operations": [{"op": "ADD", "text": "Name it."}]}'
+                           for p in problems})
+    policy = ReceiptPolicy({p["problem"]: p["answer"] for p in problems}, cid)
+    TFGRPOTrainer(config, policy=policy, stage=stage).train()
+    content = LocalBlockStore(tmp_path / "ipfs")
+    (entry,) = map(decode_entry, build_run_entries(tmp_path / "run", content).experiences)
+    assert entry.provenance.receipts == [cid(problems[0]["problem"], j) for j in (0, 1, 3, 4)]
+
+    library_path = tmp_path / "run" / "library.json"
+    library = json.loads(library_path.read_text())
+    library["operations"][0]["receipts"] = [cid("many", j) for j in range(70)]
+    library_path.write_text(json.dumps(library))
+    (entry,) = map(decode_entry, build_run_entries(tmp_path / "run", content).experiences)
+    assert entry.provenance.receipts == [cid("many", j) for j in range(64)]
 
 
 def test_a_library_that_does_not_fold_back_is_refused(finished_run, tmp_path):

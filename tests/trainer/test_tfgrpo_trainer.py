@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from tfgrpo_fakes import EchoStage, FakePolicy, ScriptedStage
+from tfgrpo_fakes import DropResponseFormat, EchoStage, FakePolicy, ScriptedStage
 
 from trainer.backends import BackendError
 from trainer.data import generate_problems, write_jsonl
@@ -62,6 +63,9 @@ def test_each_robustness_path_is_counted_exactly(tmp_path):
     assert counters["empty_answer"] == 5  # one empty rollout per query
     assert counters["merged_duplicate"] == 1
     assert counters["skipped_uniform_group"] == 0
+    # stage-2 answers: p0 and p2 gave operations; p1 (overlong only) and p3 (no JSON) none;
+    # p4's request failed, so it gave no answer to count
+    assert (counters["answer_with_ops"], counters["answer_without_ops"]) == (2, 2)
     assert [e.text for e in trainer.library] == [
         "Write the final answer on its own line.",
         "Multiply boxes by items per box before adding."]
@@ -98,10 +102,16 @@ def test_full_loop_on_a_tiny_random_model(tmp_path, tiny_backend):
     problems = generate_problems(4, seed=5)
     config = _config(tmp_path, problems, batch_size=2, group_size=3, epochs=2,
                      verifier="python:tfgrpo_fakes:length_parity")
-    trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=tiny_backend)
+    stage = tiny_backend
+    if "response_format" not in inspect.signature(tiny_backend.generate).parameters:
+        stage = DropResponseFormat(tiny_backend)  # a backend without schema-constrained decoding
+    trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=stage)
     report_path = trainer.train()
     report = json.loads(report_path.read_text())
-    assert report["counters"]["malformed_json"] > 0
+    counters = report["counters"]
+    # every stage-2 answer is counted once, as giving operations or not
+    assert counters["answer_with_ops"] + counters["answer_without_ops"] == sum(
+        row["calls"].get("advantage", 0) for row in report["steps"]) > 0
     assert len(report["steps"]) == 4
     assert sorted(p.name for p in (tmp_path / "run" / "snapshots").iterdir()) == [
         f"step-{i:05d}.json" for i in range(4)]
@@ -207,6 +217,14 @@ def test_resume_refuses_a_different_config(tmp_path):
     answers = {x["problem"]: x["answer"] for x in problems}
     TFGRPOTrainer(_config(tmp_path, problems), policy=FakePolicy(answers),
                   stage=ScriptedStage({x["problem"]: "[]" for x in problems})).train()
+    # a snapshot written before stage2 and the objectives existed ran with their defaults
+    snapshot_path = tmp_path / "run" / "snapshots" / "step-00000.json"
+    snapshot = json.loads(snapshot_path.read_text())
+    for name in ("stage2", "agent_objective", "learning_objective"):
+        del snapshot["config"][name]
+    snapshot_path.write_text(json.dumps(snapshot))
+    TFGRPOTrainer(_config(tmp_path, problems), policy=FakePolicy(answers),
+                  stage=ScriptedStage({})).train(resume=True)
     other = _config(tmp_path, problems, seed=99)
     with pytest.raises(ResumeError, match="seed"):
         TFGRPOTrainer(other, policy=FakePolicy(answers), stage=ScriptedStage({})).train(resume=True)
@@ -275,4 +293,4 @@ def test_parse_operations_counts_invalid_ops():
             '{"op": "ADD", "text": "over the limit"}]')
     assert parse_operations(text, LIBRARY, config, counters) == [
         {"op": "delete", "target": "c", "text": ""}]
-    assert counters == Counter(invalid_op=3, ops_over_limit=1)
+    assert counters == Counter(invalid_op=3, ops_over_limit=1, answer_with_ops=1)

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from trainer.backends import BackendError, Usage
-from trainer.tfgrpo_prompts import ADVANTAGE_SYSTEM, SUMMARY_SYSTEM
+from trainer.tfgrpo_prompts import (
+    ADVANTAGE_ROLE,
+    CRITIQUE_ROLE,
+    GROUP_UPDATE_ROLE,
+    SUMMARY_ROLE,
+)
+from trainer.verifiers import final_answer
 
 
 def length_parity(sample: dict) -> dict:
@@ -18,13 +25,19 @@ def _digest(text: str) -> str:
 
 
 class _ScriptedBackend:
-    """A backend whose `generate` gives each prompt `self.answer(prompt, n)` and counts the
-    calls in `usage`, as a real backend does."""
+    """A backend whose `generate` gives each prompt `self.answer(prompt, n)`, counts the calls
+    in `usage` as a real backend does, and records every prompt (`prompts`) and each call's
+    `response_format` (`response_formats`, one per call, None when not passed)."""
 
     def __init__(self) -> None:
         self.usage = Usage()
+        self.response_formats: list[dict | None] = []
+        self.prompts: list[list[dict]] = []  # every prompt, in order
 
-    def generate(self, prompts, n=1, temperature=0.7, top_p=1.0, max_new_tokens=256, seed=0):
+    def generate(self, prompts, n=1, temperature=0.7, top_p=1.0, max_new_tokens=256, seed=0,
+                 response_format=None):
+        self.response_formats.append(response_format)
+        self.prompts += prompts
         out = [self.answer(prompt, n) for prompt in prompts]
         self.usage.calls += len(prompts) * n
         return out
@@ -46,6 +59,34 @@ class FakePolicy(_ScriptedBackend):
         return [pattern[j % len(pattern)] for j in range(n)]
 
 
+class ReceiptPolicy(FakePolicy):
+    """FakePolicy that, like a node-backed backend, leaves a receipt CID per completion in
+    `last_receipts` (None for every third rollout: a server that gave none)."""
+
+    def __init__(self, answers: dict[str, str], cid: Callable[[str, int], str]) -> None:
+        super().__init__(answers)
+        self.cid = cid  # (query text, rollout) -> CID
+        self.last_receipts = None
+
+    def generate(self, prompts, n=1, *args, **kwargs):
+        out = super().generate(prompts, n, *args, **kwargs)
+        self.last_receipts = [[None if j % 3 == 2 else self.cid(p[-1]["content"], j)
+                               for j in range(n)] for p in prompts]
+        return out
+
+
+class DropResponseFormat:
+    """Wraps a backend whose `generate` has no `response_format` yet (its answers are then
+    constrained by the prompt alone)."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.usage = backend, backend.usage
+
+    def generate(self, prompts, n=1, temperature=0.7, top_p=1.0, max_new_tokens=256, seed=0,
+                 response_format=None):
+        return self.backend.generate(prompts, n, temperature, top_p, max_new_tokens, seed)
+
+
 class ScriptedStage(_ScriptedBackend):
     """Stage model: fixed summaries; stage-2 answers looked up by the problem in the prompt.
 
@@ -58,13 +99,30 @@ class ScriptedStage(_ScriptedBackend):
 
     def answer(self, prompt, n):
         system, user = prompt[0]["content"], prompt[-1]["content"]
-        if system == SUMMARY_SYSTEM:
+        if system.startswith(SUMMARY_ROLE):
             return ["Used no experience; outcome as rewarded."]
-        assert system == ADVANTAGE_SYSTEM
+        if system.startswith(JUDGE_SYSTEM):
+            return [judge(user)]
+        if system.startswith(CRITIQUE_ROLE):  # two_step, step A: the critique names the problem
+            problem = next(p for p in self.script if p in user)
+            return [f"The failures misread it.\nExperiences:\n1. lesson for {problem}"]
+        assert system.startswith((ADVANTAGE_ROLE, GROUP_UPDATE_ROLE))
         answer = next(v for problem, v in self.script.items() if problem in user)
         if answer is BackendError:
             raise BackendError("scripted failure")
         return [answer]
+
+
+JUDGE_SYSTEM = "You grade answers."  # how trainer.verifiers.LLMJudge's prompt opens
+
+
+def judge(user: str) -> str:
+    """A judge's verdict on an LLMJudge prompt: CORRECT iff the final answer is the reference."""
+    fields = dict(line.split(": ", 1) for line in user.splitlines() if ": " in line)
+    got = final_answer(user.split("Response: ", 1)[1])
+    if got == fields["Reference answer"]:
+        return f"CORRECT, the response ends with {got}."
+    return f"INCORRECT, judged {got!r} against {fields['Reference answer']}."
 
 
 class EchoStage(_ScriptedBackend):
@@ -72,7 +130,7 @@ class EchoStage(_ScriptedBackend):
 
     def answer(self, prompt, n):
         system, user = prompt[0]["content"], prompt[-1]["content"]
-        if system == SUMMARY_SYSTEM:
+        if system.startswith(SUMMARY_ROLE):
             return [f"attempt digest {_digest(user)}"]
         digest = _digest(user)
         ops = [f'{{"op": "ADD", "text": "lesson {digest}"}}']
