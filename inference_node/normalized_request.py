@@ -35,9 +35,10 @@ from pydantic import ValidationError
 
 from inference_node.errors import ReceiptError
 from inference_node.protocol import ChatCompletionRequest, CompletionRequest
-from inference_node.response_format import MAX_SCHEMA_BYTES, schema_text
+from inference_node.response_format import MAX_SCHEMA_BYTES
 from ledger.errors import LedgerError
 from ledger.json_input import parse_json
+from trainer.grammar import schema_text
 
 FORMAT = "gym-request/1"
 ROUTES = ("chat", "completion")

@@ -52,7 +52,8 @@ from inference_node.engine import (
 )
 from inference_node.generation_checks import eos_token_ids
 from inference_node.injection import PrefixKVCache, Prompt
-from inference_node.response_format import Constraint, Grammars, TokenMask
+from inference_node.response_format import Constraint, check_compiles
+from trainer.grammar import Grammars, TokenMask
 from inference_node.sampling import choose
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class TransformersEngine(Engine):
             return self._grammars
 
     def check_constraint(self, constraint: Constraint) -> None:
-        self.grammars().compile(constraint)
+        check_compiles(self.grammars(), constraint)
 
     def running(self) -> int:
         return self._running
@@ -378,7 +379,7 @@ class TransformersEngine(Engine):
         allowed = None
         if params.constraint is not None and request is not None:
             if request.mask is None:
-                request.mask = self.grammars().mask(params.constraint)
+                request.mask = self.grammars().mask(params.constraint.schema_json)
             allowed = request.mask.allowed().to(logits.device)
         token = choose(logits, temperature=params.temperature, top_p=params.top_p,
                        seed=params.seed, request_key=params.request_key, position=position,

@@ -30,7 +30,7 @@ from inference_node.errors import NodeError, ReceiptError
 from inference_node.generation_checks import check_sampling, check_termination, eos_token_ids
 from inference_node.normalized_request import FORMAT as REQUEST_FORMAT
 from inference_node.normalized_request import check_normalized, client_body, request_key
-from inference_node.response_format import FormatError, Grammars, constraint_of, replay
+from inference_node.response_format import constraint_of
 from inference_node.receipts import (
     ReceiptDomain,
     model_digest,
@@ -40,6 +40,7 @@ from inference_node.receipts import (
     verify_receipt_signature,
 )
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
+from trainer.grammar import GrammarError, Grammars, replay
 from ledger.errors import LedgerError, VerificationError
 
 # A bundle file is JSON from outside (``ledger.json_input``): it holds the request body (at most
@@ -193,8 +194,8 @@ def _check_response_format(request: dict, token_ids: list[int], model: Any, toke
         width = model.get_output_embeddings().weight.shape[0]
         grammars = _GRAMMARS[model] = Grammars(tokenizer, width, eos_token_ids(model, tokenizer))
     try:
-        allowed, bad = replay(grammars, constraint, token_ids)
-    except FormatError as exc:
+        allowed, bad = replay(grammars, constraint.schema_json, token_ids)
+    except GrammarError as exc:
         raise ReceiptError("response_format", f"the request's response format: {exc}") from None
     if bad is not None:
         token = token_ids[bad]

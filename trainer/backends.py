@@ -18,7 +18,7 @@ answer (`receipt_evidence.receipt_cid` in the reply of `gym node serve`), None w
   generator seeded with `derive_seed(seed, prompt_index, sample_index)`, so a completion depends
   only on its prompt and its seed, not on which other rows share the batch (up to float noise from
   padding). That is what makes a resumed run and both arms of an evaluation see the same samples.
-  A `response_format` is enforced by grammar-constrained decoding (xgrammar, `trainer._grammar`):
+  A `response_format` is enforced by grammar-constrained decoding (xgrammar, `trainer.grammar`):
   forbidden tokens are masked before the noise is added, so an answer that ends (EOS before
   `max_new_tokens`) is JSON valid for the schema. Its `last_receipts` are all None.
 - `OpenAIBackend` talks to any OpenAI-compatible `/chat/completions` endpoint over httpx with
@@ -150,7 +150,7 @@ class TransformersBackend:
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device).eval()
         self.usage = Usage()
         self.last_receipts: list[list[str | None]] = []
-        self._grammars = None  # trainer._grammar.GrammarCache, built on first response_format
+        self._grammars = None  # trainer.grammar.Grammars, built on first response_format
 
     def generate(self, prompts: list[list[Message]], n: int = 1, temperature: float = 0.7,
                  top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
@@ -170,14 +170,16 @@ class TransformersBackend:
         self.last_receipts = [[None] * n for _ in prompts]
         return out
 
-    def _grammar(self, response_format: dict):
-        """The compiled grammar of `response_format` (compiled once per schema)."""
-        from trainer._grammar import GrammarCache
+    def _grammar(self, response_format: dict) -> str:
+        """The schema text of `response_format`, its grammar compiled (once per schema)."""
+        from trainer.grammar import Grammars, response_format_schema
 
         if self._grammars is None:
-            self._grammars = GrammarCache(self.tokenizer, self.model.config.vocab_size,
-                                          self.tokenizer.eos_token_id)
-        return self._grammars.get(response_format)
+            width = self.model.get_output_embeddings().weight.shape[0]
+            self._grammars = Grammars(self.tokenizer, width, [self.tokenizer.eos_token_id])
+        schema = response_format_schema(response_format)
+        self._grammars.compile(schema)
+        return schema
 
     def _generate_rows(self, texts: list[str], seeds: list[int], temperature: float,
                        top_p: float, max_new_tokens: int, grammar=None) -> list[str]:
@@ -188,10 +190,11 @@ class TransformersBackend:
                              add_special_tokens=False).to(self.device)
         processors = [_sample_processor(seeds, temperature, top_p)]
         if grammar is not None:
-            from trainer._grammar import grammar_processor
+            from trainer.grammar import logits_processor
 
-            processors.insert(0, grammar_processor(grammar, len(texts), enc["input_ids"].shape[1],
-                                                   self.tokenizer.eos_token_id))
+            processors.insert(0, logits_processor(self._grammars, grammar, len(texts),
+                                                  enc["input_ids"].shape[1],
+                                                  self.tokenizer.eos_token_id))
         with torch.inference_mode():
             generated = self.model.generate(
                 **enc, do_sample=False, max_new_tokens=max_new_tokens,

@@ -9,7 +9,7 @@ import json
 import jsonschema
 import pytest
 
-from trainer._grammar import JSON_CHARACTER, ResponseFormatError, json_characters
+from trainer.grammar import GrammarError, grammar_text, schema_text
 
 PROMPTS = [[{"role": "user", "content": "What is 2 + 2?"}],
            [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "Hi"}]]
@@ -67,33 +67,42 @@ def test_json_object_and_free_output(tiny_backend):
 def test_a_grammar_is_compiled_once_per_schema(tiny_backend):
     tiny_backend.generate(PROMPTS[:1], max_new_tokens=160, response_format=FORMAT)
     cache = tiny_backend._grammars
-    before = dict(cache.compiled)
+    before = dict(cache._cache)
     reordered = {"json_schema": {"strict": True, "schema": SCHEMA, "name": "op"},
                  "type": "json_schema"}
     tiny_backend.generate(PROMPTS[:1], max_new_tokens=160, response_format=reordered)
-    assert cache.compiled.keys() == before.keys()
+    assert cache._cache.keys() == before.keys()
 
 
 def test_unsupported_formats_are_refused(tiny_backend):
-    with pytest.raises(ResponseFormatError, match="unsupported"):
+    with pytest.raises(GrammarError, match="json_object or json_schema"):
         tiny_backend.generate(PROMPTS[:1], response_format={"type": "regex"})
-    with pytest.raises(ResponseFormatError, match="schema"):
+    with pytest.raises(GrammarError, match="schema object"):
         tiny_backend.generate(PROMPTS[:1], response_format={"type": "json_schema"})
 
 
-def test_string_characters_exclude_control_characters_and_surrogates():
+def test_string_characters_exclude_control_characters_and_invalid_utf8(tiny_backend):
     import xgrammar as xgr
     from xgrammar.testing import _is_grammar_accept_string as accepts
 
     schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3},
                                                "b": {"type": "string"}}}
-    ebnf = str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False))
-    assert json_characters(ebnf).count(JSON_CHARACTER) == 2
-    grammar = xgr.Grammar.from_ebnf(json_characters(ebnf))
+    grammar = xgr.Grammar.from_ebnf(grammar_text(schema_text(schema)))
     assert accepts(grammar, b'{"a": "ok\xc3\xa9"}')
     assert not accepts(grammar, b'{"a": "\x12"}')  # raw control character
-    assert not accepts(grammar, b'{"b": "\xed\xa0\x80"}')  # an encoded surrogate
+    ebnf = str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False))
     assert accepts(xgr.Grammar.from_ebnf(ebnf), b'{"a": "\x12"}')  # what xgrammar 0.2.8 allows
+    # the byte-level tokenizer spells a surrogate (ED A0 80) or an overlong "/" (C0 AF) byte by
+    # byte; xgrammar alone accepts the shape, the mask refuses the second byte
+    tiny_backend.generate(PROMPTS[:1], max_new_tokens=4, response_format=FORMAT)
+    grammars = tiny_backend._grammars
+    byte_token = {raw: i for i, raw in enumerate(grammars.xgr.TokenizerInfo.from_huggingface(
+        tiny_backend.tokenizer).decoded_vocab) if len(raw) == 1}
+    for bad in (b"\xed\xa0", b"\xf0\x80", b"\xf4\x90"):
+        mask = grammars.mask(schema_text(schema))
+        assert all(mask.accept(byte_token[bytes([c])]) for c in b'{"b": "')
+        assert mask.accept(byte_token[bad[:1]])
+        assert not mask.allowed()[byte_token[bad[1:]]] and not mask.accept(byte_token[bad[1:]])
 
 
 @pytest.mark.slow
