@@ -38,6 +38,21 @@ def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
 
 
+def model_dir_eos_token_ids(model_dir: Any, tokenizer: Any) -> frozenset[int]:
+    """``eos_token_ids`` of the model in ``model_dir`` without loading its weights: the
+    generation config transformers would give the loaded model (its ``generation_config.json``,
+    else the one derived from ``config.json``)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        config = GenerationConfig.from_pretrained(model_dir)
+    except OSError:
+        config = GenerationConfig.from_model_config(AutoConfig.from_pretrained(model_dir))
+    return eos_token_ids(SimpleNamespace(generation_config=config), tokenizer)
+
+
 def check_sampling(logits: Any, tokens: Sequence[int], *, temperature: float, top_p: float,
                    seed: int, request_key: bytes, tokenizer: Any = None,
                    allowed: Any = None):

@@ -37,6 +37,13 @@ What vLLM does here, and how it maps onto the node's interface:
   detokenization, which equals `tokenizer.decode(token_ids, skip_special_tokens=True)` for real
   (byte-level BPE) tokenizers; for a tokenizer without a decoder (a word-level test tokenizer)
   vLLM puts a space before the first word where `decode` does not.
+- Structured outputs: a request's `constraint` travels in `extra_args` too (its schema text) and
+  `GymSampler` applies the same `response_format.TokenMask` the transformers engine applies
+  (one grammar per model's tokenizer, logits width and EOS ids), passing it to the sampler as
+  `allowed`; so the tokens are the transformers engine's and the verifier's grammar replay holds.
+  `check_constraint` compiles the schema here, in the node's process, so a schema the grammar
+  compiler refuses is a 400 before the request reaches vLLM. vLLM's own structured-output
+  backend (`guided_decoding`) is not used: its grammar differs from `gym-grammar/1`.
 - `queue_depth()` counts requests accepted but not yet answered with their first token (queued
   in vLLM's scheduler or in prefill), which is what the server's 429 backpressure bounds.
 
@@ -79,6 +86,7 @@ from inference_node.engine import (
 )
 from inference_node.errors import SamplingError
 from inference_node.injection import Prompt
+from inference_node.response_format import Constraint, FormatError, Grammars
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +124,8 @@ class VLLMEngine(Engine):
         self._lifecycle = threading.Lock()
         self._hf_model: Any = None
         self._hf_lock = threading.Lock()
+        self._grammars: Grammars | None = None
+        self._grammars_lock = threading.Lock()
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, model_name: str | None = None, *,
@@ -224,6 +234,20 @@ class VLLMEngine(Engine):
     def queue_depth(self) -> int:
         return len(self._waiting)
 
+    def grammars(self) -> Grammars:
+        """The grammar compiler `GymSampler` builds in vLLM's process, built here too (first
+        use) to refuse a schema before queueing."""
+        from inference_node.vllm_sampler import model_grammars
+
+        self.start()
+        with self._grammars_lock:
+            if self._grammars is None:
+                self._grammars = model_grammars(self._llm.model_config)
+            return self._grammars
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        self.grammars().compile(constraint)
+
     def running(self) -> int:
         return max(0, len(self._tasks) - len(self._waiting))
 
@@ -298,7 +322,7 @@ class VLLMEngine(Engine):
             raise
         except EngineError as exc:
             emit(exc)
-        except (SamplingError, VLLMClientError) as exc:  # refused: this request's inputs
+        except (SamplingError, FormatError, VLLMClientError) as exc:  # refused: its inputs
             emit(EngineError(f"request refused: {exc}"))
         except Exception as exc:
             log.exception("vLLM request %s failed", request_id)
@@ -311,15 +335,18 @@ class VLLMEngine(Engine):
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from inference_node.vllm_sampler import sampler_args
+        from inference_node.vllm_sampler import grammar_args, sampler_args
 
         # vLLM samples greedily; GymSampler has already left only the sampler's token in the
         # row. Its inputs are checked by GymSampler.validate_params when vLLM admits the request.
         params = resolve_seed(params)
+        extra_args = sampler_args(params.temperature, params.top_p, params.seed,
+                                  params.request_key)
+        if params.constraint is not None:
+            extra_args.update(grammar_args(params.constraint))
         return VLLMSamplingParams(
             max_tokens=params.max_tokens, temperature=0.0, top_p=1.0, seed=None,
-            extra_args=sampler_args(params.temperature, params.top_p, params.seed,
-                                    params.request_key),
+            extra_args=extra_args,
             stop=list(params.stop) or None,
             logprobs=params.top_logprobs if params.logprobs else None,
             skip_special_tokens=True, include_stop_str_in_output=False,

@@ -16,6 +16,17 @@ The processor is registered by name (``vllm_engine.SAMPLER_PROCESSOR``, an
 which imports this module. It imports vLLM, so only `inference_node.vllm_engine` imports it,
 lazily. Requests without the extra argument are left alone. Bad inputs are refused by
 ``validate_params``, which vLLM runs when it admits a request, so they fail that request alone.
+
+Structured outputs: a request with a response format also carries its constraint's schema text
+(``extra_args[GRAMMAR_ARGS_KEY]``, `grammar_args`). The processor keeps one
+``response_format.TokenMask`` per such row, from one ``Grammars`` built (on first use) for the
+model's tokenizer, the logits' width and the model's EOS ids, exactly as `TransformersEngine`
+and the verifier build it, so the masks are the same and the verifier's replay holds. The row's
+token is ``choose(..., allowed=mask.allowed())``. vLLM appends the token it sampled to the row's
+``output_ids`` after the step, so the mask is advanced lazily: at the next ``apply`` it accepts
+the ids in ``output_ids`` past those already accepted (which also rebuilds a row that vLLM
+preempted and re-added, from its whole output). vLLM's own structured-output backend is not
+used: its grammar options differ from ``gym-grammar/1`` and a verifier could not replay them.
 """
 
 from __future__ import annotations
@@ -28,11 +39,13 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
+from inference_node.response_format import Constraint, Grammars, TokenMask, grammar_text
 from inference_node.sampling import REQUEST_KEY_BYTES, SamplingError, choose
 
 log = logging.getLogger(__name__)
 
 EXTRA_ARGS_KEY = "gym_sampler"
+GRAMMAR_ARGS_KEY = "gym_grammar"
 
 
 def sampler_args(temperature: float, top_p: float, seed: int, request_key: bytes
@@ -47,15 +60,34 @@ def sampler_args(temperature: float, top_p: float, seed: int, request_key: bytes
                              "seed": format(seed, "x"), "key": request_key.hex()}}
 
 
-class _Row:
-    """One request's sampler inputs and its live list of output token ids."""
+def grammar_args(constraint: Constraint) -> dict[str, str]:
+    """The ``extra_args`` entry of a constrained request: the schema's compact JSON text."""
+    return {GRAMMAR_ARGS_KEY: constraint.schema_json}
 
-    __slots__ = ("key", "output_ids", "seed", "temperature", "top_p")
+
+class _Row:
+    """One request's sampler inputs, its live list of output token ids and, for a constrained
+    request, its mask and how many of ``output_ids`` the mask has accepted."""
+
+    __slots__ = ("accepted", "key", "mask", "output_ids", "seed", "temperature", "top_p")
 
     def __init__(self, temperature: float, top_p: float, seed: int, key: bytes,
-                 output_ids: list[int]) -> None:
+                 output_ids: list[int], mask: TokenMask | None = None) -> None:
         self.temperature, self.top_p, self.seed, self.key = temperature, top_p, seed, key
         self.output_ids = output_ids
+        self.mask = mask
+        self.accepted = 0
+
+    def allowed(self) -> torch.Tensor | None:
+        """The mask over the next token, after accepting the tokens vLLM appended since."""
+        if self.mask is None:
+            return None
+        for token in self.output_ids[self.accepted:]:
+            if not self.mask.accept(token):  # -1 too: a placeholder of async scheduling
+                raise SamplingError(f"the grammar refused token {token} at position "
+                                    f"{self.accepted}")
+            self.accepted += 1
+        return self.mask.allowed()
 
 
 def _parse(params: SamplingParams) -> tuple[float, float, int, bytes] | None:
@@ -83,15 +115,42 @@ def _parse(params: SamplingParams) -> tuple[float, float, int, bytes] | None:
     return float(temperature), float(top_p), seed, key
 
 
+def _parse_constraint(params: SamplingParams) -> Constraint | None:
+    """The constraint in ``params.extra_args`` (None without one); ValueError (a
+    ``FormatError``) when its schema does not compile to a grammar."""
+    extra = params.extra_args or {}
+    if GRAMMAR_ARGS_KEY not in extra:
+        return None
+    if EXTRA_ARGS_KEY not in extra:
+        raise SamplingError(f"extra_args[{GRAMMAR_ARGS_KEY!r}] needs "
+                            f"extra_args[{EXTRA_ARGS_KEY!r}]")
+    schema = extra[GRAMMAR_ARGS_KEY]
+    if not isinstance(schema, str):
+        raise SamplingError(f"extra_args[{GRAMMAR_ARGS_KEY!r}] must be a schema's JSON text")
+    constraint = Constraint(schema)
+    grammar_text(constraint)  # the tokenizer-free half of compiling: FormatError if refused
+    return constraint
+
+
 class GymSampler(LogitsProcessor):
     """Forces ``gym-sampler/1``'s token on the rows of requests that carry `sampler_args`."""
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         _parse(sampling_params)  # SamplingError is a ValueError: vLLM refuses the request
+        _parse_constraint(sampling_params)  # FormatError is one too
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         self.rows: dict[int, _Row] = {}  # batch row -> request
+        self._model_config = vllm_config.model_config
+        self._grammars: Grammars | None = None
+
+    def grammars(self) -> Grammars:
+        """The grammar compiler for the model's tokenizer (built on the first constrained
+        request), as the node and the verifier build it."""
+        if self._grammars is None:
+            self._grammars = model_grammars(self._model_config)
+        return self._grammars
 
     def is_argmax_invariant(self) -> bool:
         return False  # it decides the argmax: vLLM must apply it before greedy sampling
@@ -100,7 +159,11 @@ class GymSampler(LogitsProcessor):
         def new_row(params: SamplingParams, _prompt: list[int] | None,
                     output_ids: list[int]) -> _Row | None:
             inputs = _parse(params)
-            return None if inputs is None else _Row(*inputs, output_ids)
+            if inputs is None:
+                return None
+            constraint = _parse_constraint(params)
+            mask = None if constraint is None else self.grammars().mask(constraint)
+            return _Row(*inputs, output_ids, mask)
 
         process_dict_updates(self.rows, batch_update, new_row)
 
@@ -109,8 +172,12 @@ class GymSampler(LogitsProcessor):
             # `output_ids` is vLLM's running list: its length is the position being sampled.
             position = len(row.output_ids)
             try:
+                allowed = row.allowed()
+                if allowed is not None:
+                    allowed = allowed.to(logits.device)
                 token = choose(logits[index], temperature=row.temperature, top_p=row.top_p,
-                               seed=row.seed, request_key=row.key, position=position).token
+                               seed=row.seed, request_key=row.key, position=position,
+                               allowed=allowed).token
             except Exception:
                 # Nothing here can fail one request alone: vLLM's engine core stops and every
                 # request fails with an error; say which row did it.
@@ -120,3 +187,18 @@ class GymSampler(LogitsProcessor):
             logits[index].fill_(float("-inf"))
             logits[index, token] = 0.0
         return logits
+
+
+def model_grammars(model_config: Any) -> Grammars:
+    """A ``Grammars`` for a vLLM ``ModelConfig``: its tokenizer, its vocabulary size (the width
+    of the logits, as the transformers model's output embedding) and the EOS ids
+    ``generation_checks.eos_token_ids`` gives the transformers model of the same directory."""
+    from transformers import AutoTokenizer
+
+    from inference_node.generation_checks import model_dir_eos_token_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_config.tokenizer, revision=model_config.tokenizer_revision,
+        trust_remote_code=model_config.trust_remote_code)
+    return Grammars(tokenizer, model_config.get_vocab_size(),
+                    model_dir_eos_token_ids(model_config.model, tokenizer))

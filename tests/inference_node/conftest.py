@@ -91,6 +91,21 @@ def json_model_dir(tmp_path_factory) -> Path:
     return tiny_random_model(tmp_path_factory.mktemp("json-tiny") / "model")
 
 
+@pytest.fixture(scope="session")
+def vllm_json_model_dir(tmp_path_factory, json_model_dir) -> Path:
+    """`json_model_dir`'s byte-level tokenizer and config with 32-dimensional heads (vLLM's CPU
+    attention needs them), new random weights."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    directory = tmp_path_factory.mktemp("vllm-json-tiny") / "model"
+    config = LlamaConfig.from_pretrained(json_model_dir)
+    config.head_dim = 32
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(json_model_dir).save_pretrained(directory)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def json_node(json_model_dir) -> Iterator[RunningServer]:
     """A node serving `json_model_dir` that signs unbound receipts, with the `SNAPSHOT`

@@ -37,6 +37,51 @@ from inference_node.transformers_engine import TransformersEngine
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 
 
+# Response-format schemas the structured-output tests run (every keyword family the grammar
+# enforces), shared by both engines' tests.
+SHORT_STRING = {"type": "string", "maxLength": 8}
+SCHEMAS = [
+    {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]},
+                                      "why": SHORT_STRING}, "required": ["verdict", "why"]},
+    {"type": "object", "properties": {"tags": {"type": "array", "items": SHORT_STRING, "minItems": 2,
+                                               "maxItems": 3}}, "required": ["tags"]},
+    {"type": "object", "properties": {"user": {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 6},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "required": ["name", "age"], "additionalProperties": False}},
+     "required": ["user"], "additionalProperties": False},
+    {"type": "object", "properties": {"operations": {"type": "array", "maxItems": 2, "items": {
+        "anyOf": [{"type": "object", "properties": {"op": {"const": "ADD"}, "text": SHORT_STRING},
+                   "required": ["op", "text"], "additionalProperties": False},
+                  {"type": "object", "properties": {"op": {"const": "DELETE"},
+                                                    "id": {"enum": ["G0", "G1"]}},
+                   "required": ["op", "id"], "additionalProperties": False},
+                  {"type": "object", "properties": {"op": {"const": "NONE"}},
+                   "required": ["op"], "additionalProperties": False}]}}},
+     "required": ["operations"], "additionalProperties": False},
+    {"type": "object", "properties": {"ok": {"type": "boolean"}, "score": {
+        "type": "number", "minimum": 0, "maximum": 1}, "note": {"type": ["string", "null"],
+                                                                "maxLength": 5}},
+     "required": ["ok", "score", "note"]},
+    {"type": "object", "properties": {"point": {"type": "array", "prefixItems": [
+        {"type": "integer"}, {"type": "integer"}], "items": False}}, "required": ["point"]},
+    {"type": "object", "$defs": {"step": {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 1, "maximum": 9}, "do": SHORT_STRING},
+        "required": ["n", "do"], "additionalProperties": False}},
+     "properties": {"steps": {"type": "array", "items": {"$ref": "#/$defs/step"},
+                              "minItems": 1, "maxItems": 3}}, "required": ["steps"]},
+    {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"},
+                                      "level": {"type": "integer", "exclusiveMinimum": 0,
+                                                "exclusiveMaximum": 4}},
+     "required": ["code", "level"], "additionalProperties": False},
+    {"type": "object", "properties": {"matrix": {"type": "array", "maxItems": 2, "items": {
+        "type": "array", "items": {"enum": [0, 1]}, "minItems": 2, "maxItems": 2}},
+        "label": {"const": "grid"}}, "required": ["matrix", "label"]},
+]
+
+
 def needs_vllm(test):
     """Mark `test` `vllm` and skip it, saying how to install vLLM, where vLLM is missing."""
     skip = pytest.mark.skipif(VLLM_MISSING, reason="vLLM is not installed: run "

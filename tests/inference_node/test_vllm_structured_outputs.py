@@ -1,0 +1,121 @@
+"""Structured outputs on the vLLM engine: `GymSampler` applies the transformers engine's grammar
+masks, so constrained answers parse and validate, are token-identical to `TransformersEngine`'s
+for the same request, and a signing vLLM node's receipt passes the verifier's grammar replay.
+
+Needs vLLM (skipped without it); one engine serves the module, on `vllm_json_model_dir` (the
+byte-level tiny model with 32-dimensional heads): unconstrained it writes noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import httpx
+import jsonschema
+import pytest
+from node_helpers import (
+    DOMAIN,
+    MODEL_NAME,
+    NODE_KEY,
+    SCHEMAS,
+    SNAPSHOT,
+    make_engine,
+    needs_vllm,
+    run_server,
+)
+
+from inference_node import verify
+from inference_node.engine import SamplingParams
+from inference_node.injection import LibraryInjector
+from inference_node.library import StaticLibrarySource
+from inference_node.receipts import (
+    ReceiptDomain,
+    ReceiptSigner,
+    bundle_json,
+    model_digest,
+    parse_receipt,
+)
+from inference_node.response_format import Constraint, FormatError
+
+KEY = hashlib.sha256(b"a constrained request").digest()
+
+
+@pytest.fixture(scope="module")
+def engine(vllm_json_model_dir):
+    from inference_node.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine.from_pretrained(vllm_json_model_dir, model_name=MODEL_NAME,
+                                        enforce_eager=True, block_size=32, max_batch=8,
+                                        kv_cache_gib=0.25)
+    yield engine
+    engine.shutdown()
+
+
+async def answers(engine, prompt, requests):
+    """Token ids of each (schema, params) request, run concurrently."""
+    async def one(schema, params):
+        params = SamplingParams(**{**params, "constraint": Constraint.of_schema(schema)})
+        deltas = [d async for d in engine.stream(prompt, params)]
+        return [t for d in deltas for t in d.token_ids], deltas[-1].finish_reason
+    return await asyncio.gather(*(one(s, p) for s, p in requests))
+
+
+@needs_vllm
+def test_constrained_answers_validate_and_match_the_transformers_engine(
+        engine, vllm_json_model_dir):
+    """Every schema, greedy and seeded T=1.0: vLLM's tokens equal TransformersEngine's, the
+    text parses and validates (the model is random: only the grammar makes it JSON)."""
+    reference = make_engine(vllm_json_model_dir)
+    prompt = LibraryInjector(engine.tokenizer).chat(
+        [{"role": "user", "content": "describe the thing"}], SNAPSHOT).prompt
+    requests = [(schema, {"max_tokens": 160, "temperature": temperature, "seed": seed,
+                          "request_key": KEY})
+                for seed, schema in enumerate(SCHEMAS) for temperature in (0.0, 1.0)]
+    try:
+        ours = asyncio.run(answers(engine, prompt, requests))
+        theirs = asyncio.run(answers(reference, prompt, requests))
+    finally:
+        reference.shutdown()
+    assert ours == theirs
+    for (schema, _), (tokens, finish) in zip(requests, ours, strict=True):
+        if finish == "stop":  # the grammar ended it: complete JSON
+            jsonschema.validate(json.loads(engine.tokenizer.decode(
+                tokens, skip_special_tokens=True)), schema)
+    assert sum(finish == "stop" for _, finish in ours) >= len(ours) // 2
+
+
+@needs_vllm
+def test_a_schema_the_grammar_refuses_is_refused_before_vllm(engine):
+    with pytest.raises(FormatError):
+        engine.check_constraint(Constraint.of_schema({"type": "object", "$ref": "#/$defs/missing"}))
+
+
+@needs_vllm
+def test_a_constrained_vllm_answer_s_receipt_verifies(engine, vllm_json_model_dir, monkeypatch):
+    """A signing vLLM node's constrained answers: the verifier replays the grammar and the
+    sampler on a transformers prefill, and every check passes."""
+    engine.start()
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_json_model_dir))
+    model, tokenizer = verify.load_verifier_model(vllm_json_model_dir)
+    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as node:
+        for index, seed, temperature in [(4, 1, 1.0), (3, 2, 0.0)]:
+            body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "plan"}],
+                    "max_tokens": 160, "seed": seed, "temperature": temperature,
+                    "response_format": {"type": "json_schema", "json_schema": {
+                        "name": "answer", "schema": SCHEMAS[index], "strict": True}}}
+            data = httpx.post(node.base_url + "/chat/completions", json=body,
+                              timeout=120).json()
+            evidence = data["receipt_evidence"]
+            bundle = bundle_json(parse_receipt(data["receipt"]),
+                                 ReceiptDomain.from_json(evidence["domain"]), route="chat",
+                                 request=body, text=data["choices"][0]["message"]["content"],
+                                 completion_token_ids=evidence["completion_token_ids"])
+            checks = verify.verify_receipt_bundle(
+                bundle, contract=object(), content=object(), model=model, tokenizer=tokenizer,
+                model_dir=vllm_json_model_dir)
+            checks = {c.name: c for c in checks}
+            assert checks["response_format"].passed and checks["sampling"].passed
+            assert checks["activations"].passed
