@@ -59,10 +59,17 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
         console.rule("3. audit")
         audit(rt, console, log_name, what="the demo log")
 
+        curate_log, curate_what = log_name, "The demo's sample experiences."
         if train:
             console.rule("4. Training-Free GRPO")
             training_log = train_tfgrpo(rt, console, runs_dir)
             audit(rt, console, training_log, what="the training log")
+            if experience_indices(rt, training_log):
+                curate_log = training_log
+                curate_what = "The experiences the demo's Training-Free GRPO run learned."
+            else:
+                console.print("[yellow]nothing was learned: the DAO curates the sample "
+                              "experiences instead[/yellow]")
 
         if sft:
             from trainer.gradient.demo import demo_sft
@@ -71,7 +78,8 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
             demo_sft(rt, runs_dir, console, log_name=f"demo/sft-{_stamp()}")
 
         console.rule("5. DAO curation")
-        curate(governance_runtime(settings, rt), console, log_name, up.deployment.governance)
+        curate(governance_runtime(settings, rt), console, curate_log, up.deployment.governance,
+               description=curate_what)
 
         if node:
             from inference_node.demo import demo_node
@@ -167,8 +175,18 @@ def train_tfgrpo(rt: LedgerRuntime, console: Console, runs_dir: Path) -> str:
     return name
 
 
+def experience_indices(rt: LedgerRuntime, log_name: str) -> list[int]:
+    """Indices of the experience entries of local log ``log_name`` (a training log also holds
+    its run entry)."""
+    from ledger.entries import ExperienceEntry, decode_entry
+
+    return [leaf.index for leaf in rt.store.leaves(log_name)
+            if isinstance(decode_entry(rt.content.cat(leaf.cid)), ExperienceEntry)]
+
+
 def curate(gov: GovernanceRuntime, console: Console, log_name: str,
-           params: GovernanceParams) -> None:
+           params: GovernanceParams, *, description: str = "The demo's sample experiences."
+           ) -> None:
     """5. The DAO curates the demo log (``governance.devnet_curation.curate_on_devnet``: propose,
     three votes, one a relayed EIP-712 signature, skip the voting period and the timelock delay,
     queue, execute); then the curated library's on-chain root must be the RFC 9162 root of its
@@ -180,12 +198,14 @@ def curate(gov: GovernanceRuntime, console: Console, log_name: str,
     if not is_devnet(client.w3):
         console.print("not the devnet: skipping the DAO step (its votes need devnet keys)")
         return
-    indices = uncurated_indices(client, gov.ledger.store, log_name)
+    experiences = set(experience_indices(gov.ledger, log_name))
+    indices = [i for i in uncurated_indices(client, gov.ledger.store, log_name)
+               if i in experiences]
     if not indices:  # a kept devnet that ran the demo before already holds these entries
-        console.print("the curated library already holds every sample experience")
+        console.print(f"the curated library already holds every experience of {log_name}")
         return
     done = curate_on_devnet(client, gov.ledger.store, gov.ledger.content, log_name, indices,
-                            "The demo's sample experiences.",
+                            description,
                             voting_period=params.voting_period,
                             timelock_delay=params.timelock_min_delay)
     tally, library = done.tally, done.library

@@ -49,8 +49,22 @@ from inference_node.errors import NodeError, ReceiptError
 
 QUESTION = ("A farmer has 12 apples and buys 3 boxes with 7 apples in each. How many apples "
             "does the farmer have now?")
+ANSWER = "33"  # 12 + 3 * 7
+MAX_TOKENS = 320  # room for SmolLM2's whole worked answer (64 cut it mid-sentence)
 ANCHOR_INTERVAL_S = 2
 CHALLENGER_KEY = devnet_account_key(5)  # a public devnet key: the auditor who challenges
+
+
+def _graded(answer: str, finish_reason: str) -> str:
+    """Whether the demo's answer is right (``trainer.verifiers.math_verify`` against 33)."""
+    from trainer.verifiers import final_answer, math_verify
+
+    verdict = math_verify({"response": answer, "answer": ANSWER})
+    cut = " (cut at max_tokens)" if finish_reason == "length" else ""
+    if verdict["reward"] == 1.0:
+        return f"[green]right[/green]: the answer is {ANSWER}{cut}"
+    return (f"[yellow]wrong[/yellow]: the final answer reads {final_answer(answer)!r}, the "
+            f"right one is {ANSWER}{cut}")
 
 
 def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, console: Any, *,
@@ -169,7 +183,7 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
                       highlight=False)
 
         client = OpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0, timeout=600)
-        request = {"model": health["model"], "temperature": 0, "seed": 0, "max_tokens": 64,
+        request = {"model": health["model"], "temperature": 0, "seed": 0, "max_tokens": MAX_TOKENS,
                    "messages": [{"role": "user", "content": QUESTION}]}
         with console.status("asking through the openai SDK"):
             reply = client.chat.completions.create(**request)
@@ -177,7 +191,9 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
         if "receipt" not in extra:
             raise NodeError("the answer came without a receipt")
         receipt, evidence = parse_receipt(extra["receipt"]), extra["receipt_evidence"]
-        console.print(f"[bold]Q:[/] {QUESTION}\n[bold]A:[/] {reply.choices[0].message.content}")
+        answer = reply.choices[0].message.content
+        console.print(f"[bold]Q:[/] {QUESTION}\n[bold]A:[/] {answer}")
+        console.print(_graded(answer, reply.choices[0].finish_reason), highlight=False)
         console.print(f"injected {len(receipt.experience_ids)} experiences; receipt "
                       f"{evidence['receipt_cid']} signed by {receipt.node}", highlight=False)
 

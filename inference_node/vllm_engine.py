@@ -38,7 +38,7 @@ What vLLM does here, and how it maps onto the node's interface:
   (byte-level BPE) tokenizers; for a tokenizer without a decoder (a word-level test tokenizer)
   vLLM puts a space before the first word where `decode` does not.
 - Structured outputs: a request's `constraint` travels in `extra_args` too (its schema text) and
-  `GymSampler` applies the same `response_format.TokenMask` the transformers engine applies
+  `GymSampler` applies the same `trainer.grammar.TokenMask` the transformers engine applies
   (one grammar per model's tokenizer, logits width and EOS ids), passing it to the sampler as
   `allowed`; so the tokens are the transformers engine's and the verifier's grammar replay holds.
   `check_constraint` compiles the schema here, in the node's process, so a schema the grammar
@@ -86,7 +86,8 @@ from inference_node.engine import (
 )
 from inference_node.errors import SamplingError
 from inference_node.injection import Prompt
-from inference_node.response_format import Constraint, FormatError, Grammars
+from inference_node.response_format import Constraint, FormatError, check_compiles
+from trainer.grammar import Grammars
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +247,7 @@ class VLLMEngine(Engine):
             return self._grammars
 
     def check_constraint(self, constraint: Constraint) -> None:
-        self.grammars().compile(constraint)
+        check_compiles(self.grammars(), constraint)
 
     def running(self) -> int:
         return max(0, len(self._tasks) - len(self._waiting))

@@ -19,7 +19,7 @@ lazily. Requests without the extra argument are left alone. Bad inputs are refus
 
 Structured outputs: a request with a response format also carries its constraint's schema text
 (``extra_args[GRAMMAR_ARGS_KEY]``, `grammar_args`). The processor keeps one
-``response_format.TokenMask`` per such row, from one ``Grammars`` built (on first use) for the
+``trainer.grammar.TokenMask`` per such row, from one ``Grammars`` built (on first use) for the
 model's tokenizer, the logits' width and the model's EOS ids, exactly as `TransformersEngine`
 and the verifier build it, so the masks are the same and the verifier's replay holds. The row's
 token is ``choose(..., allowed=mask.allowed())``. vLLM appends the token it sampled to the row's
@@ -39,7 +39,8 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from inference_node.response_format import Constraint, Grammars, TokenMask, grammar_text
+from inference_node.response_format import Constraint, FormatError
+from trainer.grammar import GrammarError, Grammars, TokenMask, grammar_text
 from inference_node.sampling import REQUEST_KEY_BYTES, SamplingError, choose
 
 log = logging.getLogger(__name__)
@@ -127,9 +128,11 @@ def _parse_constraint(params: SamplingParams) -> Constraint | None:
     schema = extra[GRAMMAR_ARGS_KEY]
     if not isinstance(schema, str):
         raise SamplingError(f"extra_args[{GRAMMAR_ARGS_KEY!r}] must be a schema's JSON text")
-    constraint = Constraint(schema)
-    grammar_text(constraint)  # the tokenizer-free half of compiling: FormatError if refused
-    return constraint
+    try:
+        grammar_text(schema)  # the tokenizer-free half of compiling
+    except GrammarError as exc:
+        raise FormatError(str(exc)) from None
+    return Constraint(schema)
 
 
 class GymSampler(LogitsProcessor):
@@ -162,7 +165,7 @@ class GymSampler(LogitsProcessor):
             if inputs is None:
                 return None
             constraint = _parse_constraint(params)
-            mask = None if constraint is None else self.grammars().mask(constraint)
+            mask = None if constraint is None else self.grammars().mask(constraint.schema_json)
             return _Row(*inputs, output_ids, mask)
 
         process_dict_updates(self.rows, batch_update, new_row)

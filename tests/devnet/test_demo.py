@@ -2,6 +2,8 @@
 a Training-Free GRPO run published and audited, a DAO curation, an inference node answering
 from the curated library with a verified receipt) and leaves nothing running."""
 
+import re
+
 import pytest
 
 from devnet.anvil import running_anvil
@@ -23,8 +25,20 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert result.stdout.count("audit clean:") == 2  # the training log audits clean too
     assert "5. DAO curation" in result.stdout
     assert "on-chain root matches the RFC 9162 root of the curated leaves" in result.stdout
+    # the DAO curates what the run learned (the samples when it learned nothing), and the node
+    # injects the whole curated library
+    learned = int(re.search(r"learned (\d+) experiences", result.stdout).group(1))
+    curated = int(re.search(r"executed: curated library 'gym/curated' size (\d+)",
+                            result.stdout).group(1))
+    if learned:
+        assert "proposed curating" in result.stdout and "demo/tfgrpo-" in result.stdout
+        assert curated >= learned
+    else:
+        assert "nothing was learned: the DAO curates the sample experiences" in result.stdout
+        assert curated == 5
     assert "6. inference node" in result.stdout
-    assert "injected 5 experiences" in result.stdout  # the whole curated library
+    assert f"injected {curated} experiences" in result.stdout
+    assert re.search(r"(right|wrong): the (answer is 33|final answer reads)", result.stdout)
     assert "receipt verified" in result.stdout
     assert "node stopped gracefully" in result.stdout
     assert running_anvil(gym_env.data_dir) is None
