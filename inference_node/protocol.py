@@ -2,9 +2,8 @@
 
 The shapes follow the OpenAI API reference (chat completions, legacy completions, models) as the
 official `openai` Python SDK reads them. Only the sampling fields this node honours are declared;
-unknown fields are ignored, as vLLM's server does. `n` is accepted only as 1: a node answers one
-sample per request (and will sign one receipt per sample), so `n > 1` is a 400 with `param: "n"`
-rather than a silently smaller answer.
+unknown fields are ignored, as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own
+sample with its own receipt, so the bound keeps one request's work in line).
 
 The request models are strict where OpenAI is: a JSON string is not a number or a boolean
 (`"max_tokens": "4"`, `"stream": "yes"`), a number with a fraction is not an integer, and a
@@ -25,6 +24,7 @@ from inference_node.response_format import FormatError, canonical_response_forma
 
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit
 MAX_TOP_LOGPROBS = 20
+MAX_N = 16  # choices per request
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.long, as vLLM's protocol bounds `seed`
 
 
@@ -95,7 +95,7 @@ class _SamplingRequest(_StrictRequest):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(default=1, ge=1, le=MAX_N)
     user: str | None = None
     # canonical form (`inference_node.response_format`), None when unconstrained
     response_format: dict | None = None
