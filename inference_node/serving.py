@@ -86,7 +86,6 @@ from inference_node.protocol import (
 from inference_node.protocol import TokenLogprob as ApiTokenLogprob
 from inference_node.protocol import TopLogprob as ApiTopLogprob
 from inference_node.receipt_log import ReceiptLog
-from inference_node.response_format import FormatError, constraint_of
 from inference_node.receipts import (
     ReceiptDomain,
     ReceiptSigner,
@@ -95,6 +94,7 @@ from inference_node.receipts import (
     parse_receipt,
     receipt_header,
 )
+from inference_node.response_format import FormatError, constraint_of
 from inference_node.settings import NodeSettings
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError
@@ -344,7 +344,7 @@ class OpenAIServing:
                 tasks = [group.create_task(self._generate_one(route, prepared, sample,
                                                               request_json))
                          for sample in prepared.samples]
-        except* Exception as failed:  # the first failure, as one choice would raise it
+        except* Exception as failed:  # the first failure, as one choice raises it  # noqa: BLE001
             raise failed.exceptions[0] from None
         return [task.result() for task in tasks]
 
