@@ -32,6 +32,13 @@ each choice's last chunk when streamed), never at the top, and there is no `X-Gy
 With a `BundleStore` (`inference_node.bundle_store`) the signing thread also keeps what a
 verifier needs beside the receipt, and `receipt_bundle(cid)` serves the whole bundle.
 
+Tools (`inference_node.tools`): a forced call (`tool_choice` "required" or a named function) is
+decoded under its call schema and answered as `message.tool_calls` with `finish_reason`
+"tool_calls" when its JSON completed (the text as `content` otherwise, "length"); its
+`receipt_evidence` adds `completion_text`, the model's JSON text the receipt signs; streamed, its
+text is held back and the whole `tool_calls` delta rides on the choice's finish chunk.
+`tool_choice` "auto" is a 400.
+
 Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
 A failure after a stream has started cannot change the HTTP status any more; it is sent as one
 `data: {"error": …}` event before `data: [DONE]`, as vLLM does.
@@ -75,10 +82,12 @@ from inference_node.protocol import (
     CompletionRequest,
     CompletionResponse,
     DeltaMessage,
+    DeltaToolCall,
     ErrorDetail,
     ErrorResponse,
     ModelCard,
     ModelList,
+    ToolCall,
     UsageInfo,
     new_id,
     now,
@@ -96,6 +105,7 @@ from inference_node.receipts import (
 )
 from inference_node.response_format import FormatError, constraint_of
 from inference_node.settings import NodeSettings
+from inference_node.tools import chat_messages, forces_call, template_has_tools, tool_calls_of
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError
 
@@ -396,6 +406,8 @@ class OpenAIServing:
         sample.evidence = {"receipt_cid": cid,
                            "completion_token_ids": result.token_ids,
                            "domain": self.receipts.domain.to_json()}
+        if forces_call(sample.normalized):  # the answer shows tool_calls, not the signed text
+            sample.evidence["completion_text"] = result.text
 
     def receipt_bundle(self, cid: str) -> dict:
         """The full bundle of receipt ``cid`` from the bundle store, with its inclusion proof
@@ -445,25 +457,38 @@ class OpenAIServing:
     # ---------------------------------------------------------------- chat
 
     async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
-        messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+        has_tools = template_has_tools(self.engine.tokenizer)
+        if request.tool_choice == "auto":
+            why = ("" if has_tools else f" (and the chat template of `{self.model_name}` does "
+                   "not render tools)")
+            raise APIError(400, "tool_choice 'auto' (the default when tools are given) is not "
+                           f"supported by this node{why}: use tool_choice 'required' or a named "
+                           "function ({\"type\": \"function\", \"function\": {\"name\": "
+                           "…}}), or 'none'.", param="tool_choice", code="unsupported_value")
+        messages, tools = chat_messages(normalized_request("chat", request, max_tokens=1, seed=0),
+                                        has_tools)
         limit = (("max_completion_tokens", request.max_completion_tokens)
                  if request.max_completion_tokens is not None
                  else ("max_tokens", request.max_tokens))
         return await self._prepare(
-            request, lambda snapshot: self.injector.chat(messages, snapshot), limit,
+            request, lambda snapshot: self.injector.chat(messages, snapshot, tools), limit,
             request.logprobs, (request.top_logprobs or 0) if request.logprobs else 0,
             "messages", "chat")
 
     async def chat(self, request: ChatCompletionRequest, prepared: Prepared,
                    request_json: dict | None = None) -> ChatCompletionResponse:
         results = await self._generate("chat", prepared, request_json)
+        choices = []
+        for i, result in enumerate(results):
+            calls = _tool_calls(prepared.normalized, result.text, result.finish_reason)
+            choices.append(ChatChoice(
+                index=i, message=ChatMessageOut(content=None if calls else result.text,
+                                                tool_calls=calls),
+                logprobs=_chat_logprobs(result.logprobs),
+                finish_reason="tool_calls" if calls else result.finish_reason))
         return ChatCompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
-            choices=[ChatChoice(index=i, message=ChatMessageOut(content=result.text),
-                                logprobs=_chat_logprobs(result.logprobs),
-                                finish_reason=result.finish_reason)
-                     for i, result in enumerate(results)],
-            usage=_usage_of(results))
+            choices=choices, usage=_usage_of(results))
 
     async def _signed_deltas(self, route: str, prepared: Prepared, sample: Sample,
                              request_json: dict | None):
@@ -487,10 +512,25 @@ class OpenAIServing:
                                         for i in range(len(prepared.samples))])
         yield sse(chunk.model_dump_json(exclude_none=True))
 
+        forced = forces_call(prepared.normalized)
+        texts = [""] * len(prepared.samples)  # a forced call's text, held back until it ends
+
         def chunk_of(index: int, delta: GenerationDelta) -> ChatCompletionChunk:
-            chunk.choices = [ChatChunkChoice(index=index, delta=DeltaMessage(content=delta.text),
+            message, finish = DeltaMessage(content=delta.text), delta.finish_reason
+            if forced:  # the call is sent whole with the finish reason (or the text, if cut)
+                texts[index] += delta.text
+                message = DeltaMessage()
+                if finish is not None:
+                    calls = _tool_calls(prepared.normalized, texts[index], finish)
+                    if calls:
+                        message.tool_calls = [DeltaToolCall(index=j, **c.model_dump())
+                                              for j, c in enumerate(calls)]
+                        finish = "tool_calls"
+                    else:
+                        message.content = texts[index]
+            chunk.choices = [ChatChunkChoice(index=index, delta=message,
                                              logprobs=_chat_logprobs(delta.logprobs),
-                                             finish_reason=delta.finish_reason)]
+                                             finish_reason=finish)]
             return chunk
 
         def usage_chunk(usage: UsageInfo) -> ChatCompletionChunk:
@@ -616,6 +656,14 @@ async def _merged(streams: list[tuple[Sample, AsyncIterator[GenerationDelta]]]
     finally:
         for task in tasks:
             task.cancel()
+
+
+def _tool_calls(normalized: dict, text: str, finish_reason: str) -> list[ToolCall] | None:
+    """A forced tool call's answer as `tool_calls`, when it ended with its JSON complete."""
+    if not forces_call(normalized) or finish_reason != "stop":
+        return None
+    calls = tool_calls_of(normalized, text)
+    return None if calls is None else [ToolCall.model_validate(c) for c in calls]
 
 
 def _usage_of(results: list) -> UsageInfo:
