@@ -150,7 +150,7 @@ class ChatMessage(_StrictRequest):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant's calls
-    tool_call_id: str | None = None  # a tool message: the call it answers
+    tool_call_id: str | None = Field(default=None, validate_default=True)  # a tool result: its call
 
     @field_validator("tool_call_id")
     @classmethod
