@@ -111,12 +111,16 @@ class LibraryInjector:
             text = block + "\n\n"
         return LibraryPrefix(snapshot.version, kind, text, self._encode(text))
 
-    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+    def _render(self, messages: list[dict], generation_prompt: bool,
+                tools: list[dict] | None = None) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, tools=tools,
                                                   add_generation_prompt=generation_prompt)
 
-    def chat(self, messages: list[dict], snapshot: LibrarySnapshot) -> InjectedPrompt:
-        """`messages` as `{"role", "content": str}`; the library opens the system message."""
+    def chat(self, messages: list[dict], snapshot: LibrarySnapshot,
+             tools: list[dict] | None = None) -> InjectedPrompt:
+        """`messages` as `{"role", "content": str}` (and tool fields, for a template that
+        knows tools: `inference_node.tools.chat_messages`); the library opens the system
+        message; `tools` go to the chat template."""
         block = library_block(snapshot)
         if block:
             if messages and messages[0]["role"] in ("system", "developer"):
@@ -125,7 +129,7 @@ class LibraryInjector:
             else:
                 system = block
             messages = [{"role": "system", "content": system}, *messages]
-        text = self._render(messages, generation_prompt=True)
+        text = self._render(messages, generation_prompt=True, tools=tools)
         prefix = self._prefix(snapshot, "chat")
         if prefix is None or not text.startswith(prefix.text):
             # A template that does not render the system block first: no reuse, still correct.

@@ -15,7 +15,10 @@ same digest::
 response format adds ``"response_format"``, in its canonical form
 (``inference_node.response_format``) with a ``json_schema``'s schema as its compact JSON text
 (``normalized_format``: the digest then covers the order of its properties, which RFC 8785
-would sort away); without one the key is absent. Left out, because
+would sort away); without one the key is absent. A chat request with tools adds ``"tools"``
+(canonical, each tool's ``parameters`` as compact JSON text, ``inference_node.tools``) and
+``"tool_choice"`` ("none", "auto", "required" or ``{"name": N}``); a message that carries an
+assistant's ``tool_calls`` or a tool result's ``tool_call_id`` keeps them. Left out, because
 they do not change the tokens: ``stream``, ``stream_options``, ``n`` (always 1), ``user``,
 ``logprobs``/``top_logprobs`` and ``echo`` (the response digest covers the completion only).
 
@@ -34,8 +37,9 @@ import rfc8785
 from pydantic import ValidationError
 
 from inference_node.errors import ReceiptError
-from inference_node.protocol import ChatCompletionRequest, CompletionRequest
-from inference_node.response_format import MAX_SCHEMA_BYTES
+from inference_node.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
+from inference_node.response_format import MAX_SCHEMA_BYTES, FormatError
+from inference_node.tools import choice_as_sent, normalized_tools, tools_as_sent
 from ledger.errors import LedgerError
 from ledger.json_input import parse_json
 from trainer.grammar import schema_text
@@ -49,7 +53,7 @@ def normalized_request(route: str, request: ChatCompletionRequest | CompletionRe
     """The normalized form of a validated request, with the limit and seed the node uses."""
     body: dict[str, Any] = {"v": FORMAT, "route": route, "model": request.model}
     if route == "chat":
-        body["messages"] = [{"role": m.role, "content": m.text()} for m in request.messages]
+        body["messages"] = [_message(m) for m in request.messages]
     elif route == "completion":
         body["prompt"] = request.prompt_text()
     else:
@@ -58,7 +62,21 @@ def normalized_request(route: str, request: ChatCompletionRequest | CompletionRe
                 seed=seed, stop=request.stop_list())
     if request.response_format is not None:
         body["response_format"] = normalized_format(request.response_format)
+    if getattr(request, "tools", None):
+        body["tools"] = normalized_tools(request.tools)
+        body["tool_choice"] = request.tool_choice
     return body
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    """A chat message as the normalized request holds it: role and text, plus an assistant's
+    ``tool_calls`` or a tool message's ``tool_call_id`` when there are."""
+    out: dict[str, Any] = {"role": message.role, "content": message.text()}
+    if message.tool_calls:
+        out["tool_calls"] = [c.model_dump() for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
 
 
 def normalized_format(canonical: dict) -> dict:
@@ -116,6 +134,13 @@ def client_body(normalized: dict[str, Any]) -> dict[str, Any]:
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         body["response_format"] = _format_as_sent(fmt)
+    if "tools" in body:
+        try:
+            body["tools"] = tools_as_sent(body["tools"])
+        except FormatError as exc:
+            raise ReceiptError("malformed", str(exc)) from None
+    if "tool_choice" in body:
+        body["tool_choice"] = choice_as_sent(body["tool_choice"])
     return body
 
 

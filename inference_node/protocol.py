@@ -2,9 +2,8 @@
 
 The shapes follow the OpenAI API reference (chat completions, legacy completions, models) as the
 official `openai` Python SDK reads them. Only the sampling fields this node honours are declared;
-unknown fields are ignored, as vLLM's server does. `n` is accepted only as 1: a node answers one
-sample per request (and will sign one receipt per sample), so `n > 1` is a 400 with `param: "n"`
-rather than a silently smaller answer.
+unknown fields are ignored, as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own
+sample with its own receipt, so the bound keeps one request's work in line).
 
 The request models are strict where OpenAI is: a JSON string is not a number or a boolean
 (`"max_tokens": "4"`, `"stream": "yes"`), a number with a fraction is not an integer, and a
@@ -19,12 +18,14 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from inference_node.response_format import FormatError, canonical_response_format
+from inference_node.tools import canonical_tool_choice, canonical_tools
 
 MAX_STOP_SEQUENCES = 4  # OpenAI's limit
 MAX_TOP_LOGPROBS = 20
+MAX_N = 16  # choices per request
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.long, as vLLM's protocol bounds `seed`
 
 
@@ -95,7 +96,7 @@ class _SamplingRequest(_StrictRequest):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(default=1, ge=1, le=MAX_N)
     user: str | None = None
     # canonical form (`inference_node.response_format`), None when unconstrained
     response_format: dict | None = None
@@ -132,9 +133,39 @@ class TextPart(_StrictRequest):
     text: str
 
 
+class FunctionCall(_StrictRequest):
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(_StrictRequest):
+    """An assistant's call, as an answer gave it and a later request sends it back."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_StrictRequest):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls
+    tool_call_id: str | None = Field(default=None, validate_default=True)  # a tool result: its call
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _tool_call_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if (info.data.get("role") == "tool") != (value is not None):
+            raise ValueError("a tool message, and only a tool message, has a tool_call_id")
+        return value
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _tool_calls(cls, value: list[ToolCall] | None, info: ValidationInfo
+                    ) -> list[ToolCall] | None:
+        if value is not None and info.data.get("role") != "assistant":
+            raise ValueError("only an assistant message has tool_calls")
+        return value or None
 
     def text(self) -> str:
         """The message text; content parts are joined."""
@@ -160,6 +191,31 @@ class ChatCompletionRequest(_SamplingRequest):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    # canonical forms (`inference_node.tools`); tool_choice None without tools
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = Field(default=None, validate_default=True)
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, value: object) -> list[dict] | None:
+        try:
+            return canonical_tools(value)
+        except FormatError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, value: object, info: ValidationInfo) -> str | dict | None:
+        if "tools" not in info.data:  # the tools failed: that is the error to report
+            return None
+        try:
+            choice = canonical_tool_choice(value, info.data["tools"])
+        except FormatError as exc:
+            raise ValueError(str(exc)) from None
+        if info.data.get("response_format") and (choice == "required" or isinstance(choice, dict)):
+            raise ValueError("a tool_choice that forces a call sets the answer's format: it "
+                             "cannot be combined with a response_format")
+        return choice
 
 
 class TopLogprob(BaseModel):
@@ -178,14 +234,15 @@ class ChoiceLogprobs(BaseModel):
 
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatMessageOut
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None
 
 
 class ChatCompletionResponse(BaseModel):
@@ -198,16 +255,21 @@ class ChatCompletionResponse(BaseModel):
     usage: UsageInfo
 
 
+class DeltaToolCall(ToolCall):
+    index: int  # the call's place in the message's tool_calls
+
+
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: DeltaMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -183,7 +183,13 @@ class Constraint:
 
 def constraint_of(normalized: dict) -> Constraint | None:
     """The constraint a normalized request (``inference_node.normalized_request``) sets, or
-    None: the one function the node and the verifier both derive it with."""
+    None: the one function the node and the verifier both derive it with. A forced tool call
+    (``inference_node.tools``) is decoded under its call schema."""
+    from inference_node.tools import forced_call_schema
+
+    call = forced_call_schema(normalized)
+    if call is not None:
+        return Constraint(call)
     fmt = normalized.get("response_format")
     if fmt is None:
         return None

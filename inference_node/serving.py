@@ -1,6 +1,6 @@
 """The logic behind the node's OpenAI-compatible routes (the routers in `server.py` stay thin).
 
-One request: check the model name and `n`, take the library snapshot *once* (the request keeps
+One request: check the model name and the seed, take the library snapshot *once* (the request keeps
 it even if the library is swapped while it runs), inject it (`inference_node.injection`) and
 tokenize on the one tokenizer thread (off the event loop), check that prompt and `max_tokens` fit
 the context, admit it (429 when `max_queue` requests are waiting: admitted ones not yet handed to
@@ -11,6 +11,10 @@ as OpenAI does. Every answer names the library it was prompted with in `system_f
 Sampling: every request is run with a seed (the request's, 0 … 2**53 - 1, or a random 52-bit
 one the node draws) and its normalized request's digest as the key of the verifiable sampler
 (`inference_node.normalized_request`, `inference_node.sampling`), signed or not.
+
+`n` choices (1 … `MAX_N`): choice i is sampled with seed `seed + i` as its own engine request
+(the engine batches them), with its own normalized request (the one with seed `seed + i`), so
+each verifies as a one-choice answer would. The choices share the prompt.
 
 Receipts (`inference_node.receipts`), when the node has a `ReceiptSigner`: a non-streaming answer
 gets a signed v2 receipt binding the library snapshot, the normalized request, the completion's
@@ -23,8 +27,17 @@ answer's headers leave before its last token exists, so its receipt rides on the
 before `data: [DONE]` (the finish chunk, or the usage chunk when `stream_options.include_usage`
 asks for one), as the same two fields `receipt` and `receipt_evidence`; the SDKs keep unknown
 fields (the `openai` SDK in `chunk.model_extra`). It verifies as the non-streamed one does.
+With `n > 1` each choice has its own receipt: the two fields sit in each choice object (and in
+each choice's last chunk when streamed), never at the top, and there is no `X-Gym-Receipt`.
 With a `BundleStore` (`inference_node.bundle_store`) the signing thread also keeps what a
 verifier needs beside the receipt, and `receipt_bundle(cid)` serves the whole bundle.
+
+Tools (`inference_node.tools`): a forced call (`tool_choice` "required" or a named function) is
+decoded under its call schema and answered as `message.tool_calls` with `finish_reason`
+"tool_calls" when its JSON completed (the text as `content` otherwise, "length"); its
+`receipt_evidence` adds `completion_text`, the model's JSON text the receipt signs; streamed, its
+text is held back and the whole `tool_calls` delta rides on the choice's finish chunk.
+`tool_choice` "auto" is a 400.
 
 Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
 A failure after a stream has started cannot change the HTTP status any more; it is sent as one
@@ -69,10 +82,12 @@ from inference_node.protocol import (
     CompletionRequest,
     CompletionResponse,
     DeltaMessage,
+    DeltaToolCall,
     ErrorDetail,
     ErrorResponse,
     ModelCard,
     ModelList,
+    ToolCall,
     UsageInfo,
     new_id,
     now,
@@ -80,7 +95,6 @@ from inference_node.protocol import (
 from inference_node.protocol import TokenLogprob as ApiTokenLogprob
 from inference_node.protocol import TopLogprob as ApiTopLogprob
 from inference_node.receipt_log import ReceiptLog
-from inference_node.response_format import FormatError, constraint_of
 from inference_node.receipts import (
     ReceiptDomain,
     ReceiptSigner,
@@ -89,7 +103,9 @@ from inference_node.receipts import (
     parse_receipt,
     receipt_header,
 )
+from inference_node.response_format import FormatError, constraint_of
 from inference_node.settings import NodeSettings
+from inference_node.tools import chat_messages, forces_call, template_has_tools, tool_calls_of
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError
 
@@ -113,16 +129,43 @@ class APIError(InferenceNodeError):
 
 
 @dataclass
-class Prepared:
-    injected: InjectedPrompt
+class Sample:
+    """One choice of an answer: its own normalized request (the seed `seed + index`), engine
+    request and receipt."""
+
+    index: int
     params: SamplingParams
     normalized: dict  # the normalized request (`inference_node.normalized_request`)
-    started: float
     receipt: ReceiptEntry | None = None  # set once the answer is signed
     receipt_json: dict | None = None  # its canonical JSON
     evidence: dict | None = None  # what a verifier needs beside the receipt
+
+    def receipt_fields(self) -> dict:
+        """`receipt` and `receipt_evidence` when the choice is signed (else nothing)."""
+        if self.receipt is None:
+            return {}
+        return {"receipt": self.receipt_json, "receipt_evidence": self.evidence}
+
+
+@dataclass
+class Prepared:
+    injected: InjectedPrompt
+    samples: list[Sample]  # one per choice (`n`)
+    started: float
     # ends the request's admission (it then waits in the engine's queue, or is gone)
     release: Callable[[], None] | None = None
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.samples[0].params
+
+    @property
+    def normalized(self) -> dict:
+        return self.samples[0].normalized
+
+    @property
+    def receipt(self) -> ReceiptEntry | None:
+        return self.samples[0].receipt if len(self.samples) == 1 else None
 
     def handed_over(self) -> None:
         """The request left the node's admission count (idempotent)."""
@@ -138,28 +181,34 @@ class Prepared:
         s = self.snapshot
         headers = {"x-gym-library-version": s.version, "x-gym-library-size": str(s.size),
                    "x-gym-library-root": s.root}
-        if self.receipt is not None:
-            headers["x-gym-receipt-cid"] = self.evidence["receipt_cid"]
+        if self.receipt is not None:  # one choice: its receipt (n > 1: in each choice)
+            headers["x-gym-receipt-cid"] = self.samples[0].evidence["receipt_cid"]
             header = receipt_header(self.receipt)
             if len(header) <= MAX_RECEIPT_HEADER:
                 headers["x-gym-receipt"] = header
         return headers
 
-    def receipt_fields(self) -> dict:
-        """`receipt` and `receipt_evidence` when the answer is signed (else nothing)."""
-        if self.receipt is None:
-            return {}
-        return {"receipt": self.receipt_json, "receipt_evidence": self.evidence}
-
     def body(self, response) -> dict:
-        """The response's JSON body, with the receipt when there is one."""
-        return {**response.model_dump(mode="json"), **self.receipt_fields()}
+        """The response's JSON body with the receipts: at the top for one choice, in each
+        choice object for several."""
+        body = response.model_dump(mode="json")
+        if len(self.samples) == 1:
+            return {**body, **self.samples[0].receipt_fields()}
+        for choice, sample in zip(body["choices"], self.samples, strict=True):
+            choice.update(sample.receipt_fields())
+        return body
 
-    def chunk(self, chunk, signed: bool = False) -> str:
-        """One SSE event of `chunk`; `signed`: the last one, carrying the receipt."""
+    def chunk(self, chunk, signed: Sample | None = None) -> str:
+        """One SSE event of `chunk`; `signed`: the sample whose receipt it carries (its last
+        chunk): at the top for one choice, in the choice object for several."""
+        if signed is None or signed.receipt is None:
+            return sse(chunk.model_dump_json(exclude_none=True))
         body = chunk.model_dump(mode="json", exclude_none=True)
-        return sse(json.dumps({**body, **self.receipt_fields()}) if signed
-                   else chunk.model_dump_json(exclude_none=True))
+        if len(self.samples) == 1:
+            body.update(signed.receipt_fields())
+        else:
+            body["choices"][0].update(signed.receipt_fields())
+        return sse(json.dumps(body))
 
 
 def fingerprint(snapshot: LibrarySnapshot) -> str:
@@ -239,13 +288,11 @@ class OpenAIServing:
         if request.model != self.model_name:
             raise APIError(404, f"The model `{request.model}` does not exist; this node serves "
                            f"`{self.model_name}`.", param="model", code="model_not_found")
-        if request.n != 1:
-            raise APIError(400, "Only n=1 is supported: a node answers (and signs) one sample "
-                           "per request.", param="n", code="unsupported_value")
-        seed = request.seed
-        if seed is not None and not 0 <= seed <= SEED_LIMIT:
+        seed, n = request.seed, request.n
+        if seed is not None and not 0 <= seed <= SEED_LIMIT - (n - 1):
             raise APIError(400, f"The seed keys this node's verifiable sampler and its receipts "
-                           f"record it: it must be between 0 and {SEED_LIMIT} (2**53 - 1).",
+                           f"record it: choice i is sampled with seed + i, which must be "
+                           f"between 0 and {SEED_LIMIT} (2**53 - 1).",
                            param="seed", code="invalid_value")
         if seed is None:  # the receipt names the seed, so the answer can be reproduced
             seed = new_seed()
@@ -266,9 +313,8 @@ class OpenAIServing:
                            f"in the {prompt_param} with the library, {limit} in the "
                            f"completion). Please reduce the length of the {prompt_param} or "
                            "completion.", param=limit_param, code="context_length_exceeded")
-        normalized = normalized_request(
-            route, request, max_tokens=min(limit or self.settings.default_max_tokens, room),
-            seed=seed)
+        limit = min(limit or self.settings.default_max_tokens, room)
+        normalized = normalized_request(route, request, max_tokens=limit, seed=seed)
         constraint = constraint_of(normalized)
         if constraint is not None:  # compiled once per schema, off the event loop
             try:
@@ -277,44 +323,66 @@ class OpenAIServing:
             except FormatError as exc:
                 raise APIError(400, str(exc), param=exc.param, code="unsupported_value"
                                ) from None
-        params = SamplingParams(max_tokens=normalized["max_tokens"],
-                                temperature=request.temperature, top_p=request.top_p,
-                                seed=seed, request_key=request_key(normalized),
-                                stop=tuple(request.stop_list()), constraint=constraint,
-                                logprobs=logprobs,
-                                top_logprobs=top_logprobs,
-                                capture_activations=self.receipts is not None)
+        samples = []
+        for index in range(n):  # choice i: seed + i, its own normalized request and key
+            if index:
+                normalized = normalized_request(route, request, max_tokens=limit,
+                                                seed=seed + index)
+            params = SamplingParams(max_tokens=limit, temperature=request.temperature,
+                                    top_p=request.top_p, seed=seed + index,
+                                    request_key=request_key(normalized),
+                                    stop=tuple(request.stop_list()), constraint=constraint,
+                                    logprobs=logprobs, top_logprobs=top_logprobs,
+                                    capture_activations=self.receipts is not None)
+            samples.append(Sample(index, params, normalized))
         self._check_queue()  # no await from here until the engine (or the stream) takes it
         self._admitted += 1
-        return Prepared(injected, params, normalized, started,
-                        release=self._release_admission)
+        return Prepared(injected, samples, started, release=self._release_admission)
 
     def _release_admission(self) -> None:
         self._admitted -= 1
 
-    async def _generate(self, route: str, prepared: Prepared) -> Generation:
+    async def _generate(self, route: str, prepared: Prepared, request_json: dict | None
+                        ) -> list[Generation]:
+        """Every choice's generation, signed; the choices run as separate engine requests at
+        once (the engine batches them), and one failing cancels the others."""
+        if len(prepared.samples) == 1:
+            return [await self._generate_one(route, prepared, prepared.samples[0],
+                                             request_json)]
         try:
-            generation = await collect_generation(self._deltas(route, prepared),
-                                                  prepared.params.logprobs)
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._generate_one(route, prepared, sample,
+                                                              request_json))
+                         for sample in prepared.samples]
+        except* Exception as failed:  # the first failure, as one choice raises it  # noqa: BLE001
+            raise failed.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+    async def _generate_one(self, route: str, prepared: Prepared, sample: Sample,
+                            request_json: dict | None) -> Generation:
+        try:
+            generation = await collect_generation(self._deltas(route, prepared, sample),
+                                                  sample.params.logprobs)
         except EngineError as exc:
             raise APIError(500, str(exc), type="server_error", code="engine_error") from exc
         if generation is None:
             raise APIError(500, "the engine ended the request without a finish reason",
                            type="server_error", code="engine_error")
+        await self.sign(prepared, sample, request_json, generation)
         return generation
 
-    async def sign(self, prepared: Prepared, request_json: dict | None, result: Generation
-                   ) -> None:
-        """Issue, log and attach the receipt of ``result`` (a no-op without a signer);
-        ``APIError`` 500 when signing fails."""
+    async def sign(self, prepared: Prepared, sample: Sample, request_json: dict | None,
+                   result: Generation) -> None:
+        """Issue, log and attach the receipt of ``result`` for choice ``sample`` (a no-op
+        without a signer); ``APIError`` 500 when signing fails."""
         if self.receipts is None or request_json is None:
             return
-        snapshot, params = prepared.snapshot, prepared.params
+        snapshot, params = prepared.snapshot, sample.params
 
         def issue() -> tuple[ReceiptEntry, bytes, str]:
             receipt = self.receipts.issue(
                 library=library_ref(snapshot.log_id, snapshot.size, snapshot.root),
-                experience_ids=snapshot.experience_ids, request_json=prepared.normalized,
+                experience_ids=snapshot.experience_ids, request_json=sample.normalized,
                 prompt_ids=prepared.injected.prompt.all_token_ids, text=result.text,
                 completion_ids=result.token_ids, temperature=params.temperature,
                 top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
@@ -325,7 +393,7 @@ class OpenAIServing:
                 self.receipt_log.submit_encoded(cid, data)
             if self.bundles is not None:  # what a verifier needs beside the receipt
                 self.bundles.put(cid, receipt=data, domain=self.receipts.domain.to_json(),
-                                 request=prepared.normalized, text=result.text,
+                                 request=sample.normalized, text=result.text,
                                  token_ids=result.token_ids)
             return receipt, data, cid
 
@@ -334,10 +402,12 @@ class OpenAIServing:
         except (LedgerError, ValueError, RuntimeError) as exc:
             raise APIError(500, f"cannot sign the receipt: {exc}", type="server_error",
                            code="receipt_error") from exc
-        prepared.receipt, prepared.receipt_json = receipt, json.loads(data)
-        prepared.evidence = {"receipt_cid": cid,
-                             "completion_token_ids": result.token_ids,
-                             "domain": self.receipts.domain.to_json()}
+        sample.receipt, sample.receipt_json = receipt, json.loads(data)
+        sample.evidence = {"receipt_cid": cid,
+                           "completion_token_ids": result.token_ids,
+                           "domain": self.receipts.domain.to_json()}
+        if forces_call(sample.normalized):  # the answer shows tool_calls, not the signed text
+            sample.evidence["completion_text"] = result.text
 
     def receipt_bundle(self, cid: str) -> dict:
         """The full bundle of receipt ``cid`` from the bundle store, with its inclusion proof
@@ -367,10 +437,11 @@ class OpenAIServing:
         self.metrics.prompt_tokens.inc(prompt_tokens)
         self.metrics.generation_tokens.inc(completion_tokens)
 
-    async def _deltas(self, route: str, prepared: Prepared):
-        """The engine's deltas with TTFT, latency and token metrics recorded on the way."""
+    async def _deltas(self, route: str, prepared: Prepared, sample: Sample):
+        """One choice's engine deltas with TTFT, latency and token metrics recorded on the
+        way."""
         first = True
-        deltas = self.engine.stream(prepared.injected.prompt, prepared.params)
+        deltas = self.engine.stream(prepared.injected.prompt, sample.params)
         # The engine queues the request in the first step of `stream`, before it awaits
         # anything: handing the admission over here leaves no moment uncounted.
         prepared.handed_over()
@@ -386,34 +457,48 @@ class OpenAIServing:
     # ---------------------------------------------------------------- chat
 
     async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
-        messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+        has_tools = template_has_tools(self.engine.tokenizer)
+        if request.tool_choice == "auto":
+            why = ("" if has_tools else f" (and the chat template of `{self.model_name}` does "
+                   "not render tools)")
+            raise APIError(400, "tool_choice 'auto' (the default when tools are given) is not "
+                           f"supported by this node{why}: use tool_choice 'required' or a named "
+                           "function ({\"type\": \"function\", \"function\": {\"name\": "
+                           "…}}), or 'none'.", param="tool_choice", code="unsupported_value")
+        messages, tools = chat_messages(normalized_request("chat", request, max_tokens=1, seed=0),
+                                        has_tools)
         limit = (("max_completion_tokens", request.max_completion_tokens)
                  if request.max_completion_tokens is not None
                  else ("max_tokens", request.max_tokens))
         return await self._prepare(
-            request, lambda snapshot: self.injector.chat(messages, snapshot), limit,
+            request, lambda snapshot: self.injector.chat(messages, snapshot, tools), limit,
             request.logprobs, (request.top_logprobs or 0) if request.logprobs else 0,
             "messages", "chat")
 
     async def chat(self, request: ChatCompletionRequest, prepared: Prepared,
                    request_json: dict | None = None) -> ChatCompletionResponse:
-        result = await self._generate("chat", prepared)
-        await self.sign(prepared, request_json, result)
+        results = await self._generate("chat", prepared, request_json)
+        choices = []
+        for i, result in enumerate(results):
+            calls = _tool_calls(prepared.normalized, result.text, result.finish_reason)
+            choices.append(ChatChoice(
+                index=i, message=ChatMessageOut(content=None if calls else result.text,
+                                                tool_calls=calls),
+                logprobs=_chat_logprobs(result.logprobs),
+                finish_reason="tool_calls" if calls else result.finish_reason))
         return ChatCompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
-            choices=[ChatChoice(message=ChatMessageOut(content=result.text),
-                                logprobs=_chat_logprobs(result.logprobs),
-                                finish_reason=result.finish_reason)],
-            usage=_usage(result.prompt_tokens, result.completion_tokens))
+            choices=choices, usage=_usage_of(results))
 
-    async def _signed_deltas(self, route: str, prepared: Prepared, request_json: dict | None):
+    async def _signed_deltas(self, route: str, prepared: Prepared, sample: Sample,
+                             request_json: dict | None):
         """`_deltas`, collecting the answer; the finish delta is yielded once it is signed."""
         text, token_ids = [], []
-        async for delta in self._deltas(route, prepared):
+        async for delta in self._deltas(route, prepared, sample):
             text.append(delta.text)
             token_ids.extend(delta.token_ids)
             if delta.finish_reason is not None:
-                await self.sign(prepared, request_json, Generation(
+                await self.sign(prepared, sample, request_json, Generation(
                     "".join(text), token_ids, None, delta.finish_reason, delta.prompt_tokens,
                     delta.completion_tokens, delta.activations))
             yield delta
@@ -422,14 +507,30 @@ class OpenAIServing:
                           request_json: dict | None = None) -> AsyncIterator[str]:
         chunk = ChatCompletionChunk(id=new_id("chatcmpl"), created=now(), model=self.model_name,
                                     system_fingerprint=fingerprint(prepared.snapshot),
-                                    choices=[ChatChunkChoice(delta=DeltaMessage(role="assistant",
-                                                                                content=""))])
+                                    choices=[ChatChunkChoice(index=i, delta=DeltaMessage(
+                                        role="assistant", content=""))
+                                        for i in range(len(prepared.samples))])
         yield sse(chunk.model_dump_json(exclude_none=True))
 
-        def chunk_of(delta: GenerationDelta) -> ChatCompletionChunk:
-            chunk.choices = [ChatChunkChoice(delta=DeltaMessage(content=delta.text),
+        forced = forces_call(prepared.normalized)
+        texts = [""] * len(prepared.samples)  # a forced call's text, held back until it ends
+
+        def chunk_of(index: int, delta: GenerationDelta) -> ChatCompletionChunk:
+            message, finish = DeltaMessage(content=delta.text), delta.finish_reason
+            if forced:  # the call is sent whole with the finish reason (or the text, if cut)
+                texts[index] += delta.text
+                message = DeltaMessage()
+                if finish is not None:
+                    calls = _tool_calls(prepared.normalized, texts[index], finish)
+                    if calls:
+                        message.tool_calls = [DeltaToolCall(index=j, **c.model_dump())
+                                              for j, c in enumerate(calls)]
+                        finish = "tool_calls"
+                    else:
+                        message.content = texts[index]
+            chunk.choices = [ChatChunkChoice(index=index, delta=message,
                                              logprobs=_chat_logprobs(delta.logprobs),
-                                             finish_reason=delta.finish_reason)]
+                                             finish_reason=finish)]
             return chunk
 
         def usage_chunk(usage: UsageInfo) -> ChatCompletionChunk:
@@ -442,28 +543,36 @@ class OpenAIServing:
 
     async def _events(self, route: str, request: ChatCompletionRequest | CompletionRequest,
                       prepared: Prepared, request_json: dict | None,
-                      chunk_of: Callable[[GenerationDelta], StreamChunk],
+                      chunk_of: Callable[[int, GenerationDelta], StreamChunk],
                       usage_chunk: Callable[[UsageInfo], StreamChunk]) -> AsyncIterator[str]:
         """The SSE events of a streamed answer: a chunk per delta that carries text, logprobs or
-        the finish reason (the last one signed, unless a usage chunk follows), the usage chunk
-        when `stream_options.include_usage` asks for it, then `[DONE]`. An engine or API error
-        mid-stream becomes an error event."""
-        usage = None
+        the finish reason (each choice's last one signed; with one choice, the usage chunk
+        instead when one follows), the usage chunk (summed over the choices) when
+        `stream_options.include_usage` asks for it, then `[DONE]`. The choices' chunks
+        interleave as the engine produces them. An engine or API error mid-stream becomes an
+        error event."""
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        single = len(prepared.samples) == 1
+        finished: dict[int, GenerationDelta] = {}
         try:
-            async for delta in self._signed_deltas(route, prepared, request_json):
+            async for sample, delta in _merged(
+                    [(sample, self._signed_deltas(route, prepared, sample, request_json))
+                     for sample in prepared.samples]):
                 if not delta.text and delta.finish_reason is None and not delta.logprobs:
                     continue
-                chunk = chunk_of(delta)
                 last = delta.finish_reason is not None
-                yield prepared.chunk(chunk, signed=last and not include_usage)
+                signed = last and not (single and include_usage)
+                yield prepared.chunk(chunk_of(sample.index, delta),
+                                     signed=sample if signed else None)
                 if last:
-                    usage = _usage(delta.prompt_tokens, delta.completion_tokens)
+                    finished[sample.index] = delta
         except (EngineError, APIError) as exc:
             yield sse(_stream_error(exc))
         else:
-            if include_usage and usage:
-                yield prepared.chunk(usage_chunk(usage), signed=True)
+            if include_usage and len(finished) == len(prepared.samples):
+                usage = _usage_of(list(finished.values()))
+                yield prepared.chunk(usage_chunk(usage),
+                                     signed=prepared.samples[0] if single else None)
         yield sse("[DONE]")
 
     # ---------------------------------------------------------------- completions
@@ -477,30 +586,30 @@ class OpenAIServing:
 
     async def completion(self, request: CompletionRequest, prepared: Prepared,
                          request_json: dict | None = None) -> CompletionResponse:
-        result = await self._generate("completions", prepared)
-        await self.sign(prepared, request_json, result)
+        results = await self._generate("completions", prepared, request_json)
         echo = request.prompt_text() if request.echo else ""
         return CompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
-            choices=[CompletionChoice(text=echo + result.text,
+            choices=[CompletionChoice(index=i, text=echo + result.text,
                                       logprobs=_completion_logprobs(result.logprobs, len(echo)),
-                                      finish_reason=result.finish_reason)],
-            usage=_usage(result.prompt_tokens, result.completion_tokens))
+                                      finish_reason=result.finish_reason)
+                     for i, result in enumerate(results)],
+            usage=_usage_of(results))
 
     async def completion_stream(self, request: CompletionRequest, prepared: Prepared,
                                 request_json: dict | None = None) -> AsyncIterator[str]:
         response_id, created = new_id("cmpl"), now()
-        offset = 0
+        offsets = [0] * len(prepared.samples)  # each choice's text offset so far
 
-        def chunk_of(delta: GenerationDelta) -> CompletionResponse:
-            nonlocal offset
+        def chunk_of(index: int, delta: GenerationDelta) -> CompletionResponse:
             chunk = CompletionResponse(
                 id=response_id, created=created, model=self.model_name,
                 system_fingerprint=fingerprint(prepared.snapshot),
-                choices=[CompletionChoice(text=delta.text,
-                                          logprobs=_completion_logprobs(delta.logprobs, offset),
+                choices=[CompletionChoice(index=index, text=delta.text,
+                                          logprobs=_completion_logprobs(delta.logprobs,
+                                                                        offsets[index]),
                                           finish_reason=delta.finish_reason)])
-            offset += sum(len(lp.token) for lp in delta.logprobs or ())
+            offsets[index] += sum(len(lp.token) for lp in delta.logprobs or ())
             return chunk
 
         def usage_chunk(usage: UsageInfo) -> CompletionResponse:
@@ -510,6 +619,57 @@ class OpenAIServing:
         async for event in self._events("completions", request, prepared, request_json,
                                         chunk_of, usage_chunk):
             yield event
+
+
+async def _merged(streams: list[tuple[Sample, AsyncIterator[GenerationDelta]]]
+                  ) -> AsyncIterator[tuple[Sample, GenerationDelta]]:
+    """The deltas of several choices as they come; an error in one ends them all. A single
+    stream is passed through (no task in between)."""
+    if len(streams) == 1:
+        sample, stream = streams[0]
+        async for delta in stream:
+            yield sample, delta
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(sample: Sample, stream: AsyncIterator[GenerationDelta]) -> None:
+        try:
+            async for delta in stream:
+                await queue.put((sample, delta))
+        except Exception as exc:  # handed to the consumer, which re-raises it  # noqa: BLE001
+            await queue.put(exc)
+        else:
+            await queue.put(done)
+
+    tasks = [asyncio.create_task(pump(sample, stream)) for sample, stream in streams]
+    try:
+        running = len(tasks)
+        while running:
+            item = await queue.get()
+            if item is done:
+                running -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _tool_calls(normalized: dict, text: str, finish_reason: str) -> list[ToolCall] | None:
+    """A forced tool call's answer as `tool_calls`, when it ended with its JSON complete."""
+    if not forces_call(normalized) or finish_reason != "stop":
+        return None
+    calls = tool_calls_of(normalized, text)
+    return None if calls is None else [ToolCall.model_validate(c) for c in calls]
+
+
+def _usage_of(results: list) -> UsageInfo:
+    """Usage of the choices (each a `Generation` or finish `GenerationDelta`): completion
+    tokens summed, the shared prompt counted once, as OpenAI and vLLM count it."""
+    return _usage(results[0].prompt_tokens, sum(r.completion_tokens for r in results))
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:

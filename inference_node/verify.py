@@ -29,8 +29,12 @@ from inference_node.activations import prefill, verify_activations
 from inference_node.errors import NodeError, ReceiptError
 from inference_node.generation_checks import check_sampling, check_termination, eos_token_ids
 from inference_node.normalized_request import FORMAT as REQUEST_FORMAT
-from inference_node.normalized_request import check_normalized, client_body, request_key
-from inference_node.response_format import constraint_of
+from inference_node.normalized_request import (
+    check_normalized,
+    client_body,
+    normalized_request,
+    request_key,
+)
 from inference_node.receipts import (
     ReceiptDomain,
     model_digest,
@@ -39,6 +43,7 @@ from inference_node.receipts import (
     response_digest,
     verify_receipt_signature,
 )
+from inference_node.response_format import constraint_of
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from trainer.grammar import GrammarError, Grammars, replay
 from ledger.errors import LedgerError, VerificationError
@@ -201,10 +206,17 @@ def _check_response_format(request: dict, token_ids: list[int], model: Any, toke
         token = token_ids[bad]
         raise ReceiptError("response_format", f"completion token {bad} ({token} "
                            f"{tokenizer.decode([token])!r}) is not allowed by the request's "
-                           f"{request['response_format']['type']} grammar", computed=token)
+                           f"{_grammar_name(request)} grammar", computed=token)
     checks.append(ReceiptCheck("response_format", True, f"all {len(token_ids)} tokens are "
-                               f"allowed by the {request['response_format']['type']} grammar"))
+                               f"allowed by the {_grammar_name(request)} grammar"))
     return allowed
+
+
+def _grammar_name(request: dict) -> str:
+    """What set the constraint: the response format's type, or a forced tool call."""
+    if "response_format" in request:
+        return request["response_format"]["type"]
+    return "tool_choice"
 
 
 def _check_fits_the_model(model: Any, prompt_ids: list[int], token_ids: list) -> None:
@@ -340,6 +352,7 @@ def _rebuild_prompt(route: Any, request: dict, receipt: ReceiptEntry, texts: dic
     from inference_node.injection import LibraryInjector
     from inference_node.library import LibrarySnapshot
     from inference_node.protocol import ChatCompletionRequest, CompletionRequest
+    from inference_node.tools import chat_messages, template_has_tools
 
     snapshot = LibrarySnapshot("verify", str(receipt.library.log_id), receipt.library.size,
                                receipt.library.root,
@@ -349,8 +362,9 @@ def _rebuild_prompt(route: Any, request: dict, receipt: ReceiptEntry, texts: dic
     try:
         if route == "chat":
             chat = ChatCompletionRequest.model_validate(request)
-            messages = [{"role": m.role, "content": m.text()} for m in chat.messages]
-            injected = injector.chat(messages, snapshot)
+            normalized = normalized_request("chat", chat, max_tokens=1, seed=0)
+            messages, tools = chat_messages(normalized, template_has_tools(tokenizer))
+            injected = injector.chat(messages, snapshot, tools=tools)
         elif route == "completion":
             injected = injector.completion(CompletionRequest.model_validate(request)
                                            .prompt_text(), snapshot)

@@ -81,7 +81,7 @@ COMMON = {
     "stream": (st.booleans(), st.sampled_from(["yes", 2])),
     "stream_options": (st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}),
                        st.just({"include_usage": "maybe"})),
-    "n": (st.just(1), st.integers(-1, 3)),
+    "n": (st.just(1), st.integers(-1, 0) | st.integers(17, 40)),
     "user": (words, st.integers()),
 }
 CHAT = {

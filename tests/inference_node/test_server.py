@@ -121,8 +121,8 @@ def test_error_shapes(client, server):
     assert exc.value.body["code"] == "model_not_found" and exc.value.body["param"] == "model"
 
     with pytest.raises(openai.BadRequestError) as exc:
-        chat(client, n=2)
-    assert exc.value.body["param"] == "n" and "n=1" in exc.value.body["message"]
+        chat(client, n=17)
+    assert exc.value.body["param"] == "n"
 
     with pytest.raises(openai.BadRequestError) as exc:
         chat(client, temperature=5)

@@ -1,0 +1,240 @@
+"""Function calling on the chat route: a request's ``tools`` and ``tool_choice`` checked and put
+in canonical form, the JSON schema a forced call is decoded under, the prompt the tools add, and
+the answer's ``tool_calls``.
+
+``tools`` is OpenAI's list of ``{"type": "function", "function": {"name", "description",
+"parameters", "strict"}}`` (at most ``MAX_TOOLS``; ``parameters`` a JSON schema the grammar
+enforces, checked as a response format's is, default an empty object). Canonical form, one per
+tool (``strict`` changes nothing: every schema is enforced strictly)::
+
+    {"name": N, "description": D or "", "parameters": <schema>}
+
+``tool_choice`` is ``"none"``, ``"auto"``, ``"required"`` or ``{"type": "function", "function":
+{"name": N}}``; its canonical form is the string, or ``{"name": N}``. Without tools it must be
+absent or ``"none"``; with tools and no ``tool_choice`` it is ``"auto"``, as OpenAI's default.
+
+What each does here:
+
+- ``required``: the answer is a JSON array (at least one item) of ``{"name": <a tool's name>,
+  "arguments": <that tool's parameters>}`` (``forced_call_schema``), decoded under its grammar.
+- ``{"name": N}``: the answer is N's arguments object, decoded under N's parameters schema.
+- ``none``: no constraint, plain content; the tools are not shown to the model.
+- ``auto``: refused (400 naming ``tool_choice``): deciding between text and a call needs the
+  model's own tool-call syntax, which this node does not enforce or verify yet.
+
+The normalized request (``inference_node.normalized_request``) holds both canonical forms, each
+tool's parameters as compact JSON text (``normalized_tools``: the digest then covers the order
+of its properties), so the receipt signs them and ``response_format.constraint_of`` derives the
+same grammar on the node and in the verifier. ``chat_messages`` builds the messages the chat
+template renders, on the node and in the verifier's prompt rebuild alike.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from inference_node.response_format import FormatError, check_schema
+from trainer.grammar import schema_text
+
+MAX_TOOLS = 64
+MAX_NAME_CHARS = 64  # OpenAI's limit on a function name
+MAX_DESCRIPTION_CHARS = 1024
+NO_PARAMETERS = {"type": "object", "properties": {}}
+CHOICES = ("none", "auto", "required")
+TOOLS_NOTE = "You can call these functions:"
+
+
+def _check_name(name: object, where: str, param: str) -> str:
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS \
+            or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
+        raise FormatError(f"{where} must be 1 to {MAX_NAME_CHARS} letters, digits, '_' or '-'",
+                          param)
+    return name
+
+
+def canonical_tools(value: object) -> list[dict] | None:
+    """The canonical form of a request's ``tools`` (module doc); None for none or an empty
+    list. ``FormatError`` with ``param`` "tools" otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise FormatError("tools must be a list", "tools")
+    if len(value) > MAX_TOOLS:
+        raise FormatError(f"at most {MAX_TOOLS} tools", "tools")
+    tools, names = [], set()
+    for i, tool in enumerate(value):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function" \
+                or not isinstance(tool.get("function"), dict) or set(tool) - {"type", "function"}:
+            raise FormatError(f"{where} must be {{\"type\": \"function\", \"function\": {{…}}}}",
+                              "tools")
+        function = tool["function"]
+        extra = set(function) - {"name", "description", "parameters", "strict"}
+        if extra:
+            raise FormatError(f"{where}.function has unsupported fields {sorted(extra)}", "tools")
+        name = _check_name(function.get("name"), f"{where}.function.name", "tools")
+        if name in names:
+            raise FormatError(f"{where}.function.name {name!r} is given twice", "tools")
+        names.add(name)
+        description = function.get("description") or ""
+        if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
+            raise FormatError(f"{where}.function.description must be a string of at most "
+                              f"{MAX_DESCRIPTION_CHARS} characters", "tools")
+        if not isinstance(function.get("strict", False), bool | None):
+            raise FormatError(f"{where}.function.strict must be a boolean", "tools")
+        parameters = function.get("parameters")
+        parameters = NO_PARAMETERS if parameters is None else check_schema(
+            parameters, f"{where}.function.parameters", param="tools")
+        tools.append({"name": name, "description": description, "parameters": parameters})
+    return tools or None
+
+
+def canonical_tool_choice(value: object, tools: list[dict] | None) -> str | dict | None:
+    """The canonical form of ``tool_choice`` given the canonical ``tools``: None without tools
+    (when absent or "none"), "auto" when absent with tools; ``FormatError`` with ``param``
+    "tool_choice" otherwise."""
+    if value is None:
+        return "auto" if tools else None
+    if isinstance(value, str):
+        if value not in CHOICES:
+            raise FormatError(f"unsupported tool_choice {value!r}: use 'none', 'auto', "
+                              "'required' or {\"type\": \"function\", \"function\": {\"name\": "
+                              "…}}", "tool_choice")
+        choice: str | dict = value
+    elif isinstance(value, dict) and value.get("type") == "function" and set(value) == {
+            "type", "function"} and isinstance(value["function"], dict) \
+            and set(value["function"]) == {"name"}:
+        name = _check_name(value["function"]["name"], "tool_choice.function.name",
+                           "tool_choice")
+        if name not in {t["name"] for t in tools or ()}:
+            raise FormatError(f"tool_choice names the function {name!r}, which is not one of "
+                              "the tools", "tool_choice")
+        choice = {"name": name}
+    else:
+        raise FormatError("tool_choice must be 'none', 'auto', 'required' or {\"type\": "
+                          "\"function\", \"function\": {\"name\": …}}", "tool_choice")
+    if not tools:
+        if choice == "none":
+            return None
+        raise FormatError("tool_choice needs tools", "tool_choice")
+    return choice
+
+
+def normalized_tools(tools: list[dict]) -> list[dict]:
+    """Canonical tools as the normalized request holds them: parameters as compact JSON text."""
+    return [{**tool, "parameters": schema_text(tool["parameters"])} for tool in tools]
+
+
+def tools_as_sent(normalized: object) -> list[dict]:
+    """``normalized_tools`` undone, back to the request's ``tools`` shape (key order kept)."""
+    if not isinstance(normalized, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("parameters"), str) for t in normalized):
+        raise FormatError("normalized tools hold their parameters as JSON text", "tools")
+    try:
+        return [{"type": "function", "function": {**t, "parameters": json.loads(t["parameters"])}}
+                for t in normalized]
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"a normalized tool's parameters: {exc}", "tools") from None
+
+
+def choice_as_sent(choice: str | dict) -> str | dict:
+    """A canonical ``tool_choice`` back to the request's shape."""
+    if isinstance(choice, dict):
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def forces_call(normalized: dict) -> bool:
+    """Whether the normalized request's answer is a tool call (``required`` or a named one)."""
+    choice = normalized.get("tool_choice")
+    return choice == "required" or isinstance(choice, dict)
+
+
+def forced_call_schema(normalized: dict) -> str | None:
+    """The schema text a forced call is decoded under (module doc), or None."""
+    if not forces_call(normalized):
+        return None
+    parameters = {t["name"]: json.loads(t["parameters"]) for t in normalized["tools"]}
+    choice = normalized["tool_choice"]
+    if isinstance(choice, dict):
+        return schema_text(parameters[choice["name"]])
+    calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": schema},
+              "required": ["name", "arguments"], "additionalProperties": False}
+             for name, schema in parameters.items()]
+    return schema_text({"type": "array", "minItems": 1, "items": {"anyOf": calls}})
+
+
+# --------------------------------------------------------------------------- prompt
+
+
+def _call_text(call: dict) -> str:
+    return "<tool_call>" + json.dumps({"name": call["function"]["name"],
+                                       "arguments": call["function"]["arguments"]},
+                                      ensure_ascii=False) + "</tool_call>"
+
+
+def chat_messages(normalized: dict, template_has_tools: bool) -> tuple[list[dict], list | None]:
+    """The messages (and the ``tools=`` argument) the chat template renders for a normalized
+    chat request, on the node and in the verifier alike.
+
+    A template that knows tools (``template_has_tools``) gets the messages' tool calls and tool
+    results natively, and the tools when a call is forced. Otherwise both are rendered as text
+    (``<tool_call>{"name", "arguments"}</tool_call>`` after an assistant's content, a tool result
+    as a user message ``<tool_response id=…>…</tool_response>``), and a forced call's tools are
+    listed in a system note (``TOOLS_NOTE``) that opens the system message."""
+    messages = []
+    for m in normalized["messages"]:
+        if template_has_tools:
+            messages.append(dict(m))
+        elif m["role"] == "tool":
+            messages.append({"role": "user", "content": f"<tool_response id={m['tool_call_id']}>"
+                                                        f"{m['content']}</tool_response>"})
+        elif m.get("tool_calls"):
+            text = "\n".join([m["content"]] * bool(m["content"])
+                             + [_call_text(c) for c in m["tool_calls"]])
+            messages.append({"role": m["role"], "content": text})
+        else:
+            messages.append({"role": m["role"], "content": m["content"]})
+    if not forces_call(normalized):
+        return messages, None
+    if template_has_tools:
+        return messages, tools_as_sent(normalized["tools"])
+    lines = [TOOLS_NOTE] + [f"- {t['name']}: {t['description']}".rstrip(": ")
+                            + f" (arguments: {t['parameters']})" for t in normalized["tools"]]
+    note = "\n".join(lines)
+    if messages and messages[0]["role"] in ("system", "developer"):
+        messages[0] = {**messages[0], "content": f"{note}\n\n{messages[0]['content']}"}
+    else:
+        messages.insert(0, {"role": "system", "content": note})
+    return messages, None
+
+
+def template_has_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders tools (it mentions them)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("tool_use") or template.get("default")
+    return isinstance(template, str) and "tools" in template
+
+
+# --------------------------------------------------------------------------- answer
+
+
+def tool_calls_of(normalized: dict, text: str) -> list[dict] | None:
+    """A forced call's answer as OpenAI's ``tool_calls``, or None when ``text`` is not a
+    complete call (cut by the token limit or a stop sequence)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    choice = normalized["tool_choice"]
+    calls = [{"name": choice["name"], "arguments": value}] if isinstance(choice, dict) else value
+    if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and "name" in c and "arguments" in c for c in calls):
+        return None
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": c["name"],
+                          "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for c in calls]

@@ -1,0 +1,212 @@
+"""Function calling (issue 16): `tools` and `tool_choice` on the chat route through the
+official `openai` SDK. A forced call ("required", or a named function) is decoded under its call
+schema, so the tiny random model's answer parses and validates; "none" is plain content; "auto"
+is a 400; the receipt signs the tools and the verifier replays the call grammar."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, make_engine
+
+from inference_node import verify
+from inference_node.engine import SamplingParams
+from inference_node.errors import ReceiptError
+from inference_node.injection import LibraryInjector
+from inference_node.normalized_request import check_normalized, from_client_request, request_key
+from inference_node.receipts import (
+    ReceiptDomain,
+    ReceiptSigner,
+    bundle_json,
+    library_ref,
+    model_digest,
+    parse_receipt,
+)
+from inference_node.response_format import constraint_of
+from inference_node.tools import chat_messages
+
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 8},
+    "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+       "required": ["a", "b"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "parameters": ADD, "strict": True}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+MESSAGES = [{"role": "user", "content": "weather in Oslo?"}]
+
+
+@pytest.fixture(scope="module")
+def client(json_node):
+    with openai.OpenAI(base_url=json_node.base_url, api_key="x", max_retries=0) as c:
+        yield c
+
+
+def ask(client, tool_choice, seed=0, **fields):
+    fields.setdefault("max_tokens", 200)
+    return client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tools=TOOLS,
+                                          tool_choice=tool_choice, seed=seed, **fields)
+
+
+def test_required_gives_calls_to_the_tools_with_valid_arguments(client):
+    for seed in range(4):
+        choice = ask(client, "required", seed).choices[0]
+        assert choice.finish_reason == "tool_calls", choice.message
+        assert choice.message.content is None and choice.message.tool_calls
+        for call in choice.message.tool_calls:
+            assert call.type == "function" and call.id.startswith("call_")
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+def test_a_named_function_gets_one_call_to_it(client):
+    for seed in range(3):
+        choice = ask(client, {"type": "function", "function": {"name": "add"}}, seed).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        [call] = choice.message.tool_calls
+        assert call.function.name == "add"
+        jsonschema.validate(json.loads(call.function.arguments), ADD)
+
+
+def test_none_is_plain_content(client):
+    choice = ask(client, "none", 3, max_tokens=12).choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason in ("stop", "length")
+    assert isinstance(choice.message.content, str)
+    # the tools are signed (another sampler key) but not shown to the model
+    normalized = from_client_request("chat", {"model": MODEL_NAME, "messages": MESSAGES,
+                                              "tools": TOOLS, "tool_choice": "none"},
+                                     max_tokens=8, seed=0)
+    assert chat_messages(normalized, template_has_tools=False) == (MESSAGES, None)
+
+
+def test_a_call_cut_by_max_tokens_is_content_with_length(client):
+    choice = ask(client, "required", 1, max_tokens=3).choices[0]
+    assert choice.finish_reason == "length" and choice.message.tool_calls is None
+    assert choice.message.content.startswith("[")
+
+
+def test_streamed_call_arrives_whole_with_the_finish_chunk(client):
+    whole = ask(client, "required", 2).choices[0].message.tool_calls
+    chunks = [c for c in ask(client, "required", 2, stream=True) if c.choices]
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "tool_calls"
+    assert [(c.function.name, c.function.arguments) for c in last.delta.tool_calls] == \
+        [(c.function.name, c.function.arguments) for c in whole]
+    assert all(not c.choices[0].delta.content for c in chunks)
+
+
+def test_an_agent_loop_sends_the_call_and_its_result_back(client):
+    call = ask(client, {"type": "function", "function": {"name": "add"}}).choices[0] \
+        .message.tool_calls[0]
+    messages = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [
+        call.model_dump()]}, {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    reply = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=TOOLS,
+                                           tool_choice="none", seed=0, max_tokens=8)
+    assert reply.choices[0].message.content is not None
+
+
+@pytest.mark.parametrize("fields,param,words", [
+    ({"tools": TOOLS}, "tool_choice", "use tool_choice 'required'"),
+    ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice", "does not render tools"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "unsupported tool_choice"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice", "not one of the tools"),
+    ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools", "name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "not": {}}}}]}, "tools", "'not' is not supported"),
+    ({"tools": [TOOLS[0], TOOLS[0]]}, "tools", "given twice"),
+    ({"tools": [TOOLS[1]] * 65}, "tools", "at most 64"),
+    ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "tool_choice", "cannot be combined"),
+])
+def test_unsupported_tools_are_a_400_naming_the_field(client, fields, param, words):
+    with pytest.raises(openai.BadRequestError) as failure:
+        client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4,
+                                       **fields)
+    assert failure.value.body["param"] == param, failure.value.body
+    assert words in failure.value.body["message"], failure.value.body
+
+
+def test_the_normalized_request_signs_tools_and_round_trips():
+    body = {"model": MODEL_NAME, "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}
+    normalized = from_client_request("chat", body, max_tokens=8, seed=0)
+    assert normalized["tool_choice"] == "required"
+    assert normalized["tools"][0]["parameters"] == json.dumps(WEATHER, separators=(",", ":"))
+    assert check_normalized(normalized) == normalized
+    assert constraint_of(normalized).schema["items"]["anyOf"][1]["properties"]["name"] == \
+        {"const": "add"}
+    swapped = {**body, "tools": TOOLS[::-1]}
+    assert request_key(from_client_request("chat", swapped, max_tokens=8, seed=0)) != \
+        request_key(normalized)
+    messages, tools = chat_messages(normalized, template_has_tools=False)
+    assert tools is None and messages[0]["role"] == "system"
+    assert "get_weather: Weather now" in messages[0]["content"]
+
+
+# --------------------------------------------------------------------------- receipts
+
+
+@pytest.fixture(scope="module")
+def verifier(json_model_dir):
+    return verify.load_verifier_model(json_model_dir)
+
+
+def check(bundle, verifier, model_dir, monkeypatch):
+    model, tokenizer = verifier
+    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
+    return {c.name: c for c in verify.verify_receipt_bundle(
+        bundle, contract=object(), content=object(), model=model, tokenizer=tokenizer,
+        model_dir=model_dir)}
+
+
+def test_a_tool_call_answer_s_receipt_verifies(json_node, verifier, json_model_dir,
+                                               monkeypatch):
+    for tool_choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 200, "seed": 5,
+                "tools": TOOLS, "tool_choice": tool_choice}
+        data = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60).json()
+        evidence = data["receipt_evidence"]
+        text = evidence["completion_text"]  # the model's JSON, which tool_calls reshape
+        bundle = bundle_json(parse_receipt(data["receipt"]),
+                             ReceiptDomain.from_json(evidence["domain"]), route="chat",
+                             request=body, text=text,
+                             completion_token_ids=evidence["completion_token_ids"])
+        checks = check(bundle, verifier, json_model_dir, monkeypatch)
+        assert checks["response_format"].passed and checks["sampling"].passed
+        assert "tool_choice grammar" in checks["response_format"].detail
+
+
+def test_a_node_that_ignores_the_tool_grammar_fails_response_format(json_model_dir, verifier,
+                                                                    monkeypatch):
+    engine = make_engine(json_model_dir)
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(json_model_dir))
+    body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 24, "seed": 4,
+            "tools": TOOLS, "tool_choice": "required"}
+    normalized = from_client_request("chat", body, max_tokens=24, seed=4)
+    messages, tools = chat_messages(normalized, template_has_tools=False)
+    injected = LibraryInjector(engine.tokenizer).chat(messages, SNAPSHOT, tools)
+    engine.start()
+    try:
+        params = SamplingParams(max_tokens=24, temperature=1.0, seed=4,
+                                request_key=request_key(normalized), constraint=None)
+        out = asyncio.run(engine.generate(injected.prompt, params))
+        receipt = signer.issue(
+            library=library_ref(SNAPSHOT.log_id, SNAPSHOT.size, SNAPSHOT.root),
+            experience_ids=SNAPSHOT.experience_ids, request_json=normalized,
+            prompt_ids=list(injected.prompt.all_token_ids), text=out.text,
+            completion_ids=out.token_ids, temperature=1.0, top_p=1.0, max_tokens=24,
+            seed=4, finish_reason=out.finish_reason)
+    finally:
+        engine.shutdown()
+    bundle = bundle_json(receipt, DOMAIN, route="chat", request=body, text=out.text,
+                         completion_token_ids=out.token_ids)
+    with pytest.raises(ReceiptError) as failure:
+        check(bundle, verifier, json_model_dir, monkeypatch)
+    assert failure.value.reason == "response_format", failure.value
+    assert "tool_choice grammar" in str(failure.value)
