@@ -38,11 +38,11 @@ from pydantic import ValidationError
 
 from inference_node.errors import ReceiptError
 from inference_node.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
-from inference_node.response_format import MAX_SCHEMA_BYTES, FormatError
-from inference_node.tools import choice_as_sent, normalized_tools, tools_as_sent
+from inference_node.response_format import MAX_SCHEMA_BYTES, Constraint, FormatError
+from inference_node.tools import choice_as_sent, forced_call_schema, normalized_tools, tools_as_sent
 from ledger.errors import LedgerError
 from ledger.json_input import parse_json
-from trainer.grammar import schema_text
+from trainer.grammar import ANY_OBJECT, schema_text
 
 FORMAT = "gym-request/1"
 ROUTES = ("chat", "completion")
@@ -175,3 +175,19 @@ def check_normalized(normalized: object) -> dict[str, Any]:
     if again != normalized:
         raise ReceiptError("malformed", "the request is not in normalized form")
     return again
+
+
+def constraint_of(normalized: dict) -> Constraint | None:
+    """The constraint a normalized request (``inference_node.normalized_request``) sets, or
+    None: the one function the node and the verifier both derive it with. A forced tool call
+    (``inference_node.tools``) is decoded under its call schema."""
+    call = forced_call_schema(normalized)
+    if call is not None:
+        return Constraint(call)
+    fmt = normalized.get("response_format")
+    if fmt is None:
+        return None
+    if fmt["type"] == "json_object":
+        return Constraint.of_schema(ANY_OBJECT)
+    schema = fmt["json_schema"]["schema"]  # the normalized form's text (order kept)
+    return Constraint(schema if isinstance(schema, str) else schema_text(schema))

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 
 from inference_node.errors import InferenceNodeError
-from trainer.grammar import ANY_OBJECT, GrammarError, Grammars, schema_text
+from trainer.grammar import GrammarError, Grammars, schema_text
 
 FORMAT = "gym-grammar/1"
 MAX_SCHEMA_BYTES = 32 * 1024  # canonical JSON of one schema
@@ -179,24 +179,6 @@ class Constraint:
     @property
     def schema(self) -> dict:
         return json.loads(self.schema_json)
-
-
-def constraint_of(normalized: dict) -> Constraint | None:
-    """The constraint a normalized request (``inference_node.normalized_request``) sets, or
-    None: the one function the node and the verifier both derive it with. A forced tool call
-    (``inference_node.tools``) is decoded under its call schema."""
-    from inference_node.tools import forced_call_schema
-
-    call = forced_call_schema(normalized)
-    if call is not None:
-        return Constraint(call)
-    fmt = normalized.get("response_format")
-    if fmt is None:
-        return None
-    if fmt["type"] == "json_object":
-        return Constraint.of_schema(ANY_OBJECT)
-    schema = fmt["json_schema"]["schema"]  # the normalized form's text (order kept)
-    return Constraint(schema if isinstance(schema, str) else schema_text(schema))
 
 
 # --------------------------------------------------------------------------- masks

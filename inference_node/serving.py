@@ -68,7 +68,7 @@ from inference_node.errors import InferenceNodeError
 from inference_node.injection import InjectedPrompt, LibraryInjector
 from inference_node.library import LibrarySnapshot, LibrarySource
 from inference_node.metrics import NodeMetrics
-from inference_node.normalized_request import normalized_request, request_key
+from inference_node.normalized_request import constraint_of, normalized_request, request_key
 from inference_node.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -103,7 +103,7 @@ from inference_node.receipts import (
     parse_receipt,
     receipt_header,
 )
-from inference_node.response_format import FormatError, constraint_of
+from inference_node.response_format import FormatError
 from inference_node.settings import NodeSettings
 from inference_node.tools import chat_messages, forces_call, template_has_tools, tool_calls_of
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid

@@ -24,7 +24,7 @@ What each does here:
 
 The normalized request (``inference_node.normalized_request``) holds both canonical forms, each
 tool's parameters as compact JSON text (``normalized_tools``: the digest then covers the order
-of its properties), so the receipt signs them and ``response_format.constraint_of`` derives the
+of its properties), so the receipt signs them and ``normalized_request.constraint_of`` derives the
 same grammar on the node and in the verifier. ``chat_messages`` builds the messages the chat
 template renders, on the node and in the verifier's prompt rebuild alike.
 """

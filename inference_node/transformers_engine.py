@@ -53,8 +53,8 @@ from inference_node.engine import (
 from inference_node.generation_checks import eos_token_ids
 from inference_node.injection import PrefixKVCache, Prompt
 from inference_node.response_format import Constraint, check_compiles
-from trainer.grammar import Grammars, TokenMask
 from inference_node.sampling import choose
+from trainer.grammar import Grammars, TokenMask
 
 log = logging.getLogger(__name__)
 

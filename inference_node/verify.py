@@ -32,6 +32,7 @@ from inference_node.normalized_request import FORMAT as REQUEST_FORMAT
 from inference_node.normalized_request import (
     check_normalized,
     client_body,
+    constraint_of,
     normalized_request,
     request_key,
 )
@@ -43,10 +44,9 @@ from inference_node.receipts import (
     response_digest,
     verify_receipt_signature,
 )
-from inference_node.response_format import constraint_of
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
-from trainer.grammar import GrammarError, Grammars, replay
 from ledger.errors import LedgerError, VerificationError
+from trainer.grammar import GrammarError, Grammars, replay
 
 # A bundle file is JSON from outside (``ledger.json_input``): it holds the request body (at most
 # the node's 4 MiB default) and the answer.

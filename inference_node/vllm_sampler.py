@@ -40,8 +40,8 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from inference_node.response_format import Constraint, FormatError
-from trainer.grammar import GrammarError, Grammars, TokenMask, grammar_text
 from inference_node.sampling import REQUEST_KEY_BYTES, SamplingError, choose
+from trainer.grammar import GrammarError, Grammars, TokenMask, grammar_text
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,14 @@ CHARS_PER_WORD = 10  # the schema's maxLength per allowed word; the word count i
 # --------------------------------------------------------------------------- schema
 
 
+def lesson_pattern(max_words: int) -> str:
+    """An experience's text as a sentence: a capitalised word, then 3 to ``max_words`` - 1
+    more (letters, digits, arithmetic), ending in a period. Without it a small model fills
+    the field with "..." and the step "learns" nothing a reader can use."""
+    word = f"[A-Za-z0-9'+*/=()%-]{{1,{CHARS_PER_WORD}}}"
+    return f"^[A-Z][a-z]{{0,{CHARS_PER_WORD}}}(,? {word}){{3,{max(3, max_words - 1)}}}[.]$"
+
+
 def operations_schema(library_size: int, config: TFGRPOConfig) -> dict:
     """JSON Schema of one stage-2 answer for a library of `library_size` experiences."""
     def op(name: str, **properties: dict) -> dict:
@@ -37,8 +45,7 @@ def operations_schema(library_size: int, config: TFGRPOConfig) -> dict:
         return {"type": "object", "properties": properties, "required": list(properties),
                 "additionalProperties": False}
 
-    text = {"type": "string", "minLength": 1,
-            "maxLength": config.max_experience_words * CHARS_PER_WORD}
+    text = {"type": "string", "pattern": lesson_pattern(config.max_experience_words)}
     variants = [op("ADD", text=text)]
     if library_size:
         ident = {"type": "string", "enum": [f"G{i}" for i in range(library_size)]}

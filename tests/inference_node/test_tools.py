@@ -18,7 +18,12 @@ from inference_node import verify
 from inference_node.engine import SamplingParams
 from inference_node.errors import ReceiptError
 from inference_node.injection import LibraryInjector
-from inference_node.normalized_request import check_normalized, from_client_request, request_key
+from inference_node.normalized_request import (
+    check_normalized,
+    constraint_of,
+    from_client_request,
+    request_key,
+)
 from inference_node.receipts import (
     ReceiptDomain,
     ReceiptSigner,
@@ -27,7 +32,6 @@ from inference_node.receipts import (
     model_digest,
     parse_receipt,
 )
-from inference_node.response_format import constraint_of
 from inference_node.tools import chat_messages
 
 WEATHER = {"type": "object", "properties": {

@@ -65,13 +65,16 @@ def test_schema_is_strict_and_sized_from_the_config():
     for v in variants.values():  # OpenAI strict mode: every property required, nothing else
         assert v["required"] == list(v["properties"]) and v["additionalProperties"] is False
     assert variants["UPDATE"]["properties"]["id"]["enum"] == ["G0", "G1"]
-    assert variants["ADD"]["properties"]["text"]["maxLength"] == 50
     check = jsonschema.Draft202012Validator(schema).is_valid
-    assert check({"operations": [{"op": "UPDATE", "id": "G1", "text": "x"}, {"op": "NONE"}]})
+    lesson = "Check each step twice."
+    assert check({"operations": [{"op": "UPDATE", "id": "G1", "text": lesson}, {"op": "NONE"}]})
+    # a lesson is a sentence of 4 to 5 words (max_experience_words), not filler
+    for filler in ("x", "...", "check each step twice.", "Check one two three four five six."):
+        assert not check({"operations": [{"op": "ADD", "text": filler}]}), filler
     assert not check({"operations": [{"op": "DELETE", "id": "G2"}]})  # no such experience
     assert not check({"operations": [{"op": "NONE"}] * 3})  # over max_ops_per_query
     assert not check([{"op": "NONE"}])  # the root is an object
-    assert not check({"operations": [{"op": "ADD", "text": "x", "id": "G0"}]})
+    assert not check({"operations": [{"op": "ADD", "text": lesson, "id": "G0"}]})
     wrapped = operations_response_format(0, config)
     assert wrapped["type"] == "json_schema" and wrapped["json_schema"]["strict"] is True
     empty = {v["properties"]["op"]["enum"][0]

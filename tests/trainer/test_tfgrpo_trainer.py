@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from tfgrpo_fakes import DropResponseFormat, EchoStage, FakePolicy, ScriptedStage
+from tfgrpo_fakes import EchoStage, FakePolicy, ScriptedStage
 
 from trainer.backends import BackendError
 from trainer.data import generate_problems, write_jsonl
@@ -102,10 +101,7 @@ def test_full_loop_on_a_tiny_random_model(tmp_path, tiny_backend):
     problems = generate_problems(4, seed=5)
     config = _config(tmp_path, problems, batch_size=2, group_size=3, epochs=2,
                      verifier="python:tfgrpo_fakes:length_parity")
-    stage = tiny_backend
-    if "response_format" not in inspect.signature(tiny_backend.generate).parameters:
-        stage = DropResponseFormat(tiny_backend)  # a backend without schema-constrained decoding
-    trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=stage)
+    trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=tiny_backend)
     report_path = trainer.train()
     report = json.loads(report_path.read_text())
     counters = report["counters"]
@@ -120,6 +116,27 @@ def test_full_loop_on_a_tiny_random_model(tmp_path, tiny_backend):
     assert all(row["calls"]["summary"] > 0 and row["tokens"]["summary"]["completion_tokens"] > 0
                for row in kept)
     assert report["llm_totals"]["rollout"]["calls"] == 4 * 2 * 3
+
+
+@pytest.mark.slow
+def test_a_smollm2_step_with_constrained_decoding_applies_operations(tmp_path):
+    """SmolLM2-135M as the stage model never wrote the JSON operations unconstrained (0 of 8);
+    through the operations schema its stage-2 answers parse, and the step applies at least
+    one operation. The policy is scripted so that each group has mixed rewards."""
+    from trainer.backends import TransformersBackend
+
+    problems = generate_problems(2, seed=11)
+    config = _config(tmp_path, problems, group_size=4, stage_max_new_tokens=160, seed=0,
+                     stage_temperature=0.3)
+    stage = TransformersBackend(batch_size=8, device="cpu")
+    trainer = TFGRPOTrainer(config, policy=FakePolicy({p["problem"]: p["answer"]
+                                                       for p in problems}), stage=stage)
+    report = json.loads(trainer.train().read_text())
+    counters = report["counters"]
+    assert counters["answer_with_ops"] >= 1, counters
+    assert counters.get("malformed_json", 0) == 0, counters
+    assert report["operations_applied"] >= 1 and report["library_size"] >= 1, report
+    print("\nlearned:", json.loads((tmp_path / "run" / "library.json").read_text()))
 
 
 # --------------------------------------------------------------------------- resumption

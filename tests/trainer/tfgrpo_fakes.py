@@ -75,18 +75,6 @@ class ReceiptPolicy(FakePolicy):
         return out
 
 
-class DropResponseFormat:
-    """Wraps a backend whose `generate` has no `response_format` yet (its answers are then
-    constrained by the prompt alone)."""
-
-    def __init__(self, backend) -> None:
-        self.backend, self.usage = backend, backend.usage
-
-    def generate(self, prompts, n=1, temperature=0.7, top_p=1.0, max_new_tokens=256, seed=0,
-                 response_format=None):
-        return self.backend.generate(prompts, n, temperature, top_p, max_new_tokens, seed)
-
-
 class ScriptedStage(_ScriptedBackend):
     """Stage model: fixed summaries; stage-2 answers looked up by the problem in the prompt.
 
