@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from devnet.anvil import free_port
 from devnet.settings import ANVIL_DEV_KEYS
+from inference_node.bundle_store import BundleStore
 from inference_node.library import StaticLibrarySource
 from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
 from inference_node.server import create_app
@@ -29,13 +30,16 @@ MODEL_NAME = "tiny-trainer-llama"
 
 
 @pytest.fixture(scope="module")
-def node_url(tiny_model_dir):
-    """The /v1 URL of a receipt-signing node serving the tiny model, for this module."""
+def node_url(tiny_model_dir, tmp_path_factory):
+    """The /v1 URL of a receipt-signing node serving the tiny model, which keeps each receipt's
+    bundle (`GET /v1/receipts/{cid}`), for this module."""
     engine = TransformersEngine.from_pretrained(tiny_model_dir, model_name=MODEL_NAME,
                                                 device="cpu")
     signer = ReceiptSigner(ANVIL_DEV_KEYS[1], ReceiptDomain(), engine.model,
                            model_digest(tiny_model_dir))
-    app = create_app(engine, StaticLibrarySource(), receipts=signer)
+    bundles = BundleStore(tmp_path_factory.mktemp("bundles") / "bundles.sqlite",
+                          retention_s=3600)
+    app = create_app(engine, StaticLibrarySource(), receipts=signer, bundles=bundles)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
@@ -91,3 +95,52 @@ def test_eval_refuses_conflicting_or_missing_flags(tmp_path, extra, message):
     result = CliRunner().invoke(app, ["--dataset", str(tmp_path / "held.jsonl"), "--library",
                                       str(tmp_path / "library.json"), *extra])
     assert result.exit_code != 0 and message in str(result.exception)
+
+
+@pytest.mark.anvil
+def test_tfgrpo_against_the_node_publishes_experiences_naming_their_receipts(
+        node_url, tmp_path, ledger_devnet, monkeypatch):
+    """The node as both backends: rollouts and stage calls go to `gym node serve`'s API (the
+    stage-2 call under the operations schema, which the node enforces); the experiences the
+    run publishes name the receipts of the rollouts they were learned from, those receipts
+    are the node's, and the published log audits clean."""
+    import httpx
+    from eth_account import Account
+
+    from ledger import LocalBlockStore, LogStore, decode_entry
+    from ledger.audit import audit_log
+    from trainer.publish import publish_run_dir
+    from trainer.tfgrpo_config import ModelConfig, TFGRPOConfig
+    from trainer.tfgrpo_trainer import TFGRPOTrainer
+
+    monkeypatch.chdir(tmp_path)
+    problems = generate_problems(4, seed=8)
+    remote = ModelConfig(backend="openai", base_url=node_url, model=MODEL_NAME,
+                         max_concurrency=4)
+    config = TFGRPOConfig(
+        train_path=str(write_jsonl(problems, tmp_path / "train.jsonl")),
+        eval_path=str(tmp_path / "train.jsonl"), output_dir=str(tmp_path / "run"), epochs=1,
+        batch_size=4, group_size=3, seed=2, max_new_tokens=8, stage_max_new_tokens=400,
+        max_experience_words=6, max_ops_per_query=2,
+        verifier="python:tfgrpo_fakes:length_parity", policy=remote, stage=remote)
+    trainer = TFGRPOTrainer(config)
+    report = json.loads(trainer.train().read_text())
+    assert report["operations_applied"] >= 1, report["counters"]
+    assert report["counters"].get("malformed_json", 0) == 0  # the node enforced the schema
+
+    store = LogStore(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    content = LocalBlockStore(tmp_path / "ipfs")
+    contract = ledger_devnet.contract()
+    publish_run_dir(tmp_path / "run", store, content, contract, "alice/remote")
+    entries = [decode_entry(content.cat(leaf.cid)) for leaf in store.leaves("alice/remote")]
+    cited = [e.provenance.receipts for e in entries if e.type == "experience"]
+    assert cited and all(cited), "every experience names its rollouts' receipts"
+    for cid in {cid for receipts in cited for cid in receipts}:
+        # each is a receipt this node logged (its bundle store serves it)
+        reply = httpx.get(f"{node_url}/receipts/{cid}", timeout=30)
+        assert reply.status_code == 200, (cid, reply.text)
+        assert reply.json()["receipt"]["node"] == Account.from_key(ANVIL_DEV_KEYS[1]).address.lower()
+    log = store.get_log("alice/remote")
+    audit = audit_log(contract, content, log.chain_log_id,
+                      from_block=ledger_devnet.deployment_block)
+    assert audit.ok, audit.discrepancies
