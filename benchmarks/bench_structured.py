@@ -35,7 +35,8 @@ from bench_sampling import PROMPTS
 from inference_node.engine import SamplingParams
 from inference_node.injection import LibraryInjector
 from inference_node.library import EMPTY_LIBRARY as NO_LIBRARY
-from inference_node.response_format import Constraint, Grammars
+from inference_node.response_format import Constraint
+from trainer.grammar import Grammars
 from inference_node.sampling import choose
 
 SCHEMA = {"type": "object", "properties": {

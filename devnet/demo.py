@@ -168,6 +168,10 @@ def train_tfgrpo(rt: LedgerRuntime, console: Console, runs_dir: Path) -> str:
     counters = ", ".join(f"{k} {v}" for k, v in report["counters"].items() if v)
     console.print(f"learned {report['library_size']} experiences from "
                   f"{report['operations_applied']} operations ({counters})", highlight=False)
+    library = read_json_file(Path(config.output_dir) / "library.json")
+    for experience in library["experiences"]:
+        console.print(f"  [{experience['prompt_id']}] {experience['text']}", highlight=False,
+                      markup=False)
     name = f"demo/tfgrpo-{stamp}"
     published = publish_run(config.output_dir, rt.store, rt.content, rt.contract, name)
     console.print(f"published run {published.run_cid} to {name}: size {published.size}, "
