@@ -36,8 +36,8 @@ from inference_node.engine import SamplingParams
 from inference_node.injection import LibraryInjector
 from inference_node.library import EMPTY_LIBRARY as NO_LIBRARY
 from inference_node.response_format import Constraint
-from trainer.grammar import Grammars
 from inference_node.sampling import choose
+from trainer.grammar import Grammars
 
 SCHEMA = {"type": "object", "properties": {
     "steps": {"type": "array", "items": {"type": "string", "maxLength": 80}, "maxItems": 6},

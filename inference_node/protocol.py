@@ -87,6 +87,14 @@ class UsageInfo(BaseModel):
     total_tokens: int
 
 
+# OpenAI parameters the node refuses (400) unless they have one of these no-op values.
+UNSUPPORTED: dict[str, tuple[object, ...]] = {
+    "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "logit_bias": ({},),
+    "functions": (), "function_call": (), "modalities": (["text"],), "audio": (),
+    "prediction": (), "best_of": (1,), "suffix": ("",), "parallel_tool_calls": (True,),
+}
+
+
 class _SamplingRequest(_StrictRequest):
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -100,6 +108,26 @@ class _SamplingRequest(_StrictRequest):
     user: str | None = None
     # canonical form (`inference_node.response_format`), None when unconstrained
     response_format: dict | None = None
+    # OpenAI parameters this node does not implement: a 400 unless neutral (`_unsupported`)
+    presence_penalty: object = None
+    frequency_penalty: object = None
+    logit_bias: object = None
+    functions: object = None
+    function_call: object = None
+    modalities: object = None
+    audio: object = None
+    prediction: object = None
+
+    @field_validator(*UNSUPPORTED, mode="before", check_fields=False)
+    @classmethod
+    def _unsupported(cls, value: object, info: ValidationInfo) -> None:
+        """An OpenAI parameter the node does not implement is refused, never ignored, unless
+        it has the value that changes nothing."""
+        if any(value == neutral and type(value) is type(neutral)
+               for neutral in UNSUPPORTED[info.field_name]) or value is None:
+            return
+        raise ValueError(f"{info.field_name} is not supported by this node (a verifiable "
+                         "answer has no hidden sampling knobs); leave it out")
 
     @field_validator("response_format", mode="before")
     @classmethod
@@ -194,6 +222,7 @@ class ChatCompletionRequest(_SamplingRequest):
     # canonical forms (`inference_node.tools`); tool_choice None without tools
     tools: list[dict] | None = None
     tool_choice: str | dict | None = Field(default=None, validate_default=True)
+    parallel_tool_calls: object = None  # refused when false (`UNSUPPORTED`)
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -289,6 +318,8 @@ class CompletionRequest(_SamplingRequest):
     prompt: str | list[str]
     logprobs: int | None = Field(default=None, ge=0, le=5)  # OpenAI's limit for completions
     echo: bool = False
+    best_of: object = None  # refused unless 1 (`UNSUPPORTED`)
+    suffix: object = None  # refused unless empty
 
     @field_validator("prompt")
     @classmethod

@@ -223,3 +223,28 @@ def test_the_receipt_signs_the_format_and_its_property_order():
         for s in (one, two)}
     plain = request_key(from_client_request("chat", body, max_tokens=8, seed=0))
     assert len(set(digests.values()) | {plain}) == 3
+
+
+@pytest.mark.parametrize("field,value", [
+    ("presence_penalty", 0.5), ("frequency_penalty", -1), ("logit_bias", {"5": 10}),
+    ("functions", [{"name": "f"}]), ("function_call", "auto"), ("modalities", ["audio"]),
+    ("audio", {"voice": "x"}), ("prediction", {"type": "content", "content": "x"}),
+    ("parallel_tool_calls", False)])
+def test_an_openai_parameter_the_node_does_not_implement_is_a_400(json_node, field, value):
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2, field: value}
+    reply = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == field
+    assert "not supported by this node" in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("presence_penalty", 0), ("frequency_penalty", 0.0), ("logit_bias", {}),
+    ("modalities", ["text"]), ("parallel_tool_calls", True), ("best_of", 1)])
+def test_the_no_op_value_of_an_unimplemented_parameter_is_accepted(json_node, field, value):
+    route, body = ("/completions", {"prompt": "x"}) if field == "best_of" else (
+        "/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+    reply = httpx.post(json_node.base_url + route, timeout=60,
+                       json={"model": MODEL_NAME, "max_tokens": 2, field: value, **body})
+    assert reply.status_code == 200, reply.text
