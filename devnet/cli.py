@@ -243,15 +243,16 @@ def demo(
 
     Starts Anvil and deploys the contracts; publishes the sample experiences to a log in two
     anchored checkpoints and audits it from chain events and the content store alone; runs a
-    short Training-Free GRPO on the bundled math set with SmolLM2-135M-Instruct, publishes the
+    short Training-Free GRPO on the bundled math set with SmolLM2-135M-Instruct (its stage-2
+    answers constrained to the operations' JSON schema), prints what it learned, publishes the
     run and its experiences, and audits that log too; with --sft, trains a short LoRA SFT
     adapter through TRL + PEFT and publishes it (adapter files on IPFS, `run` and `adapter`
-    entries anchored); has the DAO curate the sample
-    experiences (propose, three votes, one an EIP-712 signature relayed by another account,
-    voting period and timelock delay skipped on the devnet, queue, execute) and checks the
-    curated library's on-chain root; starts an inference node that registers in the
-    NodeRegistry and serves the curated library, asks it a question through the openai SDK and
-    verifies the receipt (signature, registration, library root, log inclusion, anchoring,
+    entries anchored); has the DAO curate the experiences the run learned (the samples when
+    it learned none, and says so: propose, three votes, one an EIP-712 signature relayed by
+    another account, voting period and timelock delay skipped on the devnet, queue, execute)
+    and checks the curated library's on-chain root; starts an inference node that registers
+    in the NodeRegistry and serves the curated library, asks it a question through the openai
+    SDK, says whether the answer is right, and verifies the receipt (signature, registration, library root, log inclusion, anchoring,
     activations, termination, sampling); then plays a dishonest node whose forged answer fails
     verification by name and is challenged in the NodeRegistry; stops the devnet it started
     (unless --keep).

@@ -8,14 +8,15 @@ that owns that hop (named in its heading), and the printing:
 2. ledger: create a log, append the sample experiences and publish them in two anchored
    checkpoints, the second with a consistency proof (``ledger.publish``);
 3. audit: replay that log from chain events and the content store alone (``ledger.audit``);
-4. Training-Free GRPO: learn experiences on the bundled math set, publish the run and its
-   experiences, audit that log (``trainer.tfgrpo_trainer``, ``trainer.publish``,
-   ``ledger.audit``);
+4. Training-Free GRPO: learn experiences on the bundled math set (stage 2 through the
+   operations' JSON schema), publish the run and its experiences, audit that log
+   (``trainer.tfgrpo_trainer``, ``trainer.publish``, ``ledger.audit``);
 4b. with ``--sft``, LoRA SFT: train a short adapter and publish it (``trainer.gradient.demo``);
-5. DAO curation: propose the sample experiences, vote, queue, execute, and check the curated
-   library's on-chain root (``governance.devnet_curation``);
-6. inference node: serve the curated library, ask it a question, verify the receipt
-   (``inference_node.demo``);
+5. DAO curation: propose the experiences step 4 learned (the samples when it learned none),
+   vote, queue, execute, and check the curated library's on-chain root
+   (``governance.devnet_curation``);
+6. inference node: serve the curated library, ask it a question, grade the answer, verify the
+   receipt (``inference_node.demo``);
 
 then stop the devnet it started (unless ``keep``).
 """
