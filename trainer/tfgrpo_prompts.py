@@ -108,23 +108,24 @@ def _group_text(group: Group, summaries: dict[int, str], config: TFGRPOConfig) -
     return f"Problem: {group.problem['problem']}\nCorrect answer: {answer}\n\n{attempts}"
 
 
+def _stage_messages(role: str, context: str, task: str, config: TFGRPOConfig) -> list[dict]:
+    """A stage call: the role's system prompt, then ``context`` and the task (its limits filled
+    from the config)."""
+    task = task.format(max_ops=config.max_ops_per_query, max_words=config.max_experience_words)
+    return [{"role": "system", "content": _system(role, config)},
+            {"role": "user", "content": f"{context}\n\n{task}"}]
+
+
 def advantage_messages(group: Group, summaries: dict[int, str], library: list[Experience],
                        config: TFGRPOConfig) -> list[dict]:
-    task = ADVANTAGE_TASK.format(max_ops=config.max_ops_per_query,
-                                 max_words=config.max_experience_words)
-    user = (f"Library:\n{format_library(library)}\n\n{_group_text(group, summaries, config)}"
-            f"\n\n{task}")
-    return [{"role": "system", "content": _system(ADVANTAGE_ROLE, config)},
-            {"role": "user", "content": user}]
+    context = f"Library:\n{format_library(library)}\n\n{_group_text(group, summaries, config)}"
+    return _stage_messages(ADVANTAGE_ROLE, context, ADVANTAGE_TASK, config)
 
 
 def critique_messages(group: Group, summaries: dict[int, str],
                       config: TFGRPOConfig) -> list[dict]:
-    task = CRITIQUE_TASK.format(max_ops=config.max_ops_per_query,
-                                max_words=config.max_experience_words)
-    user = f"{_group_text(group, summaries, config)}\n\n{task}"
-    return [{"role": "system", "content": _system(CRITIQUE_ROLE, config)},
-            {"role": "user", "content": user}]
+    return _stage_messages(CRITIQUE_ROLE, _group_text(group, summaries, config), CRITIQUE_TASK,
+                           config)
 
 
 def critique_experiences(critique: str) -> str:
@@ -137,9 +138,5 @@ def critique_experiences(critique: str) -> str:
 
 def group_update_messages(new_experiences: str, library: list[Experience],
                           config: TFGRPOConfig) -> list[dict]:
-    task = GROUP_UPDATE_TASK.format(max_ops=config.max_ops_per_query,
-                                    max_words=config.max_experience_words)
-    user = (f"Library:\n{format_library(library)}\n\nNew experiences:\n{new_experiences}"
-            f"\n\n{task}")
-    return [{"role": "system", "content": _system(GROUP_UPDATE_ROLE, config)},
-            {"role": "user", "content": user}]
+    context = f"Library:\n{format_library(library)}\n\nNew experiences:\n{new_experiences}"
+    return _stage_messages(GROUP_UPDATE_ROLE, context, GROUP_UPDATE_TASK, config)

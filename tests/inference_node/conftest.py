@@ -106,6 +106,14 @@ def vllm_json_model_dir(tmp_path_factory, json_model_dir) -> Path:
     return directory
 
 
+@pytest.fixture(scope="session")
+def json_verifier(json_model_dir):
+    """The verifier's model and tokenizer for `json_model_dir`, loaded once."""
+    from inference_node import verify
+
+    return verify.load_verifier_model(json_model_dir)
+
+
 @pytest.fixture(scope="module")
 def json_node(json_model_dir) -> Iterator[RunningServer]:
     """A node serving `json_model_dir` that signs unbound receipts, with the `SNAPSHOT`

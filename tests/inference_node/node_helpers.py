@@ -28,8 +28,9 @@ import uvicorn
 
 from devnet.anvil import free_port
 from devnet.settings import ANVIL_DEV_KEYS
+from inference_node import verify
 from inference_node.library import LibrarySnapshot, StaticLibrarySource
-from inference_node.receipts import ReceiptDomain
+from inference_node.receipts import ReceiptDomain, bundle_json, library_ref, parse_receipt
 from inference_node.server import create_app
 from inference_node.settings import NodeSettings
 from inference_node.transformers_engine import TransformersEngine
@@ -290,3 +291,41 @@ def answer_over_http(base_url: str, route: str, body: dict, stream: bool
             if "receipt" in event:
                 last = event
     return last["receipt"], last["receipt_evidence"], "".join(text)
+
+
+# --------------------------------------------------------------------------- verifying answers
+
+
+def offline_checks(bundle: dict, verifier: tuple, model_dir: Path, monkeypatch) -> dict:
+    """``verify_receipt_bundle`` with ``verifier`` (model, tokenizer), the library's texts taken
+    as `SNAPSHOT`'s (the chain's part of that check is test_sync's); the checks by name."""
+    model, tokenizer = verifier
+    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
+    checks = verify.verify_receipt_bundle(bundle, contract=object(), content=object(),
+                                          model=model, tokenizer=tokenizer, model_dir=model_dir)
+    return {check.name: check for check in checks}
+
+
+def answer_bundle(route: str, body: dict, fields: dict, text: str) -> dict:
+    """The bundle a client builds from an answer: the body it sent, the answer's ``receipt``
+    and ``receipt_evidence`` fields (top level, or a choice's) and its text."""
+    evidence = fields["receipt_evidence"]
+    return bundle_json(parse_receipt(fields["receipt"]),
+                       ReceiptDomain.from_json(evidence["domain"]), route=route, request=body,
+                       text=text, completion_token_ids=evidence["completion_token_ids"])
+
+
+def signed_bundle(signer, body: dict, normalized: dict, prompt_ids: list[int],
+                  generation) -> dict:
+    """The bundle of a receipt ``signer`` issues for ``generation`` (an engine's output for
+    chat request ``body``, run as ``normalized`` with the `SNAPSHOT` library), whatever
+    decoding produced it: how the tests play a dishonest node."""
+    receipt = signer.issue(
+        library=library_ref(SNAPSHOT.log_id, SNAPSHOT.size, SNAPSHOT.root),
+        experience_ids=SNAPSHOT.experience_ids, request_json=normalized, prompt_ids=prompt_ids,
+        text=generation.text, completion_ids=generation.token_ids,
+        temperature=normalized["temperature"], top_p=normalized["top_p"],
+        max_tokens=normalized["max_tokens"], seed=normalized["seed"],
+        finish_reason=generation.finish_reason)
+    return bundle_json(receipt, DOMAIN, route="chat", request=body, text=generation.text,
+                       completion_token_ids=generation.token_ids)

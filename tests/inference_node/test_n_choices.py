@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from node_helpers import MODEL_NAME, SNAPSHOT
-
-from inference_node import verify
-from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
+from node_helpers import MODEL_NAME, answer_bundle, offline_checks
 
 MESSAGES = [{"role": "user", "content": "say something"}]
 
@@ -20,26 +17,9 @@ def client(json_node):
         yield c
 
 
-@pytest.fixture(scope="module")
-def verifier(json_model_dir):
-    return verify.load_verifier_model(json_model_dir)
-
-
-def check(bundle, verifier, model_dir, monkeypatch):
-    model, tokenizer = verifier
-    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
-    return {c.name: c for c in verify.verify_receipt_bundle(
-        bundle, contract=object(), content=object(), model=model, tokenizer=tokenizer,
-        model_dir=model_dir)}
-
-
 def verify_choice(route, body, fields, text, verifier, model_dir, monkeypatch):
-    evidence = fields["receipt_evidence"]
-    bundle = bundle_json(parse_receipt(fields["receipt"]),
-                         ReceiptDomain.from_json(evidence["domain"]), route=route,
-                         request=body, text=text,
-                         completion_token_ids=evidence["completion_token_ids"])
-    return check(bundle, verifier, model_dir, monkeypatch)
+    return offline_checks(answer_bundle(route, body, fields, text), verifier, model_dir,
+                          monkeypatch)
 
 
 def test_each_chat_choice_is_the_one_choice_answer_with_seed_plus_index(client):
@@ -56,17 +36,17 @@ def test_each_chat_choice_is_the_one_choice_answer_with_seed_plus_index(client):
         len(c.model_extra["receipt_evidence"]["completion_token_ids"]) for c in many.choices)
 
 
-def test_each_choice_s_receipt_verifies(client, verifier, json_model_dir, monkeypatch):
+def test_each_choice_s_receipt_verifies(client, json_verifier, json_model_dir, monkeypatch):
     body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 10, "seed": 5,
             "temperature": 1.0}
     reply = client.chat.completions.create(**body, n=2)
     for i, choice in enumerate(reply.choices):
         checks = verify_choice("chat", {**body, "seed": 5 + i}, choice.model_extra,
-                               choice.message.content, verifier, json_model_dir, monkeypatch)
+                               choice.message.content, json_verifier, json_model_dir, monkeypatch)
         assert checks["sampling"].passed
 
 
-def test_streamed_choices_carry_their_index_and_receipt(client, verifier, json_model_dir,
+def test_streamed_choices_carry_their_index_and_receipt(client, json_verifier, json_model_dir,
                                                         monkeypatch):
     body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 10, "seed": 21}
     whole = client.chat.completions.create(**body, n=2)
@@ -83,11 +63,11 @@ def test_streamed_choices_carry_their_index_and_receipt(client, verifier, json_m
     assert usage.completion_tokens == whole.usage.completion_tokens
     for i in (0, 1):
         checks = verify_choice("chat", {**body, "seed": 21 + i}, receipts[i], texts[i],
-                               verifier, json_model_dir, monkeypatch)
+                               json_verifier, json_model_dir, monkeypatch)
         assert checks["sampling"].passed
 
 
-def test_completions_with_n(client, verifier, json_model_dir, monkeypatch):
+def test_completions_with_n(client, json_verifier, json_model_dir, monkeypatch):
     body = {"model": MODEL_NAME, "prompt": "once upon", "max_tokens": 8, "seed": 3}
     reply = client.completions.create(**body, n=2)
     assert [c.index for c in reply.choices] == [0, 1]
@@ -97,7 +77,7 @@ def test_completions_with_n(client, verifier, json_model_dir, monkeypatch):
             streamed[choice.index] += choice.text
     assert streamed == {c.index: c.text for c in reply.choices}
     checks = verify_choice("completion", {**body, "seed": 4}, reply.choices[1].model_extra,
-                           reply.choices[1].text, verifier, json_model_dir, monkeypatch)
+                           reply.choices[1].text, json_verifier, json_model_dir, monkeypatch)
     assert checks["sampling"].passed
 
 

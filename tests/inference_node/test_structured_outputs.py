@@ -15,21 +15,23 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SCHEMAS, SNAPSHOT, make_engine
+from node_helpers import (
+    DOMAIN,
+    MODEL_NAME,
+    NODE_KEY,
+    SCHEMAS,
+    SNAPSHOT,
+    answer_bundle,
+    make_engine,
+    offline_checks,
+    signed_bundle,
+)
 
-from inference_node import verify
 from inference_node.engine import SamplingParams
 from inference_node.errors import ReceiptError
 from inference_node.injection import LibraryInjector
 from inference_node.normalized_request import from_client_request, request_key
-from inference_node.receipts import (
-    ReceiptDomain,
-    ReceiptSigner,
-    bundle_json,
-    library_ref,
-    model_digest,
-    parse_receipt,
-)
+from inference_node.receipts import ReceiptSigner, model_digest
 from inference_node.response_format import Constraint, FormatError, canonical_response_format
 
 
@@ -146,35 +148,19 @@ def test_the_canonical_form_ignores_description_and_fills_strict():
 # --------------------------------------------------------------------------- receipts
 
 
-@pytest.fixture(scope="module")
-def verifier(json_model_dir):
-    return verify.load_verifier_model(json_model_dir)
-
-
-def check(bundle, verifier, model_dir, monkeypatch):
-    model, tokenizer = verifier
-    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
-    return verify.verify_receipt_bundle(bundle, contract=object(), content=object(),
-                                        model=model, tokenizer=tokenizer, model_dir=model_dir)
-
-
 def test_a_constrained_answer_s_receipt_verifies_with_its_grammar(
-        json_node, verifier, json_model_dir, monkeypatch):
+        json_node, json_verifier, json_model_dir, monkeypatch):
     for index, seed, temperature in [(4, 1, 1.0), (3, 2, 0.0), (7, 3, 0.7)]:
         body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "plan"}],
                 "max_tokens": 160, "seed": seed, "temperature": temperature,
                 "response_format": schema_format(SCHEMAS[index])}
         data = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60).json()
-        evidence = data["receipt_evidence"]
-        bundle = bundle_json(parse_receipt(data["receipt"]),
-                             ReceiptDomain.from_json(evidence["domain"]), route="chat",
-                             request=body, text=data["choices"][0]["message"]["content"],
-                             completion_token_ids=evidence["completion_token_ids"])
-        checks = {c.name: c for c in check(bundle, verifier, json_model_dir, monkeypatch)}
+        bundle = answer_bundle("chat", body, data, data["choices"][0]["message"]["content"])
+        checks = offline_checks(bundle, json_verifier, json_model_dir, monkeypatch)
         assert checks["response_format"].passed and checks["sampling"].passed
 
 
-def test_a_node_that_ignores_the_format_fails_response_format(json_model_dir, verifier,
+def test_a_node_that_ignores_the_format_fails_response_format(json_model_dir, json_verifier,
                                                                monkeypatch):
     """The attack: a node claims the schema (the receipt signs it) but decodes without the
     grammar. Its tokens are the verifiable sampler's genuine choices on the unmasked logits,
@@ -195,19 +181,13 @@ def test_a_node_that_ignores_the_format_fails_response_format(json_model_dir, ve
             params = SamplingParams(max_tokens=24, temperature=1.0, seed=4,
                                     request_key=request_key(normalized), constraint=constraint)
             out = asyncio.run(engine.generate(injected.prompt, params))
-            receipt = signer.issue(
-                library=library_ref(SNAPSHOT.log_id, SNAPSHOT.size, SNAPSHOT.root),
-                experience_ids=SNAPSHOT.experience_ids, request_json=normalized,
-                prompt_ids=list(injected.prompt.all_token_ids), text=out.text,
-                completion_ids=out.token_ids, temperature=1.0, top_p=1.0, max_tokens=24,
-                seed=4, finish_reason=out.finish_reason)
-            bundles[name] = bundle_json(receipt, DOMAIN, route="chat", request=body,
-                                        text=out.text, completion_token_ids=out.token_ids)
+            bundles[name] = signed_bundle(signer, body, normalized,
+                                          list(injected.prompt.all_token_ids), out)
     finally:
         engine.shutdown()
-    check(bundles["honest"], verifier, json_model_dir, monkeypatch)
+    offline_checks(bundles["honest"], json_verifier, json_model_dir, monkeypatch)
     with pytest.raises(ReceiptError) as failure:
-        check(bundles["ignored"], verifier, json_model_dir, monkeypatch)
+        offline_checks(bundles["ignored"], json_verifier, json_model_dir, monkeypatch)
     assert failure.value.reason == "response_format", failure.value
     assert "not allowed by the request's json_schema grammar" in str(failure.value)
 

@@ -12,9 +12,17 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from node_helpers import DOMAIN, MODEL_NAME, NODE_KEY, SNAPSHOT, make_engine
+from node_helpers import (
+    DOMAIN,
+    MODEL_NAME,
+    NODE_KEY,
+    SNAPSHOT,
+    answer_bundle,
+    make_engine,
+    offline_checks,
+    signed_bundle,
+)
 
-from inference_node import verify
 from inference_node.engine import SamplingParams
 from inference_node.errors import ReceiptError
 from inference_node.injection import LibraryInjector
@@ -24,14 +32,7 @@ from inference_node.normalized_request import (
     from_client_request,
     request_key,
 )
-from inference_node.receipts import (
-    ReceiptDomain,
-    ReceiptSigner,
-    bundle_json,
-    library_ref,
-    model_digest,
-    parse_receipt,
-)
+from inference_node.receipts import ReceiptSigner, model_digest
 from inference_node.tools import chat_messages
 
 WEATHER = {"type": "object", "properties": {
@@ -156,37 +157,21 @@ def test_the_normalized_request_signs_tools_and_round_trips():
 # --------------------------------------------------------------------------- receipts
 
 
-@pytest.fixture(scope="module")
-def verifier(json_model_dir):
-    return verify.load_verifier_model(json_model_dir)
-
-
-def check(bundle, verifier, model_dir, monkeypatch):
-    model, tokenizer = verifier
-    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
-    return {c.name: c for c in verify.verify_receipt_bundle(
-        bundle, contract=object(), content=object(), model=model, tokenizer=tokenizer,
-        model_dir=model_dir)}
-
-
-def test_a_tool_call_answer_s_receipt_verifies(json_node, verifier, json_model_dir,
+def test_a_tool_call_answer_s_receipt_verifies(json_node, json_verifier, json_model_dir,
                                                monkeypatch):
     for tool_choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         body = {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 200, "seed": 5,
                 "tools": TOOLS, "tool_choice": tool_choice}
         data = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60).json()
-        evidence = data["receipt_evidence"]
-        text = evidence["completion_text"]  # the model's JSON, which tool_calls reshape
-        bundle = bundle_json(parse_receipt(data["receipt"]),
-                             ReceiptDomain.from_json(evidence["domain"]), route="chat",
-                             request=body, text=text,
-                             completion_token_ids=evidence["completion_token_ids"])
-        checks = check(bundle, verifier, json_model_dir, monkeypatch)
+        # the text signed is the model's JSON, which tool_calls reshape
+        bundle = answer_bundle("chat", body, data, data["receipt_evidence"]["completion_text"])
+        checks = offline_checks(bundle, json_verifier, json_model_dir, monkeypatch)
         assert checks["response_format"].passed and checks["sampling"].passed
         assert "tool_choice grammar" in checks["response_format"].detail
 
 
-def test_a_node_that_ignores_the_tool_grammar_fails_response_format(json_model_dir, verifier,
+def test_a_node_that_ignores_the_tool_grammar_fails_response_format(json_model_dir,
+                                                                    json_verifier,
                                                                     monkeypatch):
     engine = make_engine(json_model_dir)
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(json_model_dir))
@@ -200,17 +185,10 @@ def test_a_node_that_ignores_the_tool_grammar_fails_response_format(json_model_d
         params = SamplingParams(max_tokens=24, temperature=1.0, seed=4,
                                 request_key=request_key(normalized), constraint=None)
         out = asyncio.run(engine.generate(injected.prompt, params))
-        receipt = signer.issue(
-            library=library_ref(SNAPSHOT.log_id, SNAPSHOT.size, SNAPSHOT.root),
-            experience_ids=SNAPSHOT.experience_ids, request_json=normalized,
-            prompt_ids=list(injected.prompt.all_token_ids), text=out.text,
-            completion_ids=out.token_ids, temperature=1.0, top_p=1.0, max_tokens=24,
-            seed=4, finish_reason=out.finish_reason)
     finally:
         engine.shutdown()
-    bundle = bundle_json(receipt, DOMAIN, route="chat", request=body, text=out.text,
-                         completion_token_ids=out.token_ids)
+    bundle = signed_bundle(signer, body, normalized, list(injected.prompt.all_token_ids), out)
     with pytest.raises(ReceiptError) as failure:
-        check(bundle, verifier, json_model_dir, monkeypatch)
+        offline_checks(bundle, json_verifier, json_model_dir, monkeypatch)
     assert failure.value.reason == "response_format", failure.value
     assert "tool_choice grammar" in str(failure.value)

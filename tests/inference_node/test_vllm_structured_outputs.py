@@ -21,8 +21,10 @@ from node_helpers import (
     NODE_KEY,
     SCHEMAS,
     SNAPSHOT,
+    answer_bundle,
     make_engine,
     needs_vllm,
+    offline_checks,
     run_server,
 )
 
@@ -31,11 +33,8 @@ from inference_node.engine import SamplingParams
 from inference_node.injection import LibraryInjector
 from inference_node.library import StaticLibrarySource
 from inference_node.receipts import (
-    ReceiptDomain,
     ReceiptSigner,
-    bundle_json,
     model_digest,
-    parse_receipt,
 )
 from inference_node.response_format import Constraint, FormatError
 
@@ -98,8 +97,7 @@ def test_a_constrained_vllm_answer_s_receipt_verifies(engine, vllm_json_model_di
     sampler on a transformers prefill, and every check passes."""
     engine.start()
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_json_model_dir))
-    model, tokenizer = verify.load_verifier_model(vllm_json_model_dir)
-    monkeypatch.setattr(verify, "_check_library", lambda *a: dict(SNAPSHOT.experiences))
+    verifier = verify.load_verifier_model(vllm_json_model_dir)
     with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as node:
         for index, seed, temperature in [(4, 1, 1.0), (3, 2, 0.0)]:
             body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "plan"}],
@@ -108,14 +106,7 @@ def test_a_constrained_vllm_answer_s_receipt_verifies(engine, vllm_json_model_di
                         "name": "answer", "schema": SCHEMAS[index], "strict": True}}}
             data = httpx.post(node.base_url + "/chat/completions", json=body,
                               timeout=120).json()
-            evidence = data["receipt_evidence"]
-            bundle = bundle_json(parse_receipt(data["receipt"]),
-                                 ReceiptDomain.from_json(evidence["domain"]), route="chat",
-                                 request=body, text=data["choices"][0]["message"]["content"],
-                                 completion_token_ids=evidence["completion_token_ids"])
-            checks = verify.verify_receipt_bundle(
-                bundle, contract=object(), content=object(), model=model, tokenizer=tokenizer,
-                model_dir=vllm_json_model_dir)
-            checks = {c.name: c for c in checks}
+            bundle = answer_bundle("chat", body, data, data["choices"][0]["message"]["content"])
+            checks = offline_checks(bundle, verifier, vllm_json_model_dir, monkeypatch)
             assert checks["response_format"].passed and checks["sampling"].passed
             assert checks["activations"].passed
