@@ -2,8 +2,9 @@
 
 Every contract client of the repository (``LedgerContract``, the governance client, the
 NodeRegistry client, the deployer) writes through ``EvmConnection.send(call, account)``: it
-estimates gas (``build_transaction``; a revert at estimation surfaces there, decoded), takes
-the sender's ``pending`` nonce, signs locally, sends raw (so any JSON-RPC node works, an L2
+estimates gas (``build_transaction``; a revert at estimation surfaces there, decoded), pads
+the estimate (``padded_gas``: an estimate goes stale when the clock moves), takes the
+sender's ``pending`` nonce, signs locally, sends raw (so any JSON-RPC node works, an L2
 included), waits for the receipt and, when the transaction was mined but reverted, recovers
 why. Reads go through ``rpc_errors()``, which turns web3's exceptions into this module's.
 
@@ -52,6 +53,12 @@ if TYPE_CHECKING:
 ZERO_ADDRESS = "0x" + "00" * 20
 PAGE_BLOCKS = 10_000  # eth_getLogs range per request: many (L2) RPCs cap it at 10k or fewer
 RECEIPT_TIMEOUT_S = 120
+# Gas sent = estimate * 5/4 + GAS_PAD, at most the block's limit. An estimate is exact only for
+# the state and timestamp it ran against: GymToken's clock is the timestamp, so a transfer or
+# stake estimated in the second of the sender's last vote checkpoint updates that checkpoint,
+# and mined a second later pushes a new one (a fresh storage slot, ~22k gas more). Without a
+# margin that transaction runs out of gas; wallets and `forge script` pad the same way.
+GAS_PAD = 30_000
 _ERROR_STRING = bytes.fromhex("08c379a0")  # Error(string)
 _PANIC = bytes.fromhex("4e487b71")  # Panic(uint256)
 
@@ -131,6 +138,11 @@ class ErrorTable:
         return ChainError(f"the contract reverted with unknown error data 0x{data.hex()[:72]}")
 
 
+def padded_gas(estimate: int, block_gas_limit: int) -> int:
+    """The gas a transaction estimated at ``estimate`` is sent with (see ``GAS_PAD``)."""
+    return min(block_gas_limit, estimate * 5 // 4 + GAS_PAD)
+
+
 class EvmConnection:
     """A web3 connection and the errors of the contracts a client talks to through it.
 
@@ -187,6 +199,7 @@ class EvmConnection:
                 "nonce": self.w3.eth.get_transaction_count(account.address, "pending"),
                 "chainId": self.w3.eth.chain_id,
             })
+            tx["gas"] = padded_gas(tx["gas"], self.w3.eth.get_block("latest")["gasLimit"])
             tx_hash = self.w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
             receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash,
                                                                timeout=self.receipt_timeout)

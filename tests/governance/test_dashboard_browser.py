@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from eth_account import Account
-from gym_helpers import gym_dashboard
+from gym_helpers import gym_dashboard, send
 from web3 import Web3
 
 from contracts import load_artifact
@@ -55,11 +55,7 @@ def served_dashboard(gym_env):
     w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
     token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
                             abi=load_artifact("GymToken").abi)
-    sender = w3.eth.account.from_key(ANVIL_DEV_KEYS[0])
-    tx = token.functions.transfer(ACCOUNT[5], 100 * GYM_UNIT).build_transaction(
-        {"from": sender.address, "nonce": w3.eth.get_transaction_count(sender.address)})
-    w3.eth.wait_for_transaction_receipt(
-        w3.eth.send_raw_transaction(sender.sign_transaction(tx).raw_transaction))
+    send(w3, token.functions.transfer(ACCOUNT[5], 100 * GYM_UNIT), ANVIL_DEV_KEYS[0])
     gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,2",
         "--description", "Two general rules.", "--account", "1")
     gym("devnet", "mine", "--seconds", "2")  # past the snapshot: later delegations do not count

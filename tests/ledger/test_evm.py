@@ -12,7 +12,14 @@ from web3 import Web3
 from contracts import load_artifact
 from devnet.deploy import CONTRACT_NAMES, Deployment
 from devnet.settings import ANVIL_DEV_KEYS
-from ledger.evm import ZERO_ADDRESS, ChainError, ContractRevertError, ErrorTable, EvmConnection
+from ledger.evm import (
+    ZERO_ADDRESS,
+    ChainError,
+    ContractRevertError,
+    ErrorTable,
+    EvmConnection,
+    padded_gas,
+)
 
 SENDER = Account.from_key(ANVIL_DEV_KEYS[0])  # deployer and token holder on the devnet
 OTHER = Account.from_key(ANVIL_DEV_KEYS[1]).address
@@ -100,6 +107,41 @@ def test_send_refuses_each_contracts_custom_error_at_estimation(devnet):
         if values is not None:
             assert refused.value.values == values
     assert w3.eth.block_number == head  # nothing was sent
+
+
+def _mine_with_gas(w3: Web3, call, gas: int) -> dict:
+    tx = call.build_transaction({"from": SENDER.address, "gas": gas, "chainId": w3.eth.chain_id,
+                                 "nonce": w3.eth.get_transaction_count(SENDER.address, "pending")})
+    tx_hash = w3.eth.send_raw_transaction(SENDER.sign_transaction(tx).raw_transaction)
+    return w3.eth.wait_for_transaction_receipt(tx_hash)
+
+
+@pytest.mark.anvil
+def test_padded_gas_covers_an_estimate_the_clock_made_stale(devnet):
+    """GymToken's clock is the timestamp, and Anvil mines blocks of the same second with the
+    same timestamp. Estimated in the second of the holders' last vote checkpoints, a transfer
+    updates them in place; mined in the next second it pushes new ones. The bare estimate then
+    runs out of gas (what failed a CI run once, on a busy machine); the padded one does not."""
+    w3, contracts, evm = devnet
+    transfer = contracts["GymToken"].functions.transfer(OTHER, 10**18)
+
+    def next_second() -> dict:
+        latest = w3.eth.get_block("latest")
+        w3.provider.make_request("evm_setNextBlockTimestamp", [latest["timestamp"] + 1])
+        return latest
+
+    next_second()
+    evm.send(transfer, SENDER)  # checkpoints of SENDER and OTHER in this block's second
+    stale = transfer.estimate_gas({"from": SENDER.address}, block_identifier="latest")
+    latest = next_second()
+    assert _mine_with_gas(w3, transfer, stale)["status"] == 0  # out of gas, a second later
+    next_second()
+    receipt = _mine_with_gas(w3, transfer, padded_gas(stale, latest["gasLimit"]))
+    assert receipt["status"] == 1 and receipt["gasUsed"] > stale
+    sent = evm.send(transfer, SENDER)  # the layer pads the same way
+    tx = w3.eth.get_transaction(sent["transactionHash"])
+    assert tx["gas"] > sent["gasUsed"] and tx["gas"] >= padded_gas(21_000, latest["gasLimit"])
+    assert padded_gas(10**9, 30_000_000) == 30_000_000  # never above the block's limit
 
 
 def _mine_reverted(w3: Web3, call) -> dict:

@@ -16,6 +16,7 @@ from eth_account import Account
 from web3 import Web3
 
 from devnet.anvil import free_port
+from ledger.evm import padded_gas
 
 GYM = Path(sys.executable).parent / "gym"
 
@@ -32,10 +33,12 @@ def kubo_cid(data: bytes) -> str:
 
 def send(w3: Web3, call, key: str):
     """Sign `call` (a contract function call) with `key`, send it, and return its receipt,
-    after checking that it succeeded."""
+    after checking that it succeeded. Gas is padded as ``ledger.evm`` pads it: GymToken's
+    clock is the timestamp, so a bare estimate can go stale before the block is mined."""
     account = Account.from_key(key)
     tx = call.build_transaction({"from": account.address, "chainId": w3.eth.chain_id,
                                  "nonce": w3.eth.get_transaction_count(account.address)})
+    tx["gas"] = padded_gas(tx["gas"], w3.eth.get_block("latest")["gasLimit"])
     tx_hash = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash)
     assert receipt["status"] == 1

@@ -160,10 +160,15 @@
     throw new RequestError(`no receipt for ${hash} after 60 s`);
   }
 
+  // Gas as ledger/evm.py pads it (estimate * 5/4 + 30000): GymToken's clock is the timestamp,
+  // so an estimate made in one second can fall short of the block mined in the next.
   async function send(tx) {
+    const call = { from: tx.from, to: tx.to, data: tx.data };
+    const estimate = BigInt(await provider.request({ method: "eth_estimateGas", params: [call] }));
+    const gas = "0x" + ((estimate * 5n) / 4n + 30000n).toString(16);
     const hash = await provider.request({
       method: "eth_sendTransaction",
-      params: [{ from: tx.from, to: tx.to, data: tx.data }],
+      params: [{ ...call, gas }],
     });
     const receipt = await waitForReceipt(hash);
     if (receipt.status !== "0x1") throw new RequestError(`transaction ${hash} reverted`);
