@@ -29,6 +29,7 @@ import trainer.cli
 import trainer.gradient.cli
 from devnet.deploy import Deployment, connect, print_deployment
 from devnet.errors import DevnetError
+from devnet.help import GymGroup
 from devnet.network import devnet_down, devnet_status, devnet_up
 from devnet.runtime import deployed_address, governance_runtime, ledger_runtime
 from devnet.settings import GymSettings
@@ -42,7 +43,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    # Plain help, readable at 80 columns: see devnet/help.py.
+    rich_markup_mode=None,
+    cls=GymGroup,
 )
 devnet_app = typer.Typer(help="Run the local network: Anvil plus every contract, deployed.",
                          no_args_is_help=True)
