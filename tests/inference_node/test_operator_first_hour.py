@@ -11,28 +11,30 @@ import httpx
 from node_helpers import GYM, free_port, node_env, node_process, stop_node, wait_for_health
 
 
+def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
 def test_node_model_prints_the_cached_checkpoint_alone(tiny_model_dir, tmp_path):
     """A converted checkpoint in GYM_MODEL_CACHE: its directory, alone on stdout, at once."""
     cache = tmp_path / "models"
     shutil.copytree(tiny_model_dir, cache / "SmolLM2-135M-Instruct")
     env = {**node_env(tmp_path / "data"), "GYM_MODEL_CACHE": str(cache)}
-    result = subprocess.run([str(GYM), "node", "model"], env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = _run([str(GYM), "node", "model"], env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{cache / 'SmolLM2-135M-Instruct'}\n"
     assert "converting" not in result.stderr  # nothing to convert
     # the path is usable as `--model "$(gym node model)"`: a model directory the node accepts
-    shell = subprocess.run(["bash", "-c", f'"{GYM}" node serve --model "$("{GYM}" node model)" '
-                            "--library /nonexistent.json"],
-                           env=env, capture_output=True, text=True, timeout=120)
+    shell = _run(["bash", "-c", (f'"{GYM}" node serve --model "$("{GYM}" node model)" '
+                                 "--library /nonexistent.json")], env)
     assert shell.returncode != 0
     assert "nonexistent.json" in shell.stderr and "--model" not in shell.stderr
 
 
 def test_node_model_help_says_what_it_prints():
-    result = subprocess.run([str(GYM), "node", "model", "--help"], capture_output=True,
-                            text=True, timeout=60, env={**node_env(GYM.parent),
-                                                        "COLUMNS": "200"})
+    result = _run([str(GYM), "node", "model", "--help"],
+                  {**node_env(GYM.parent), "COLUMNS": "200"})
     assert result.returncode == 0
     assert "GYM_MODEL_CACHE" in result.stdout and "--model" in result.stdout
 
@@ -62,7 +64,7 @@ def test_serve_prints_its_own_status_first_and_keeps_the_engine_quiet(tiny_model
     assert len(ready) == 1 and f"http://127.0.0.1:{port}/v1" in ready[0], lines
     text = "\n".join(lines)
     for noise in ("Uvicorn running", "Started server process", "Application startup complete",
-                  "POST /v1/completions", "INFO"):
+                  "POST /v1/completions", "INFO", "Loading weights"):
         assert noise not in text, text
     assert len(lines) <= 6, text  # loading, engine, loaded, ready, stopped
 
@@ -78,8 +80,7 @@ def test_serve_log_level_info_brings_the_engine_logs_back(tiny_model_dir, tmp_pa
 
 
 def test_serve_refuses_an_unknown_log_level(tiny_model_dir, tmp_path):
-    result = subprocess.run([str(GYM), "node", "serve", "--model", str(tiny_model_dir),
-                             "--log-level", "loud"], env=node_env(tmp_path), capture_output=True,
-                            text=True, timeout=60)
+    result = _run([str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--log-level",
+                   "loud"], node_env(tmp_path))
     assert result.returncode != 0 and "loud" in result.stderr
     assert "Traceback" not in result.stderr
