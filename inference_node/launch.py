@@ -30,7 +30,11 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
+import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
@@ -38,13 +42,54 @@ from typing import Any, Self
 from rich.console import Console
 
 from inference_node.bundle_store import DEFAULT_MAX_BYTES
-from inference_node.engine_select import EngineChoice
+from inference_node.engine_select import EngineChoice, choose_engine
 from inference_node.errors import KeyLoadError, NodeError
 from inference_node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
 # A keystore is JSON from outside (ledger.json_input), ~500 bytes.
 MAX_KEYSTORE_BYTES = 64 * 1024
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# The libraries under the node whose logs --log-level sets (uvicorn's access log included).
+ENGINE_LOGGERS = ("vllm", "transformers", "torch", "uvicorn", "uvicorn.error", "uvicorn.access",
+                  "httpx", "urllib3")
+
+
+def set_engine_log_level(level: str) -> None:
+    """Let the engine libraries (vLLM, transformers, torch, uvicorn) log at ``level`` and above.
+
+    Called before vLLM is imported: vLLM reads ``VLLM_LOGGING_LEVEL`` once, when it is imported,
+    and configures its own handler; transformers reads ``TRANSFORMERS_VERBOSITY`` likewise. The
+    Python loggers are set too, for what is already imported. At warning and error the
+    libraries' FutureWarning/DeprecationWarning notices and Hugging Face progress bars are off
+    as well. The node's own status lines go to its console, not through logging, and always
+    print.
+    """
+    if level not in LOG_LEVELS:
+        raise NodeError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
+    os.environ["VLLM_LOGGING_LEVEL"] = level.upper()
+    os.environ["TRANSFORMERS_VERBOSITY"] = level
+    for name in ENGINE_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())
+    if level in ("warning", "error"):  # deprecation notices and progress bars, in workers too
+        for category in (FutureWarning, DeprecationWarning):
+            warnings.filterwarnings("ignore", category=category)
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # transformers' "Loading weights" bar
+        if "huggingface_hub" in sys.modules:
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()
+    if level == "error":
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity(getattr(logging, level.upper()))
 
 
 @dataclass
@@ -78,6 +123,7 @@ class NodeLaunch:
     bundle_retention_s: float = 7 * 86400  # keep receipt bundles this long; 0: keep none
     bundle_max_bytes: int = DEFAULT_MAX_BYTES  # at most this many bytes of bundles, oldest dropped
     bundle_store: Path | None = None  # default: receipt-bundles/<log>.sqlite beside the content
+    log_level: str = "info"  # uvicorn's level (access log at info); see set_engine_log_level
 
 
 @dataclass
@@ -94,8 +140,12 @@ class RunningNode:
     bundles: Any = None  # BundleStore, with a key and a retention
     workdir: Path | None = None  # where an adapter was merged; removed by close()
 
-    def serve_until_stopped(self) -> None:
-        serve_until_stopped(self.app, self.settings.host, self.settings.port)
+    log_level: str = "info"  # uvicorn's (its access log is at info)
+
+    def serve_until_stopped(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve until SIGTERM or SIGINT; ``on_ready`` runs once the socket listens."""
+        serve_until_stopped(self.app, self.settings.host, self.settings.port,
+                            log_level=self.log_level, on_ready=on_ready)
 
     def close(self) -> None:
         if self.bundles is not None:
@@ -151,17 +201,17 @@ def open_registry(ledger: Any, address: str | None, key: str | None = None):
 
 
 def load_engine(kind: str, model: Path, *, device: str | None, max_batch: int,
-                prefix_reuse: bool, eager: bool = False) -> tuple[Any, EngineChoice]:
+                prefix_reuse: bool, eager: bool = False, choice: EngineChoice | None = None
+                ) -> tuple[Any, EngineChoice]:
     """The engine for ``--engine kind`` (see `inference_node.engine_select`), and why it was chosen.
 
     vLLM is imported only when it is asked for or `auto` may pick it; when `auto` picked vLLM
     and it fails to start, the node says why and serves with the transformers engine.
     """
     from inference_node.engine import EngineError
-    from inference_node.engine_select import choose_engine
     from inference_node.transformers_engine import TransformersEngine
 
-    choice = choose_engine(kind, model, device=device)
+    choice = choice if choice is not None else choose_engine(kind, model, device=device)
     if choice.kind == "transformers":
         engine = TransformersEngine.from_pretrained(model, device=device, max_batch=max_batch,
                                                     prefix_reuse=prefix_reuse)
@@ -193,6 +243,10 @@ def start_node(launch: NodeLaunch, ledger: Any = None, *, console: Console | Non
     """Start the node ``launch`` describes (module docstring); ``ledger``: the ledger runtime
     (``ledger.runtime.LedgerRuntime``), needed to follow a log, serve an adapter or sign."""
     console = console if console is not None else Console(quiet=True)
+    how = (" (vLLM when it can serve the model, else transformers)"
+           if launch.engine == "auto" else "")
+    console.print(f"gym node: loading {launch.model} with the {launch.engine} engine{how} ...",
+                  highlight=False)
     settings = launch.server
     if launch.adapter is not None and settings.served_model_name is None:
         settings = settings.model_copy(update={
@@ -268,11 +322,17 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
     from inference_node.server import create_app
     from ledger.chain import LedgerContract
 
-    with console.status(f"loading {served_dir} ({launch.engine} engine)"):
+    chosen = choose_engine(launch.engine, served_dir, device=launch.device)
+    console.print(f"engine: [bold]{chosen.kind}[/] ({chosen.reason}); loading the model ...")
+    started = time.monotonic()
+    with console.status(f"loading {served_dir} ({chosen.kind} engine)"):
         engine, choice = load_engine(launch.engine, served_dir, device=launch.device,
                                      max_batch=launch.max_batch,
-                                     prefix_reuse=launch.prefix_reuse, eager=launch.eager)
-    console.print(f"engine: [bold]{choice.kind}[/] ({choice.reason})")
+                                     prefix_reuse=launch.prefix_reuse, eager=launch.eager,
+                                     choice=chosen)
+    if choice.kind != chosen.kind:
+        console.print(f"engine: [bold]{choice.kind}[/] ({choice.reason})")
+    console.print(f"engine loaded in {time.monotonic() - started:.0f} s", highlight=False)
     signer = receipts_log = bundles = None
     if launch.key is not None:
         rt = _needs(ledger, "signing receipts")
@@ -313,7 +373,7 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
     app = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log,
                      adapter_cid=launch.adapter, bundles=bundles)
     return RunningNode(app, engine, choice, source, settings, signer, receipts_log, bundles,
-                       workdir)
+                       workdir, log_level=launch.log_level)
 
 
 def register_node(registry: Any, signer: Any, receipts_log: Any, stake: str | None,
@@ -340,13 +400,15 @@ def register_node(registry: Any, signer: Any, receipts_log: Any, stake: str | No
     return node
 
 
-def serve_until_stopped(app: Any, host: str, port: int) -> None:
+def serve_until_stopped(app: Any, host: str, port: int, *, log_level: str = "info",
+                        on_ready: Callable[[], None] | None = None) -> None:
     """Serve ``app`` with uvicorn until SIGTERM or SIGINT, then stop gracefully and return.
 
     On the signal uvicorn closes the listening socket (new connections are refused), waits for
     every in-flight request, streamed or not, to be answered in full (with its receipt), then
     runs the app's shutdown: the engine stops and the receipt log appends what is queued and
-    anchors what is pending. A second SIGINT skips the waiting. uvicorn then raises the signal
+    anchors what is pending. A second SIGINT skips the waiting. ``on_ready`` runs once the socket listens and the app's
+startup is done (``log_level``: uvicorn's; at info it logs every request). uvicorn then raises the signal
     again so that its default action (death by signal) happens; the no-op handlers installed
     here receive it instead, so the command returns and exits 0 once everything is anchored.
     """
@@ -354,7 +416,13 @@ def serve_until_stopped(app: Any, host: str, port: int) -> None:
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_ready is not None:
+                on_ready()
+
+    server = Server(uvicorn.Config(app, host=host, port=port, log_level=log_level))
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in stop_signals}
     try:

@@ -243,14 +243,21 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
+def default_model_target() -> Path:
+    """Where `default_model_dir()` keeps the converted model: $GYM_MODEL_CACHE (default
+    ~/.cache/zoo-gym/models)/SmolLM2-135M-Instruct, whether or not it is converted yet."""
+    root = Path(os.environ.get("GYM_MODEL_CACHE", Path.home() / ".cache" / "zoo-gym" / "models"))
+    return root / "SmolLM2-135M-Instruct"
+
+
 def default_model_dir() -> Path:
     """SmolLM2-135M-Instruct as safetensors, converted from the packaged GGUF on first use.
 
     The cache lives in $GYM_MODEL_CACHE (default ~/.cache/zoo-gym/models). The conversion writes
     to a temporary directory and renames it, so an interrupted conversion leaves no half model.
     """
-    root = Path(os.environ.get("GYM_MODEL_CACHE", Path.home() / ".cache" / "zoo-gym" / "models"))
-    target = root / "SmolLM2-135M-Instruct"
+    target = default_model_target()
+    root = target.parent
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
