@@ -27,8 +27,10 @@ command -v npm >/dev/null || die "npm not found: install npm (Debian: apt-get in
 
 # 0. System packages the tests need: PostgreSQL (the ledger suite runs on it as on SQLite) and
 #    Chromium (the dashboard's browser test drives Debian's build through Playwright; no
-#    browser is ever downloaded).
+#    browser is ever downloaded), and curl and jq, which the README's node operator section uses.
 missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v jq >/dev/null || missing+=(jq)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
