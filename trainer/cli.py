@@ -92,11 +92,21 @@ def train_tfgrpo(
         task = bar.add_task(f"tfgrpo steps ({len(trainer.problems)} problems, G = "
                             f"{config.group_size})", total=total)
 
+        generated = 0
+
+        def count(n: int) -> None:  # every batch of completions, rollouts and stage calls alike
+            nonlocal generated
+            generated += n
+            bar.update(task, description=f"tfgrpo steps: {generated} completions")
+
         def advance(row: dict) -> None:
             bar.update(task, completed=row["global_step"] + 1,
                        description=f"epoch {row['epoch']} step {row['step']}: "
-                                   f"library {row['library_size']}")
+                                   f"library {row['library_size']}, {generated} completions")
 
+        for backend in {id(b): b for b in (trainer.policy, trainer.stage)}.values():
+            if hasattr(backend, "on_rows"):
+                backend.on_rows = count
         report_path = trainer.train(resume=resume, on_step_end=advance)
     report = read_json_file(report_path)
     table = Table(title="Training-Free GRPO")
