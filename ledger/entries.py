@@ -81,23 +81,36 @@ def _path(parts: Iterable[str | int]) -> str:
     return out
 
 
+def _problems(exc: ValidationError) -> list[tuple[str | None, str]]:
+    """Every problem pydantic found, as ``(dotted field or None, message)``; the problems of a
+    nested model come with the nested model's path in front of their own."""
+    out: list[tuple[str | None, str]] = []
+    for err in exc.errors():
+        field, message = _path(err["loc"]), err["msg"]
+        # A _Rule comes from our validators; an EntryError from a nested model's __init__.
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, EntryError):
+            out += [(".".join(filter(None, [field, sub])) or None, text)
+                    for sub, text in cause.problems]
+            continue
+        if isinstance(cause, _Rule):
+            message = cause.message
+            field = ".".join(filter(None, [field, cause.field]))
+        elif err["type"] == "extra_forbidden":
+            message = "unknown field"
+        out.append((field or None, message))
+    return out
+
+
 def _entry_error(exc: ValidationError) -> EntryError:
-    """The first problem pydantic found, as an ``EntryError`` naming the field."""
-    err = exc.errors()[0]
-    field, message = _path(err["loc"]), err["msg"]
-    # A _Rule comes from our validators; an EntryError from a nested model's __init__.
-    cause = (err.get("ctx") or {}).get("error")
-    if isinstance(cause, _Rule | EntryError):
-        message = getattr(cause, "message", str(cause))
-        field = ".".join(filter(None, [field, cause.field]))
-    elif err["type"] == "extra_forbidden":
-        message = "unknown field"
-    more = len(exc.errors()) - 1
+    """Every problem pydantic found, as one ``EntryError``: its message names the first and
+    counts the others, its ``problems`` lists them all."""
+    problems = _problems(exc)
+    field, message = problems[0]
+    more = len(problems) - 1
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''})"
-    error = EntryError(message, field=field or None)
-    error.message = message  # the rule alone, for an enclosing model to prefix its path
-    return error
+    return EntryError(message, field=field, problems=problems)
 
 
 class _Strict(BaseModel):

@@ -40,12 +40,15 @@ class ContentIntegrityError(VerificationError):
 class EntryError(LedgerError, ValueError):
     """An entry is malformed: wrong JSON, unknown type/version, a field breaks a rule.
 
-    ``field`` names the offending field (dotted path) when there is one.
+    ``field`` names the offending field (dotted path) when there is one; ``problems`` lists
+    every problem found as ``(field or None, message)``, the first one being ``field``'s.
     """
 
-    def __init__(self, message: str, *, field: str | None = None):
+    def __init__(self, message: str, *, field: str | None = None,
+                 problems: list[tuple[str | None, str]] | None = None):
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field
+        self.problems = problems if problems else [(field, message)]
 
 
 class NotFoundError(LedgerError, KeyError):

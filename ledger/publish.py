@@ -139,10 +139,17 @@ def entry_from_json(obj: Any) -> bytes:
     return data
 
 
+MAX_LISTED_PROBLEMS = 20  # `gym ledger append` lists this many problems, then counts the rest
+
+
 def read_entry_files(paths: Iterable[str | Path]) -> list[bytes]:
-    """Canonical bytes of every entry in ``paths``, in order; ``EntryError`` naming the file
-    (and line, for JSONL) of the first bad entry."""
+    """Canonical bytes of every entry in ``paths``, in order.
+
+    Every entry is checked; if any is bad, one ``EntryError`` lists every problem of every bad
+    entry (file, and line for JSONL; field; message), the first ``MAX_LISTED_PROBLEMS`` of
+    them, then how many more. A single problem stays a single line."""
     out: list[bytes] = []
+    bad: list[tuple[str, str | None, str]] = []  # (where, field, message)
     for path in map(Path, paths):
         try:
             text = path.read_text(encoding="utf-8")
@@ -161,12 +168,28 @@ def read_entry_files(paths: Iterable[str | Path]) -> list[bytes]:
                                  what="entry")
             except JSONInputError as exc:
                 detail = f"not valid JSON ({exc})" if exc.reason == "invalid" else str(exc)
-                raise EntryError(f"{where}: {detail}") from None
+                bad.append((where, None, detail))
+                continue
             try:
                 out.append(entry_from_json(obj))
             except EntryError as exc:
-                raise EntryError(f"{where}: {exc}") from None
+                bad += [(where, field, message) for field, message in exc.problems]
+    if bad:
+        raise EntryError(_problem_report(bad))
     return out
+
+
+def _problem_report(bad: list[tuple[str, str | None, str]]) -> str:
+    lines = [f"{where}: {field}: {message}" if field else f"{where}: {message}"
+             for where, field, message in bad]
+    if len(lines) == 1:
+        return lines[0]
+    entries = len({where for where, _, _ in bad})
+    listed = lines[:MAX_LISTED_PROBLEMS]
+    if len(lines) > MAX_LISTED_PROBLEMS:
+        listed.append(f"and {len(lines) - MAX_LISTED_PROBLEMS} more")
+    return (f"{len(lines)} problems in {entries} entr{'y' if entries == 1 else 'ies'}:\n"
+            + "\n".join(f"  {line}" for line in listed))
 
 
 def check_library_fold(store: LogStore, content: ContentStore, name: str, size: int,

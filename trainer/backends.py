@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,7 @@ class TransformersBackend:
         self.model = AutoModelForCausalLM.from_pretrained(self.model_dir).to(self.device).eval()
         self.usage = Usage()
         self.last_receipts: list[list[str | None]] = []
+        self.on_rows: Callable[[int], None] | None = None  # told of each finished batch's rows
         self._grammars = None  # trainer.grammar.Grammars, built on first response_format
 
     def generate(self, prompts: list[list[Message]], n: int = 1, temperature: float = 0.7,
@@ -167,6 +169,8 @@ class TransformersBackend:
                                               temperature, top_p, max_new_tokens, grammar)
             for (i, j), text in zip(chunk, completions, strict=True):
                 out[i][j] = text
+            if self.on_rows is not None:
+                self.on_rows(len(chunk))
         self.last_receipts = [[None] * n for _ in prompts]
         return out
 
@@ -356,6 +360,7 @@ class OpenAIBackend:
         self.usage = Usage()
         self.last_receipts: list[list[str | None]] = []
         self.format_refused = False  # the server answered 400 to a response_format once
+        self.on_rows: Callable[[int], None] | None = None  # told of each finished completion
 
     def generate(self, prompts: list[list[Message]], n: int = 1, temperature: float = 0.7,
                  top_p: float = 1.0, max_new_tokens: int = 256, seed: int = 0,
@@ -379,8 +384,14 @@ class OpenAIBackend:
             self.usage.format_fallbacks += 1
             return self._complete(body)
 
+        def counted(job: tuple[int, int]) -> tuple[str, str | None]:
+            answer = one(job)
+            if self.on_rows is not None:
+                self.on_rows(1)
+            return answer
+
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-            answers = list(pool.map(one, jobs))
+            answers = list(pool.map(counted, jobs))
         out: list[list[str]] = [[""] * n for _ in prompts]
         receipts: list[list[str | None]] = [[None] * n for _ in prompts]
         for (i, j), (text, cid) in zip(jobs, answers, strict=True):

@@ -1,6 +1,7 @@
 """``gym train tfgrpo`` and ``gym eval``: thin commands over the trainer and the evaluator.
 
-    gym train tfgrpo trainer/configs/tfgrpo_smollm2.yaml [--resume] [--output DIR] [--publish LOG]
+    gym train tfgrpo trainer/configs/tfgrpo_smollm2.yaml [--limit N] [--epochs N] [--resume]
+                     [--output DIR] [--publish LOG]
     gym train publish runs/tfgrpo-smollm2 LOG
     gym eval --library runs/tfgrpo-smollm2/library.json \\
              --dataset trainer/data/arith_heldout.jsonl -k 4 --seeds 3 [--model DIR] [--limit N]
@@ -9,8 +10,10 @@
              --model SmolLM2-135M-Instruct [--api-key-env OPENAI_API_KEY]
 
 The root CLI mounts `train_app` as `gym train` and `eval_library` as `gym eval`. Expected
-failures (a bad config, a snapshot from another config, a missing file) raise `ConfigError`,
-`ResumeError` or `FileNotFoundError`; the root turns them into one line.
+failures (a bad config, a snapshot from another config, a missing or malformed dataset, an
+unknown verifier) raise `ConfigError`, `ResumeError`, `DatasetError` or `VerifierError`, all
+`TrainerError`s, and are raised before any model loads where they can be; the root turns them
+into one line. Progress (spinners, bars) goes to stderr, results to stdout.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from trainer._json import read_json_file
 train_app = typer.Typer(help="Train: LoRA adapters (sft, dpo, grpo, gspo through TRL + PEFT) "
                         "or a Training-Free GRPO experience library.", no_args_is_help=True)
 console = Console()
+progress_console = Console(stderr=True)  # spinners and progress bars: stdout keeps the results
 
 
 @train_app.callback()
@@ -46,29 +50,63 @@ def train_tfgrpo(
     output: Annotated[Path | None, typer.Option(help="Override the config's output_dir.")] = None,
     publish: Annotated[str | None, typer.Option(
         help="Then publish the run to this ledger log (created if new) and anchor it.")] = None,
+    limit: Annotated[int | None, typer.Option(
+        min=1, help="Train on the first N problems only (overrides max_train_problems); "
+                    "steps per epoch = N / batch_size.")] = None,
+    epochs: Annotated[int | None, typer.Option(
+        min=1, help="Override the config's epochs.")] = None,
 ) -> None:
     """Learn an experience library with Training-Free GRPO; writes snapshots and a run report.
 
-    With --publish LOG the run becomes ledger entries (one `run`, one `experience` per applied
-    operation), appended to LOG and anchored on the chain of the devnet deployment.
+    Relative paths inside the config (train_path, eval_path, a local model) are read relative
+    to the config file; output_dir relative to the working directory. A quick run:
+    --limit 4 (one step of batch_size 4). With --publish LOG the run becomes ledger entries
+    (one `run`, one `experience` per applied operation), appended to LOG and anchored on the
+    chain of the devnet deployment.
     """
-    from trainer.tfgrpo_config import TFGRPOConfig
+    from trainer.data import load_problems
+    from trainer.errors import TrainerError
+    from trainer.tfgrpo_config import ConfigError, TFGRPOConfig
+
+    config = TFGRPOConfig.from_yaml(config_path, output_dir=str(output) if output else None,
+                                    max_train_problems=limit, epochs=epochs)
+    # Every input before any model: the problems parse, the ledger answers.
+    try:
+        load_problems(config.train_path, config.max_train_problems)
+    except TrainerError as exc:
+        raise ConfigError(f"{config_path}: train_path: {exc}") from None
+    if publish:
+        from ledger.runtime import runtime_of
+
+        runtime_of(ctx).contract.log_count()
+    from trainer.gradient.progress import quiet_library_output
     from trainer.tfgrpo_trainer import TFGRPOTrainer
 
-    config = TFGRPOConfig.from_yaml(config_path, output_dir=str(output) if output else None)
-    with console.status("loading models"):
+    quiet_library_output()
+    with progress_console.status("loading models"):
         trainer = TFGRPOTrainer(config)
     total = config.epochs * trainer.steps_per_epoch
     from trainer.reports import step_progress
 
-    with step_progress(console) as bar:
-        task = bar.add_task("tfgrpo steps", total=total)
+    with step_progress(progress_console) as bar:
+        task = bar.add_task(f"tfgrpo steps ({len(trainer.problems)} problems, G = "
+                            f"{config.group_size})", total=total)
+
+        generated = 0
+
+        def count(n: int) -> None:  # every batch of completions, rollouts and stage calls alike
+            nonlocal generated
+            generated += n
+            bar.update(task, description=f"tfgrpo steps: {generated} completions")
 
         def advance(row: dict) -> None:
             bar.update(task, completed=row["global_step"] + 1,
                        description=f"epoch {row['epoch']} step {row['step']}: "
-                                   f"library {row['library_size']}")
+                                   f"library {row['library_size']}, {generated} completions")
 
+        for backend in {id(b): b for b in (trainer.policy, trainer.stage)}.values():
+            if hasattr(backend, "on_rows"):
+                backend.on_rows = count
         report_path = trainer.train(resume=resume, on_step_end=advance)
     report = read_json_file(report_path)
     table = Table(title="Training-Free GRPO")
@@ -156,13 +194,24 @@ def eval_library(
         raise TrainerError("--adapter needs a local model: it cannot be combined with --base-url")
     if base_url and not model:
         raise TrainerError("--base-url needs --model NAME (the model's name on that endpoint)")
+    if limit < 0 or k < 1 or seeds < 1 or max_new_tokens < 1 or batch_size < 1:
+        raise TrainerError("--limit must be >= 0; -k, --seeds, --max-new-tokens and "
+                           "--batch-size >= 1")
     problems = load_problems(dataset, limit)
-    experiences = load_library(library) if library else []
+    try:
+        experiences = load_library(library) if library else []
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TrainerError(f"{library}: not a library.json of `gym train tfgrpo` "
+                           f"({exc})") from None
+    load_verifier(verifier)
     if base_url:
         backend = OpenAIBackend(base_url, model, os.environ.get(api_key_env),
                                 max_concurrency=batch_size)
     else:
-        with console.status("loading model"):
+        from trainer.gradient.progress import quiet_library_output
+
+        quiet_library_output()
+        with progress_console.status("loading model"):
             backend = TransformersBackend(model or None, batch_size=batch_size)
     arms = {"baseline": (backend, [])}
     if library:
@@ -176,19 +225,23 @@ def eval_library(
                 console.print(f"[yellow]warning[/yellow]: the base model's weights digest "
                               f"{check.digest} is not the one the adapter entry names "
                               f"({check.expected})", highlight=False)
-        with console.status("loading adapter"):
+        with progress_console.status("loading adapter"):
             tuned = adapter_backend(adapter, model or None, batch_size=batch_size)
         arms["adapter"] = (tuned, [])
         if library:
             arms["adapter+library"] = (tuned, experiences)
     from trainer.reports import step_progress
 
-    with step_progress(console) as bar:
-        task = bar.add_task("eval arms x seeds", total=len(arms) * seeds)
+    with step_progress(progress_console) as bar:
+        task = bar.add_task(f"eval: {len(arms)} arms x {seeds} seeds x {len(problems)} problems "
+                            f"x k={k} generations", total=len(arms) * seeds * len(problems) * k)
+
+        def advance(n: int, label: str) -> None:
+            bar.update(task, advance=n, description=f"eval {label}")
+
         results = evaluate_arms(arms, problems, load_verifier(verifier), k=k,
                                 seeds=tuple(range(seeds)), temperature=temperature,
-                                max_new_tokens=max_new_tokens,
-                                on_progress=lambda: bar.advance(task))
+                                max_new_tokens=max_new_tokens, on_progress=advance)
     if adapter:
         results["adapter_dir"] = str(adapter)
     if base_url:

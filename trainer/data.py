@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ledger.json_input import parse_json
 from trainer._json import LINE_BYTES
+from trainer.errors import TrainerError
 
 Problem = dict[str, str]  # {"problem": ..., "answer": ...}
 
@@ -130,28 +131,49 @@ def write_splits(directory: str | Path, n_train: int = 100, n_heldout: int = 50)
     write_jsonl(heldout, Path(directory) / "arith_heldout.jsonl")
 
 
+class DatasetError(TrainerError, ValueError):
+    """A problems file is missing, unreadable, or has a row without `problem` and `answer`."""
+
+
 def load_problems(path: str | Path, limit: int = 0) -> list[Problem]:
-    """Rows with `problem` and `answer` (as strings) from a local JSONL/JSON/CSV/parquet file."""
+    """Rows with `problem` and `answer` (as strings) from a local JSONL/JSON/CSV/parquet file.
+
+    Every problem with the file is a `DatasetError` naming the file (and the line)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such dataset file: {path}")
+        raise DatasetError(f"{path}: no such dataset file")
     if path.suffix == ".jsonl":
-        rows = [parse_json(line, max_bytes=LINE_BYTES, what=f"{path}:{number}")
-                for number, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"{path}: cannot read the dataset ({exc})") from None
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(parse_json(line, max_bytes=LINE_BYTES, what=f"{path}:{number}"))
+            except ValueError as exc:
+                raise DatasetError(f"{path}:{number}: not valid JSON ({exc})") from None
     else:
         import datasets
 
         kind = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(path.suffix)
         if kind is None:
-            raise ValueError(f"{path}: unsupported extension (jsonl, json, csv, parquet)")
-        rows = list(datasets.load_dataset(kind, data_files=str(path), split="train"))
+            raise DatasetError(f"{path}: unsupported extension (jsonl, json, csv, parquet)")
+        try:
+            rows = list(datasets.load_dataset(kind, data_files=str(path), split="train"))
+        except Exception as exc:  # noqa: BLE001 - any reader failure is the file's problem
+            raise DatasetError(f"{path}: cannot read the dataset "
+                               f"({' '.join(str(exc).split())})") from None
     problems = []
     for i, row in enumerate(rows):
-        if "problem" not in row or "answer" not in row:
-            raise ValueError(f"{path}: row {i} lacks a `problem` or `answer` field")
+        if not isinstance(row, dict) or "problem" not in row or "answer" not in row:
+            raise DatasetError(f"{path}: row {i + 1} lacks a `problem` or `answer` field")
         problems.append({"problem": str(row["problem"]), "answer": str(row["answer"])})
+    if not problems:
+        raise DatasetError(f"{path}: no problems")
     return problems[:limit] if limit else problems
-
 
 if __name__ == "__main__":
     write_splits(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "data")

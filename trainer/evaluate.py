@@ -60,23 +60,40 @@ def load_library(path: str | Path) -> list[Experience]:
 def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: list[dict],
                   verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
                   temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
-                  on_progress: Callable[[], None] | None = None) -> dict:
+                  on_progress: Callable[[int, str], None] | None = None) -> dict:
     """Mean@k and Pass@k per arm (name -> (backend, library)), spread across seeds.
 
-    ``on_progress`` is called after each (seed, arm) pass.
+    ``on_progress(n, label)`` is told of every ``n`` generations finished (of
+    ``len(arms) * len(seeds) * len(problems) * k`` in all), ``label`` naming the arm and seed:
+    per batch where the backend reports its batches (``on_rows``), else per (seed, arm) pass.
     """
     per_seed: dict[str, dict[str, list[float]]] = {
         arm: {"mean_at_k": [], "pass_at_k": []} for arm in arms}
     for seed in seeds:
         for arm, (backend, experiences) in arms.items():
+            label, done = f"{arm}, seed {seed}", 0
+
+            def rows(n: int, label: str = label) -> None:
+                nonlocal done
+                done += n
+                if on_progress is not None:
+                    on_progress(n, label)
+
             prompts = [rollout_messages(p["problem"], experiences) for p in problems]
-            outputs = backend.generate(prompts, k, temperature, top_p, max_new_tokens, seed)
+            reports = on_progress is not None and hasattr(backend, "on_rows")
+            if reports:
+                backend.on_rows = rows
+            try:
+                outputs = backend.generate(prompts, k, temperature, top_p, max_new_tokens, seed)
+            finally:
+                if reports:
+                    backend.on_rows = None
             rewards = [[float(verifier({**p, "response": text})["reward"]) for text in outs]
                        for p, outs in zip(problems, outputs, strict=True)]
             per_seed[arm]["mean_at_k"].append(mean_at_k(rewards))
             per_seed[arm]["pass_at_k"].append(pass_rate(rewards, k))
-            if on_progress is not None:
-                on_progress()
+            if on_progress is not None and done < len(problems) * k:
+                on_progress(len(problems) * k - done, label)
     return {"k": k, "seeds": list(seeds), "problems": len(problems),
             "library_size": max((len(lib) for _, lib in arms.values()), default=0),
             "temperature": temperature, "max_new_tokens": max_new_tokens, "arms": list(arms),
@@ -87,7 +104,7 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
 def evaluate_library(backend: Backend, problems: list[dict], library: list[Experience],
                      verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
                      temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
-                     on_progress: Callable[[], None] | None = None) -> dict:
+                     on_progress: Callable[[int, str], None] | None = None) -> dict:
     """Mean@k and Pass@k per arm ("baseline": no library, "library"), spread across seeds."""
     return evaluate_arms({"baseline": (backend, []), "library": (backend, library)}, problems,
                          verifier, k, seeds, temperature, top_p, max_new_tokens, on_progress)

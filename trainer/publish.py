@@ -69,6 +69,7 @@ class PublishedRun:
     size: int  # log size after the anchor
     root: bytes
     tx_hash: str
+    leaves: tuple[tuple[str, int, str], ...] = ()  # (kind, leaf index, CID) of each entry
 
 
 def _read_json(path: Path) -> dict:
@@ -156,10 +157,13 @@ def publish_run(run_dir: str | Path, store, content, contract, log_name: str, *,
         store.get_log(log_name)
     except NotFoundError:
         store.create_log(log_name)
-    append_entries(store, content, log_name, [entries.run, *entries.experiences])
+    appended = append_entries(store, content, log_name, [entries.run, *entries.experiences])
     result = publish(store, content, contract, log_name)
+    kinds = ["run"] + ["experience"] * len(entries.experiences)
+    leaves = tuple((kind, appended.old_size + i, cid)
+                   for i, (kind, cid) in enumerate(zip(kinds, appended.cids, strict=True)))
     return PublishedRun(entry_cid(entries.run), entries.experience_ids, result.size,
-                        result.root, result.tx_hash)
+                        result.root, result.tx_hash, leaves)
 
 
 def publish_run_dir(run_dir: str | Path, store, content, contract, log_name: str, *,

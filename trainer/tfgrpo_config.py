@@ -9,6 +9,7 @@ halfway through a run. `TFGRPOConfig.from_yaml(path)` reads the nested YAML layo
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,13 @@ MATH_LEARNING_OBJECTIVE = ("Short, general lessons that help the solver reach th
 
 class ConfigError(TrainerError, ValueError):
     """A configuration value is missing, of the wrong kind or out of range."""
+
+
+def resolve_input(value: str | Path, base: Path) -> Path:
+    """An input path written in a config file: absolute as is, else relative to the file's
+    directory `base` (and `~` expanded)."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else Path(os.path.normpath(base / path))
 
 
 @dataclass
@@ -145,16 +153,57 @@ class TFGRPOConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> TFGRPOConfig:
-        """Load a config from YAML; `overrides` (e.g. output_dir) win over the file."""
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        """Load a config from YAML; `overrides` (e.g. output_dir) win over the file.
+
+        Relative input paths written in the file (`train_path`, `eval_path`, a transformers
+        `model` directory) are resolved against the file's directory, so a config works from
+        any working directory; `output_dir` stays relative to the working directory (where
+        `runs/...` is expected). Every problem is a `ConfigError` that names the file.
+        """
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read the config ({exc})") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown field(s) {unknown}")
+        for f in fields(cls):  # scalar fields: the YAML type must match the default's
+            kind = type(f.default)
+            if f.name in data and kind in (bool, int, float, str):
+                value = data[f.name]
+                ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+                ok = ok or (kind is float and isinstance(value, int)
+                            and not isinstance(value, bool))
+                if not ok:
+                    what = {bool: "true or false", int: "an integer", float: "a number",
+                            str: "a string"}[kind]
+                    raise ConfigError(f"{path}: {f.name} must be {what}, got {value!r}")
+        base = path.resolve().parent
+        for name in ("train_path", "eval_path"):
+            if isinstance(data.get(name), str) and data[name]:
+                data[name] = str(resolve_input(data[name], base))
+        for role in ("policy", "stage"):
+            section = data.get(role)
+            if section is not None and not isinstance(section, dict):
+                raise ConfigError(f"{path}: {role} must be a mapping or null")
+            if section and section.get("backend", "transformers") == "transformers" and \
+                    isinstance(section.get("model"), str) and section["model"]:
+                data[role] = {**section, "model": str(resolve_input(section["model"], base))}
         data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**data)
+        try:
+            return cls(**data)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: {' '.join(str(exc).split())}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -141,6 +141,8 @@ class TFGRPOTrainer:
     def __init__(self, config: TFGRPOConfig, policy: Backend | None = None,
                  stage: Backend | None = None, verifier: Verifier | None = None) -> None:
         self.config = config
+        # The inputs first: a missing or malformed dataset fails before any model is loaded.
+        self.problems = load_problems(config.train_path, config.max_train_problems)
         self.policy = policy or make_backend(config.policy)
         if stage is not None:
             self.stage = stage
@@ -149,7 +151,6 @@ class TFGRPOTrainer:
         else:
             self.stage = make_backend(config.stage)
         self.verifier = verifier or load_verifier(config.verifier, judge_backend=self.stage)
-        self.problems = load_problems(config.train_path, config.max_train_problems)
         self.output_dir = Path(config.output_dir)
         self.library: list[Experience] = []
         self.history: list[dict] = []  # every applied operation, in order

@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from typing import TypedDict
 
+from trainer.errors import TrainerError
+
 
 class Verdict(TypedDict):
     reward: float
@@ -103,6 +105,10 @@ class LLMJudge:
         return {"reward": float(head.startswith("CORRECT")), "reasoning": text.strip()}
 
 
+class VerifierError(TrainerError, ValueError):
+    """A verifier name that names no verifier (or a python: verifier that cannot be imported)."""
+
+
 def load_verifier(name: str, judge_backend=None) -> Verifier:
     """The verifier called `name` (see the module docstring)."""
     if name == "math":
@@ -111,12 +117,19 @@ def load_verifier(name: str, judge_backend=None) -> Verifier:
         return exact_match
     if name == "llm-judge":
         if judge_backend is None:
-            raise ValueError("the llm-judge verifier needs a backend")
+            raise VerifierError("the llm-judge verifier needs a backend")
         return LLMJudge(judge_backend)
-    if name.startswith("python:"):
+    if name.startswith("python:") and name.count(":") == 2:
         _, module_name, function_name = name.split(":")
-        function = getattr(importlib.import_module(module_name), function_name, None)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise VerifierError(f"verifier {name!r}: cannot import {module_name} ({exc})") \
+                from None
+        function = getattr(module, function_name, None)
         if not callable(function):
-            raise ValueError(f"{module_name}.{function_name} is not a callable")
+            raise VerifierError(f"verifier {name!r}: {module_name}.{function_name} is not a "
+                                "callable")
         return function
-    raise ValueError(f"unknown verifier {name!r}")
+    raise VerifierError(f"unknown verifier {name!r}: math, exact, llm-judge or "
+                        "python:module:function")

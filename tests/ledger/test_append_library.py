@@ -95,3 +95,33 @@ def test_duplicate_member_names_are_refused(gym, write):
     line = one_error_line(gym.run("verify", "entry", write(raw=nested)))
     assert "member 'step' appears twice in one object" in line
     assert size(gym) == 0
+
+
+def test_every_problem_of_every_bad_entry_is_listed(gym, write):
+    """A file with two bad entries (one with two problems, one with one) and a good one: the
+    error names each problem by line and field; nothing is appended."""
+    bad_twice = {**experience(1, op="nope"), "domain": ""}
+    bad_once = {**experience(2), "text": ""}
+    path = write(experience(0), bad_twice, bad_once)
+    result = gym.run("ledger", "append", LOG, path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "error: 3 problems in 2 entries:", result.stderr
+    assert {line.split(": ")[1] for line in lines[1:3]} == {"op", "domain"}
+    assert all(line.startswith(f"  {path}:2: ") for line in lines[1:3])
+    assert lines[3].startswith(f"  {path}:3: text: ")
+    assert len(lines) == 4 and "more problem" not in result.stderr
+    assert size(gym) == 0
+
+
+def test_the_listing_stops_at_twenty_problems(gym, write):
+    path = write(*(experience(i, op="nope") for i in range(25)))
+    lines = gym.run("ledger", "append", LOG, path).stderr.strip().splitlines()
+    assert lines[0] == "error: 25 problems in 25 entries:"
+    assert [line.split(":")[1] for line in lines[1:21]] == [str(n) for n in range(1, 21)]
+    assert lines[21:] == ["  and 5 more"]
+
+
+def test_a_single_problem_stays_one_error_line(gym, write):
+    line = one_error_line(gym.run("ledger", "append", LOG, write(experience(0, op="nope"))))
+    assert line.startswith("error: ") and ":1: op: " in line

@@ -48,8 +48,12 @@ def test_gym_train_sft_publish_appends_run_and_adapter(ledger_devnet, tmp_path):
     result = gym.run("train", "sft", str(config), "--output", str(tmp_path / "run"),
                      "--publish", "alice/sft", timeout=300)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"adapter entry bafkrei[a-z2-7]+ \(leaf 1\)", result.stdout)
+    adapter_cid = re.search(r"^adapter entry (bafkrei[a-z2-7]+) \(leaf 1\)$", result.stdout,
+                            re.MULTILINE).group(1)
+    assert re.search(r"^run entry +bafkrei[a-z2-7]+ \(leaf 0\)$", result.stdout, re.MULTILINE)
     assert "anchored at size 2" in result.stdout
+    assert (f"next: gym adapter fetch {adapter_cid} fetched/ --log alice/sft --index 1"
+            in result.stdout.splitlines())
     shown = gym.run("ledger", "show", "alice/sft", "1", "--json")
     assert shown.returncode == 0, shown.stderr
     leaf = json.loads(shown.stdout)
@@ -57,3 +61,10 @@ def test_gym_train_sft_publish_appends_run_and_adapter(ledger_devnet, tmp_path):
     assert leaf["anchored_at_size"] == 2 and leaf["entry"]["type"] == "adapter"
     assert leaf["entry"]["base_model"] == manifest["base_model"]
     assert leaf["entry"]["config"] == manifest["adapter"]["config"]
+    # The printed next step, as printed (fetched/ put under tmp_path): it fetches the adapter.
+    command = next(line for line in result.stdout.splitlines() if line.startswith("next: gym "))
+    args = command.removeprefix("next: gym ").split()
+    args[args.index("fetched/")] = str(tmp_path / "fetched")
+    fetched = gym.run(*args)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / "fetched" / "adapter_model.safetensors").is_file()

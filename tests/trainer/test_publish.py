@@ -126,3 +126,24 @@ def test_publish_anchors_and_the_log_folds_back(finished_run, tmp_path, ledger_d
     report = audit_log(contract, content, log.chain_log_id,
                        from_block=ledger_devnet.deployment_block)
     assert report.ok, report.discrepancies
+
+
+@pytest.mark.anvil
+def test_gym_train_publish_prints_each_entry_and_the_next_command(finished_run, ledger_devnet):
+    """`gym train publish` (and `gym train tfgrpo --publish`) print every appended entry's kind,
+    leaf index and CID, and a command to look at the run entry."""
+    import re
+
+    run_dir, trainer = finished_run
+    gym = ledger_devnet.gym
+    result = gym.run("train", "publish", str(run_dir), "alice/tfgrpo")
+    assert result.returncode == 0, result.stderr
+    printed = re.findall(r"^(run|experience) entry +(bafkrei[a-z2-7]+) \(leaf (\d+)\)$",
+                         result.stdout, re.MULTILINE)
+    assert [(kind, int(index)) for kind, _, index in printed] == [("run", 0)] + [
+        ("experience", i) for i in range(1, 1 + len(trainer.history))]
+    for kind, cid, index in printed[:2]:
+        shown = gym.run("ledger", "show", "alice/tfgrpo", index, "--json")
+        leaf = json.loads(shown.stdout)
+        assert leaf["entry_cid"] == cid and leaf["entry"]["type"] == kind
+    assert "next: gym ledger show alice/tfgrpo 0" in result.stdout

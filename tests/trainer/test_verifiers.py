@@ -3,7 +3,13 @@
 import pytest
 
 from trainer.backends import Usage
-from trainer.verifiers import exact_match, final_answer, load_verifier, math_verify
+from trainer.verifiers import (
+    VerifierError,
+    exact_match,
+    final_answer,
+    load_verifier,
+    math_verify,
+)
 
 
 @pytest.mark.parametrize(("answer", "response", "reward"), [
@@ -41,8 +47,10 @@ def test_final_answer_prefers_box_then_answer_line_then_last_number():
 def test_python_verifier_is_loaded_by_name():
     verify = load_verifier("python:tfgrpo_fakes:length_parity")
     assert verify({"problem": "p", "answer": "1", "response": "abc"})["reward"] == 1.0
-    with pytest.raises(ModuleNotFoundError):
-        load_verifier("python:no_such_module_here:f")
+    with pytest.raises(VerifierError, match="cannot import no_such_module_here"):
+        load_verifier("python:no_such_module_here:f")  # a TrainerError: one line in the CLI
+    with pytest.raises(VerifierError, match="unknown verifier 'regex'"):
+        load_verifier("regex")
 
 
 def test_llm_judge_reads_the_verdict():

@@ -44,6 +44,13 @@ def _train_command(method: str):
 
         config = load_config(config_path, method=method,
                              output_dir=str(output) if output else None, max_steps=max_steps)
+        from trainer.errors import TrainerError
+        from trainer.tfgrpo_config import ConfigError
+
+        try:  # a bad dataset fails now, before the base model loads
+            check_dataset(config)
+        except TrainerError as exc:
+            raise ConfigError(f"{config_path}: dataset: {exc}") from None
         if publish:  # fail on a missing devnet before training, not after
             from ledger.runtime import runtime_of
 
@@ -60,6 +67,16 @@ def _train_command(method: str):
                        "the adapter files go to the content store and a `run` and an `adapter` "
                        "entry are appended to LOG and anchored.")
     return command
+
+
+def check_dataset(config) -> None:
+    """Read and convert every row of the config's dataset (chat form); raises
+    `DatasetFormatError` naming the file and row on the first bad one."""
+    from trainer.gradient.formats import load_dataset_rows
+
+    section = config.dataset
+    load_dataset_rows(section.path, section.format, chat=True,
+                      system_prompt=section.system_prompt, limit=section.limit)
 
 
 def run_training(config, console: Console = console):

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainer.tfgrpo_config import ConfigError
+from trainer.tfgrpo_config import ConfigError, resolve_input
 
 Method = Literal["sft", "dpo", "grpo", "gspo"]
 METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "gspo")
@@ -239,7 +239,10 @@ def validate_config(data: Any, source: str = "config") -> GradientConfig:
 
 def load_config(path: str | Path, *, method: str | None = None, output_dir: str | None = None,
                 max_steps: int | None = None) -> GradientConfig:
-    """Read a YAML config; `method`, `output_dir` and `max_steps` (CLI overrides) win."""
+    """Read a YAML config; `method`, `output_dir` and `max_steps` (CLI overrides) win.
+
+    Relative input paths in the file (`dataset.path`, a local `model` directory) are resolved
+    against the file's directory; `output_dir` stays relative to the working directory."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -249,6 +252,13 @@ def load_config(path: str | Path, *, method: str | None = None, output_dir: str 
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    base = path.resolve().parent  # relative inputs are the config file's neighbours
+    dataset = data.get("dataset")
+    if isinstance(dataset, dict) and isinstance(dataset.get("path"), str) and dataset["path"]:
+        data["dataset"] = {**dataset, "path": str(resolve_input(dataset["path"], base))}
+    model = data.get("model")
+    if isinstance(model, str) and model and model != TINY_RANDOM:
+        data["model"] = str(resolve_input(model, base))
     if output_dir is not None:
         data["output_dir"] = output_dir
     if max_steps is not None:
