@@ -9,7 +9,6 @@ instead of a traceback.
 from __future__ import annotations
 
 import sys
-import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
@@ -215,16 +214,20 @@ def mine(
 ) -> None:
     """Devnet only: skip time and mine blocks (the governor's clock is block timestamps, and an
     idle Anvil mines none), e.g. past a proposal's voting period or the timelock delay."""
-    from governance.devnet_time import advance_time
+    from governance.devnet_time import advance_time, utc
 
     settings = GymSettings()
     rpc_url = settings.rpc_url or Deployment.load(settings.deployment_file).rpc_url
     w3 = connect(rpc_url)
     before = w3.eth.get_block("latest")["timestamp"]
     head = advance_time(w3, seconds, blocks)
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(head["timestamp"]))
-    console.print(f"mined {blocks} block{'s' if blocks != 1 else ''}: head block "
-                  f"{head['number']}, chain time {when} (+{head['timestamp'] - before} s)",
+    # An idle Anvil's head block can be minutes old and its next block takes the wall clock's
+    # time plus the skip: then the chain moves by more than --seconds, and the line says why.
+    moved = head["timestamp"] - before
+    why = (f": {seconds} s skipped, {moved - seconds} s the devnet idled since its previous "
+           "block" if moved != seconds else "")
+    console.print(f"mined {blocks} block{'s' if blocks != 1 else ''} (head block "
+                  f"{head['number']}); chain time {utc(head['timestamp'])} (+{moved} s{why})",
                   highlight=False)
 
 
