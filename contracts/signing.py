@@ -15,22 +15,42 @@ be signed, so commands that only read never pick (nor announce) a key.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from eth_account import Account
 
 from contracts.devnet_accounts import ANVIL_ACCOUNTS, DEVNET_CHAIN_ID, devnet_account_key
 from contracts.errors import ContractsError
 
-__all__ = ["SigningKeyError", "short_address", "signing_key"]
+__all__ = ["SigningKeyError", "held_notices", "short_address", "signing_key"]
 
 
 class SigningKeyError(ContractsError, ValueError):
     """No key to sign with, or an ``--account`` that cannot be used here."""
 
 
+_held: list[str] | None = None  # while held_notices() runs, announcements wait here
+
+
+@contextmanager
+def held_notices() -> Iterator[list[str]]:
+    """Hold the announcements made meanwhile in the list yielded, instead of printing them: the
+    ``gym`` root prints them once a command succeeded, and a command that fails says only its
+    one ``error:`` line."""
+    global _held
+    _held = []
+    try:
+        yield _held
+    finally:
+        _held = None
+
+
 def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    if _held is not None:
+        _held.append(line)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 def short_address(address: str) -> str:

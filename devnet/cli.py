@@ -26,6 +26,7 @@ import ledger.cli
 import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
+from contracts.signing import held_notices
 from devnet.deploy import Deployment, connect, print_deployment
 from devnet.errors import DevnetError
 from devnet.network import devnet_down, devnet_status, devnet_up
@@ -267,11 +268,17 @@ def demo(
 
 def main() -> None:
     """Console-script entry point."""
-    try:
-        app()
-    except EXPECTED_ERRORS as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+    with held_notices() as notices:  # which key signed: said once the command succeeded
+        try:
+            app()
+        except EXPECTED_ERRORS as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+        except SystemExit as done:
+            if done.code in (0, None):
+                for line in notices:
+                    print(line, file=sys.stderr, flush=True)
+            raise
 
 
 if __name__ == "__main__":

@@ -146,7 +146,11 @@ def test_cli_refusals_are_one_clear_line(gym_env):
     assert ("log 'alice/math' has no leaf 9: it has 5 leaves (0-4)\n") == refused(
         "gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,9",
         "--account", "0").removeprefix("error: ")
-    assert gym_env.run("ledger", "append", "alice/math", str(SAMPLES)).returncode == 0
+    more = gym_env.data_dir / "more.jsonl"  # five more rules, the samples reworded
+    more.write_text("".join(
+        json.dumps({**json.loads(line), "text": json.loads(line)["text"] + " Always."}) + "\n"
+        for line in SAMPLES.read_text().splitlines()))
+    assert gym_env.run("ledger", "append", "alice/math", str(more)).returncode == 0
     assert ("leaf 7 of log 'alice/math' is not anchored yet: the log has 10 leaves (0-9), its "
             "last anchored checkpoint covers 5 leaves (0-4); run `gym ledger publish "
             "alice/math` to anchor the rest") in refused(
