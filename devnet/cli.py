@@ -9,7 +9,6 @@ instead of a traceback.
 from __future__ import annotations
 
 import sys
-import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +26,7 @@ import ledger.cli
 import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
+from contracts.signing import held_notices
 from devnet.deploy import Deployment, connect, print_deployment
 from devnet.errors import DevnetError
 from devnet.help import GymGroup
@@ -218,16 +218,20 @@ def mine(
 ) -> None:
     """Devnet only: skip time and mine blocks (the governor's clock is block timestamps, and an
     idle Anvil mines none), e.g. past a proposal's voting period or the timelock delay."""
-    from governance.devnet_time import advance_time
+    from governance.devnet_time import advance_time, utc
 
     settings = GymSettings()
     rpc_url = settings.rpc_url or Deployment.load(settings.deployment_file).rpc_url
     w3 = connect(rpc_url)
     before = w3.eth.get_block("latest")["timestamp"]
     head = advance_time(w3, seconds, blocks)
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(head["timestamp"]))
-    console.print(f"mined {blocks} block{'s' if blocks != 1 else ''}: head block "
-                  f"{head['number']}, chain time {when} (+{head['timestamp'] - before} s)",
+    # An idle Anvil's head block can be minutes old and its next block takes the wall clock's
+    # time plus the skip: then the chain moves by more than --seconds, and the line says why.
+    moved = head["timestamp"] - before
+    why = (f": {seconds} s skipped, {moved - seconds} s the devnet idled since its previous "
+           "block" if moved != seconds else "")
+    console.print(f"mined {blocks} block{'s' if blocks != 1 else ''} (head block "
+                  f"{head['number']}); chain time {utc(head['timestamp'])} (+{moved} s{why})",
                   highlight=False)
 
 
@@ -267,11 +271,17 @@ def demo(
 
 def main() -> None:
     """Console-script entry point."""
-    try:
-        app()
-    except EXPECTED_ERRORS as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+    with held_notices() as notices:  # which key signed: said once the command succeeded
+        try:
+            app()
+        except EXPECTED_ERRORS as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+        except SystemExit as done:
+            if done.code in (0, None):
+                for line in notices:
+                    print(line, file=sys.stderr, flush=True)
+            raise
 
 
 if __name__ == "__main__":

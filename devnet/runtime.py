@@ -10,15 +10,21 @@ the database or the content store work before `gym devnet up`.
 from __future__ import annotations
 
 import contracts
+from contracts.signing import signing_key
 from devnet.deploy import Deployment
 from devnet.errors import DevnetError
 from devnet.settings import GymSettings
 from governance.runtime import GovernanceConfig, GovernanceRuntime
 from ledger.runtime import ChainConfig, LedgerRuntime
 
+PUBLISHER_KEY_ENV = "GYM_PUBLISHER_KEY"
+
 
 def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
     """The ledger's dependencies; the deployment is read only when one needs the chain."""
+
+    publisher_key = (settings.publisher_key.get_secret_value() if settings.publisher_key
+                     else None)
 
     def chain_config() -> ChainConfig:
         deployment = Deployment.load(settings.deployment_file)
@@ -30,9 +36,11 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
             rpc_url=settings.rpc_url or deployment.rpc_url,
             address=ledger_contract.address,
             abi=contracts.load_artifact("ExperienceLedger").abi,
-            private_key=settings.publisher_key.get_secret_value(),
+            private_key=None,
             chain_id=deployment.chain_id,
             deployment_block=deployment.deployment_block,
+            choose_key=lambda chain_id, account: signing_key(
+                chain_id, PUBLISHER_KEY_ENV, publisher_key, account),
         )
 
     return LedgerRuntime(

@@ -45,8 +45,9 @@ class GymSettings(BaseSettings):
         60, ge=0, description="seconds a passed DAO proposal waits in the timelock before it can "
         "run; the devnet default is short so a demo completes, a public network wants days"
     )
-    publisher_key: SecretStr = Field(
-        SecretStr(ANVIL_DEFAULT_KEY), description="key that creates and anchors logs (Anvil account 0)"
+    publisher_key: SecretStr | None = Field(
+        None, description="key that creates and anchors logs; unset: on the devnet Anvil's "
+        "account 0 (or --account N), elsewhere required"
     )
 
     @property

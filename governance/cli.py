@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -37,7 +36,7 @@ from rich.table import Table
 
 from contracts.gym_token import format_gym, parse_gym
 from governance.client import GovernanceClient, Proposal, ProposalState, VoteType
-from governance.devnet_time import DEVNET_CHAIN_ID
+from governance.devnet_time import DEVNET_CHAIN_ID, utc
 from governance.errors import GovernanceError, ParameterError
 from governance.proposals import format_parameter
 from governance.runtime import runtime_of
@@ -60,8 +59,16 @@ def _resolve_id(client: GovernanceClient, text: str) -> int:
     return value
 
 
+def _label(client: GovernanceClient, proposal_id: int) -> str:
+    """``proposal 1``: the number `gym gov list` shows and commands take (``proposal 1234...``
+    for an id the list does not hold)."""
+    ids = client.proposal_ids()
+    return (f"proposal {ids.index(proposal_id) + 1}" if proposal_id in ids
+            else f"proposal {proposal_id}")
+
+
 def _when(timestamp: int, now: int) -> str:
-    at = datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    at = utc(timestamp)
     delta = timestamp - now
     span = f"{abs(delta) // 60} min {abs(delta) % 60} s" if abs(delta) >= 60 else f"{abs(delta)} s"
     return f"{at} ({'in ' + span if delta > 0 else span + ' ago' if delta else 'now'})"
@@ -96,13 +103,14 @@ def _print_status(client: GovernanceClient, proposal_id: int) -> None:
     proposal = client.proposal(proposal_id)
     now = client.now()
     devnet = client.w3.eth.chain_id == DEVNET_CHAIN_ID
-    console.print(f"proposal {proposal_id}: [bold]{proposal.state.label}[/bold]; "
+    console.print(f"{_label(client, proposal_id)}: [bold]{proposal.state.label}[/bold]; "
                   f"{_next_step(proposal, now, devnet)}", highlight=False)
 
 
 def _print_proposed(client: GovernanceClient, description: str, proposal_id: int, tx) -> None:
     console.print(description, highlight=False, markup=False)
-    console.print(f"proposed (tx {tx.tx_hash})", highlight=False)
+    console.print(f"proposed {_label(client, proposal_id)} (id {proposal_id}; tx {tx.tx_hash})",
+                  highlight=False)
     _print_status(client, proposal_id)
 
 

@@ -29,7 +29,7 @@ the timelock delay are never skipped implicitly: ``advance_time`` (``gym devnet 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,7 +41,7 @@ from web3 import Web3
 
 from contracts.gym_token import format_gym
 from governance.curation import CurationProposal, SourcedLeaf, build_curation, document_cid_of
-from governance.devnet_time import advance_time, ensure_time_after, is_devnet
+from governance.devnet_time import advance_time, ensure_time_after, is_devnet, utc
 from governance.errors import (
     GovernanceError,
     NotProposerError,
@@ -65,6 +65,7 @@ from governance.slashing import build_slash, checksum_address
 from inference_node.registry import ChallengeInfo, NodeRegistry, RegisteredNode
 from ledger.chain import LedgerContract
 from ledger.evm import ChainError, EvmConnection, TxResult
+from ledger.signer import LazySigner
 
 if TYPE_CHECKING:
     from ledger.content import ContentStore
@@ -123,7 +124,8 @@ class GovernanceClient:
                  timelock_address: str, timelock_abi: list[dict] | None = None, *,
                  curated_log_id: int, private_key: str | None = None, from_block: int = 0,
                  node_registry_address: str | None = None,
-                 node_registry_abi: list[dict] | None = None):
+                 node_registry_abi: list[dict] | None = None,
+                 key_source: Callable[[], str | None] | None = None):
         self.w3 = w3
         self.governor = w3.eth.contract(address=to_checksum_address(governor_address),
                                         abi=governor_abi)
@@ -133,7 +135,8 @@ class GovernanceClient:
         self.timelock = w3.eth.contract(address=self.timelock_address,
                                         abi=timelock_abi or _MIN_DELAY_ABI)
         self.curated_log_id = curated_log_id
-        self.account = Account.from_key(private_key) if private_key else None
+        # ``key_source`` (without ``private_key``) picks the key when a transaction is first sent
+        self._lazy_account = LazySigner(private_key, key_source)
         self.from_block = from_block
         self.registry = None
         if node_registry_address is not None:
@@ -151,6 +154,11 @@ class GovernanceClient:
             known[self.registry.address] = ("NodeRegistry", registry_abi)
         self.decoder = ActionDecoder(known)
 
+    @property
+    def account(self):
+        """The account that signs by default, or None (read-only)."""
+        return self._lazy_account.get()
+
     # -- accounts and delegation --------------------------------------------------------------
 
     def _signer(self, key: str | None):
@@ -158,7 +166,7 @@ class GovernanceClient:
             return Account.from_key(key)
         if self.account is None:
             raise GovernanceError("no signing key: set GYM_VOTER_KEY, or on the devnet pass "
-                                  "--account N (a public Anvil account)")
+                                  "--account N (a public Anvil account)")  # built without one
         return self.account
 
     def votes(self, address: str, timepoint: int | None = None) -> int:
@@ -334,6 +342,7 @@ class GovernanceClient:
         with self.rpc_errors():
             state = ProposalState(functions.state(proposal_id).call())
             snapshot = functions.proposalSnapshot(proposal_id).call()
+            deadline = functions.proposalDeadline(proposal_id).call()
         if state == ProposalState.PENDING and reach_snapshot and is_devnet(self.w3):
             ensure_time_after(self.w3, snapshot)  # devnet: skip the voting delay
             with self.rpc_errors():
@@ -343,11 +352,12 @@ class GovernanceClient:
         if state != ProposalState.ACTIVE:
             raise ProposalStateError(
                 f"proposal {proposal_id} is {state.label}: votes are taken only while it is "
-                f"Active (after its snapshot at {snapshot}, until its deadline)")
+                f"Active, after {utc(snapshot)} until {utc(deadline)} (chain time now "
+                f"{utc(self.now())})")
         weight = self.votes(voter, snapshot)
         if weight == 0:
             raise VotingPowerError(
-                f"{voter} had no votes at the proposal's snapshot (timepoint {snapshot}): its "
+                f"{voter} had no votes at the proposal's snapshot ({utc(snapshot)}): its "
                 "vote would count 0, so it is not sent; votes come from GYM held and delegated "
                 "before a proposal is made")
         return weight
@@ -474,7 +484,7 @@ class GovernanceClient:
             if state != ProposalState.PENDING:
                 raise ProposalStateError(
                     f"proposal {proposal_id} is {state.label}: a proposal can be canceled only "
-                    f"while Pending, before voting opens (after its snapshot at {snapshot})")
+                    f"while Pending, before voting opens (after {utc(snapshot)})")
         call = functions.cancel(targets, values, calldatas, description_hash)
         return self.send(call, signer)[1]
 

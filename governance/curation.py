@@ -123,12 +123,19 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
         raise CurationError(str(exc)) from None
     checkpoints = store.checkpoints(log_name)
     anchored = checkpoints[-1].size if checkpoints else 0
-    bad = [i for i in indices if not 0 <= i < anchored]
-    if bad:
+    def leaves(n: int) -> str:
+        return f"{n} leaves (0-{n - 1})" if n > 1 else "1 leaf (0)" if n else "no leaves"
+
+    missing = [i for i in indices if not 0 <= i < log.size]
+    if missing:
+        raise CurationError(f"log {log_name!r} has no leaf {missing[0]}: it has "
+                            f"{leaves(log.size)}")
+    unanchored = [i for i in indices if i >= anchored]
+    if unanchored:
         raise CurationError(
-            f"leaf {bad[0]} of log {log_name!r} is not anchored: its last anchored checkpoint "
-            f"has {anchored} leaves (the log has {log.size}); run `gym ledger publish "
-            f"{log_name}` to anchor what was appended since")
+            f"leaf {unanchored[0]} of log {log_name!r} is not anchored yet: the log has "
+            f"{leaves(log.size)}, its last anchored checkpoint covers {leaves(anchored)}; run "
+            f"`gym ledger publish {log_name}` to anchor the rest")
     checkpoint = checkpoints[-1]
     try:
         info = ledger.log_info(chain_log_id)

@@ -10,12 +10,20 @@ refuse any chain but the devnet's (chain id 31337): on a real network time is no
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from web3 import Web3
 
 from contracts.devnet_accounts import DEVNET_CHAIN_ID
 from governance.errors import GovernanceError
 
-__all__ = ["DEVNET_CHAIN_ID", "NotDevnetError", "advance_time", "ensure_time_after", "is_devnet"]
+__all__ = ["DEVNET_CHAIN_ID", "NotDevnetError", "advance_time", "ensure_time_after", "is_devnet",
+           "utc"]
+
+
+def utc(timestamp: int) -> str:
+    """A chain timestamp as every governance message shows it: ``2026-11-24 20:15:03 UTC``."""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class NotDevnetError(GovernanceError):

@@ -1,9 +1,9 @@
 """The DAO's wiring: the ledger runtime plus the governor, token, timelock and NodeRegistry of
 a deployment, and who signs.
 
-``GovernanceRuntime.client(account=None)`` returns a ``GovernanceClient`` that signs with
-``GYM_VOTER_KEY``, or on the devnet (chain id 31337) with Anvil's public dev account
-``account``. The CLI root builds the runtime from the deployment (``devnet/runtime.py``).
+``GovernanceRuntime.client(account=None)`` returns a ``GovernanceClient`` that signs, when it
+first sends, with Anvil's public dev account ``account`` on the devnet (chain id 31337), else
+``GYM_VOTER_KEY``, else on the devnet Anvil's account 0 (``contracts.signing``). The CLI root builds the runtime from the deployment (``devnet/runtime.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contracts.devnet_accounts import ANVIL_ACCOUNTS, DEVNET_CHAIN_ID, devnet_account_key
+from contracts.signing import signing_key
 from governance.client import GovernanceClient
 from governance.errors import GovernanceError
 from ledger.runtime import LedgerRuntime
@@ -51,27 +51,23 @@ class GovernanceRuntime:
         ledger_contract = self.ledger.contract
         config = self.config()
         w3 = ledger_contract.w3
-        key = voter_key(w3.eth.chain_id, account)
         registry = GovernanceSettings().node_registry or config.node_registry_address
         return GovernanceClient(
             w3, config.governor_address, config.governor_abi, config.token_address,
             config.token_abi, ledger_contract, config.timelock_address, config.timelock_abi,
-            curated_log_id=config.curated_log_id, private_key=key,
+            curated_log_id=config.curated_log_id,
+            key_source=lambda: voter_key(w3.eth.chain_id, account),
             from_block=self.ledger.chain.deployment_block, node_registry_address=registry)
 
 
-def voter_key(chain_id: int, account: int | None) -> str | None:
-    """The key that signs: Anvil's dev account ``account`` on the devnet, else GYM_VOTER_KEY."""
-    if account is not None:
-        if chain_id != DEVNET_CHAIN_ID:
-            raise GovernanceError(f"--account picks a public devnet key, and chain {chain_id} is "
-                                  "not the devnet: set GYM_VOTER_KEY instead")
-        if not 0 <= account < ANVIL_ACCOUNTS:
-            raise GovernanceError(f"--account is one of Anvil's accounts 0..{ANVIL_ACCOUNTS - 1}, "
-                                  f"not {account}")
-        return devnet_account_key(account)
+VOTER_KEY_ENV = "GYM_VOTER_KEY"
+
+
+def voter_key(chain_id: int, account: int | None) -> str:
+    """The key that signs, by ``contracts.signing.signing_key``'s rule: ``--account N`` (devnet
+    only), else GYM_VOTER_KEY, else on the devnet Anvil's account 0 (said on stderr)."""
     key = GovernanceSettings().voter_key
-    return key.get_secret_value() if key else None
+    return signing_key(chain_id, VOTER_KEY_ENV, key.get_secret_value() if key else None, account)
 
 
 def runtime_of(ctx: Any) -> GovernanceRuntime:

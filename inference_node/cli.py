@@ -342,7 +342,10 @@ def challenge(
                                              "evidence).")],
     key_env: Annotated[str | None, typer.Option(
         help="Send the challenge from the hex key in this environment variable; default: the "
-             "publisher key (GYM_PUBLISHER_KEY).")] = None,
+             "publisher key (GYM_PUBLISHER_KEY, else on the devnet Anvil's account 0).")
+    ] = None,
+    account: Annotated[int | None, typer.Option(
+        "--account", help="Devnet only: send it from Anvil's public account N.")] = None,
 ) -> None:
     """Open a challenge in the NodeRegistry against the node that signed a receipt.
 
@@ -354,12 +357,16 @@ def challenge(
     """
     challenged = challenged_receipt(read_bundle(bundle_file), what=str(bundle_file))
     rt = _runtime(ctx, "a challenge")
-    key = rt.chain.private_key
+    if key_env and account is not None:
+        raise typer.BadParameter("give --key-env or --account, not both", param_hint="--account")
     if key_env:
         key = os.environ.get(key_env)
         if not key:
             raise typer.BadParameter(f"environment variable {key_env} is not set",
                                      param_hint="--key-env")
+    else:
+        rt.account = account
+        key = rt.signing_key()
     here = ReceiptDomain(rt.contract.w3.eth.chain_id, rt.contract.address.lower())
     registry = node_registry(ctx, key)
     with console.status("opening the challenge"):

@@ -27,13 +27,13 @@ are decoded, leaving out any that reverted. A node without the tracer raises
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 from eth_abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
-from eth_account import Account
 from eth_utils import event_abi_to_log_topic, function_abi_to_4byte_selector, to_checksum_address
 from web3 import Web3
 from web3.exceptions import TransactionNotFound, Web3Exception
@@ -48,6 +48,7 @@ from ledger.evm import (
 )
 from ledger.logstore import ChainBinding
 from ledger.multiformats import CID, MultiformatError
+from ledger.signer import LazySigner
 
 
 class LogKind(IntEnum):
@@ -144,18 +145,29 @@ class LedgerContract:
     """ExperienceLedger at ``address``; ``private_key`` is needed only to send transactions."""
 
     def __init__(self, w3: Web3, address: str, abi: list[dict], private_key: str | None = None,
-                 *, page_blocks: int = PAGE_BLOCKS):
+                 *, page_blocks: int = PAGE_BLOCKS,
+                 key_source: Callable[[], str | None] | None = None):
         self.w3 = w3
         self.address = to_checksum_address(address)
         self.abi = abi
         self.contract = w3.eth.contract(address=self.address, abi=abi)
-        self.account = Account.from_key(private_key) if private_key else None
+        # ``key_source`` (without ``private_key``) picks the key when a transaction is first sent
+        self._lazy_account = LazySigner(private_key, key_source)
         self.page_blocks = page_blocks
         self.evm = EvmConnection(w3, [abi], format_value=_format_value)
         self._events = {item["name"]: item for item in abi if item["type"] == "event"}
         self._topics = {name: event_abi_to_log_topic(item) for name, item in self._events.items()}
         self._anchor_selector = function_abi_to_4byte_selector(
             next(item for item in abi if item["type"] == "function" and item["name"] == "anchor"))
+
+    @property
+    def account(self):
+        """The account that signs, or None (read-only)."""
+        return self._lazy_account.get()
+
+    @account.setter
+    def account(self, account) -> None:
+        self._lazy_account.set(account)
 
     # -- transactions -------------------------------------------------------------------------
 

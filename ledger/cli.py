@@ -69,12 +69,25 @@ app = typer.Typer(help="Keep publisher logs: append entries, anchor checkpoints,
                   no_args_is_help=True)
 
 
+AccountOption = Annotated[int | None, typer.Option(
+    "--account", help="Devnet only: sign with Anvil's public account N (default: "
+    "GYM_PUBLISHER_KEY, else on the devnet account 0).")]
+
+
+def _signing_runtime(ctx: typer.Context, account: int | None) -> LedgerRuntime:
+    """The runtime, set to sign with ``--account`` (picked when a transaction is sent)."""
+    rt = runtime_of(ctx)
+    rt.account = account
+    return rt
+
+
 @app.command()
 def create(ctx: typer.Context, name: str,
            offline: Annotated[bool, typer.Option(help="Create the log locally only; the first "
-                                                 "publish creates it on chain.")] = False) -> None:
+                                                 "publish creates it on chain.")] = False,
+           account: AccountOption = None) -> None:
     """Create log NAME locally and, unless --offline, on chain (createLog, Publisher)."""
-    rt = runtime_of(ctx)
+    rt = _signing_runtime(ctx, account)
     try:
         rt.store.get_log(name)
     except NotFoundError:
@@ -84,6 +97,8 @@ def create(ctx: typer.Context, name: str,
     contract = None if offline else rt.contract
     if contract is not None:
         contract.log_count()  # fail on an unreachable chain before creating anything
+        if contract.account is None:  # and without a key (picked now, by the signing rule)
+            raise LedgerError("no signing key: set GYM_PUBLISHER_KEY to the log owner's key")
     rt.store.create_log(name)
     if contract is None:
         console.print(f"created log {name} (local only; `gym ledger publish` creates it on chain)")
@@ -108,10 +123,10 @@ def append(ctx: typer.Context, log: str,
 
 
 @app.command(name="publish")
-def publish_command(ctx: typer.Context, log: str) -> None:
+def publish_command(ctx: typer.Context, log: str, account: AccountOption = None) -> None:
     """Anchor every entry appended since the last checkpoint (batch manifest + consistency
     proof), then record the checkpoint."""
-    rt = runtime_of(ctx)
+    rt = _signing_runtime(ctx, account)
     with console.status(f"anchoring {log}"):
         result = publish(rt.store, rt.content, rt.contract, log)
     if result.recovered:
@@ -133,11 +148,11 @@ def publish_command(ctx: typer.Context, log: str) -> None:
 
 
 @app.command()
-def rebind(ctx: typer.Context, name: str) -> None:
+def rebind(ctx: typer.Context, name: str, account: AccountOption = None) -> None:
     """Re-create log NAME on the configured chain after its own chain was reset or replaced:
     a new on-chain log, same entries; checkpoints of the old chain are forgotten and the next
     publish anchors every entry."""
-    rt = runtime_of(ctx)
+    rt = _signing_runtime(ctx, account)
     old = rt.store.get_log(name)
     log_id = rebind_log(rt.store, rt.contract, name)
     console.print(f"re-created log {name} on {rt.store.get_log(name).chain.describe()}: on-chain "

@@ -33,9 +33,12 @@ class ChainConfig:
     rpc_url: str  # EVM JSON-RPC endpoint
     address: str  # ExperienceLedger contract
     abi: list[dict]  # its ABI
-    private_key: str | None  # publisher key; None: read-only
+    private_key: str | None  # publisher key; None: read-only (unless choose_key picks one)
     chain_id: int | None = None  # recorded in proof documents
     deployment_block: int = 0  # where event scans start
+    # (chain id, --account or None) -> the key that signs, by the installation's rule
+    # (``contracts.signing.signing_key``); called when a transaction is first sent
+    choose_key: Callable[[int, int | None], str | None] | None = None
 
 
 @dataclass
@@ -46,6 +49,7 @@ class LedgerRuntime:
     content_dir: Path  # local content store (used when ipfs_api is unset)
     ipfs_api: str | None = None  # Kubo RPC URL
     chain_config: Callable[[], ChainConfig] | None = None  # reads the deployment when called
+    account: int | None = None  # --account N of the command: Anvil's dev account N signs
 
     @cached_property
     def store(self) -> LogStore:
@@ -71,7 +75,17 @@ class LedgerRuntime:
 
         chain = self.chain
         w3 = Web3(Web3.HTTPProvider(chain.rpc_url, request_kwargs={"timeout": 30}))
-        return LedgerContract(w3, chain.address, chain.abi, chain.private_key)
+        if chain.choose_key is None:
+            return LedgerContract(w3, chain.address, chain.abi, chain.private_key)
+        return LedgerContract(w3, chain.address, chain.abi, key_source=self.signing_key)
+
+    def signing_key(self) -> str | None:
+        """The publisher's key: ``choose_key``'s pick for this chain and ``account``, else
+        ``private_key``."""
+        chain = self.chain
+        if chain.choose_key is None:
+            return chain.private_key
+        return chain.choose_key(self.contract.w3.eth.chain_id, self.account)
 
 
 def runtime_of(ctx: Any) -> LedgerRuntime:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from contracts.signing import SigningKeyError
 from governance.errors import GovernanceError
 
 console = Console()
@@ -47,7 +48,7 @@ def dashboard(
     runtime = DashboardRuntime(
         client=client, content=rt.ledger.content, rpc_url=chain.rpc_url,
         origins=served_origins(host, port, origin or []),
-        relayer_key=None if no_relay else chain.private_key, store=rt.ledger.store)
+        relayer_key=None if no_relay else _relayer_key(rt.ledger), store=rt.ledger.store)
     with console.status("indexing the governor's events"):
         head = runtime.indexer.sync()
     count = len(runtime.indexer.proposals())
@@ -59,3 +60,12 @@ def dashboard(
         console.print(f"signed ballots are relayed by {runtime.relayer_address}", highlight=False)
     console.print(f"dashboard on [bold]http://{host}:{port}/[/bold]", highlight=False)
     uvicorn.run(create_app(runtime), host=host, port=port, log_level="warning")
+
+
+def _relayer_key(ledger) -> str | None:
+    """The publisher's key relays ballots (the signing rule: GYM_PUBLISHER_KEY, else on the
+    devnet Anvil's account 0); off the devnet without one the dashboard relays none."""
+    try:
+        return ledger.signing_key()
+    except SigningKeyError:
+        return None

@@ -58,6 +58,10 @@ def test_curation_through_the_cli(gym_env, tmp_path):
     proposed = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,2",
                    "--description", "Two rules worth keeping.", "--account", "1").stdout
     assert "# Curate 2 entries from alice/math" in proposed and "Two rules worth keeping." in proposed
+    # the number users type next, then the full id
+    assert re.search(r"^proposed proposal 1 \(id \d{60,}; tx 0x[0-9a-f]{64}\)$", proposed,
+                     re.MULTILINE)
+    assert re.search(r"^proposal 1: Pending", proposed, re.MULTILINE)
     assert re.search(r"Pending; voting opens after \d{4}-\d\d-\d\d .* UTC", proposed)
     document_cid = re.search(r"Proposal document: ipfs://(\S+)", proposed).group(1)
     assert json.loads(gym("ipfs", "cat", document_cid).stdout)["source"]["log"] == "alice/math"
@@ -97,6 +101,10 @@ def test_curation_through_the_cli(gym_env, tmp_path):
         "it Succeeded" in refused and "Traceback" not in refused
 
     gym("devnet", "mine", "--seconds", "301")
+    late = gym("gov", "vote", "1", "against", "--account", "4", ok=False).stderr
+    assert re.fullmatch(r"error: proposal \d+ is Succeeded: votes are taken only while it is "
+                        r"Active, after (\S+ \S+ UTC) until (\S+ \S+ UTC) \(chain time now "
+                        r"(\S+ \S+ UTC)\)\n", late), late
     queued = gym("gov", "queue", "1", "--account", "4").stdout
     assert "Queued; executable at" in queued and "gym devnet mine --seconds" in queued
     assert "TimelockUnexpectedOperationState" in gym("gov", "execute", "1", "--account", "4",
@@ -104,7 +112,11 @@ def test_curation_through_the_cli(gym_env, tmp_path):
     mined = gym("devnet", "mine", "--seconds", "61", "--blocks", "3").stdout
     # At least the 61 s asked for; more when the wall clock moved on since the last block (an
     # idle Anvil stamps new blocks with the wall clock's time plus what was skipped).
-    assert "mined 3 blocks" in mined and int(re.search(r"\(\+(\d+) s\)", mined).group(1)) >= 61
+    moved = re.search(r"mined 3 blocks \(head block \d+\); chain time \d{4}-\d\d-\d\d "
+                      r"\d\d:\d\d:\d\d UTC \(\+(\d+) s(?:: 61 s skipped, (\d+) s the devnet "
+                      r"idled since its previous block)?\)$", mined.strip())
+    assert moved, mined
+    assert int(moved.group(1)) == 61 + int(moved.group(2) or 0)
     executed = gym("gov", "execute", "1", "--account", "4").stdout
     assert "curated library 'gym/curated' (log 1): size 2, root 0x" in executed
     shown = json.loads(gym("gov", "show", "1", "--json").stdout)
@@ -127,14 +139,22 @@ def test_cli_refusals_are_one_clear_line(gym_env):
 
     propose = ("gov", "propose-curation", "--indices", "0", "--account", "0", "--from-log")
     assert "unknown log 'bob/none'" in refused(*propose, "bob/none")
-    assert ("leaf 0 of log 'alice/math' is not anchored: its last anchored checkpoint has 0 "
-            "leaves (the log has 5); run `gym ledger publish alice/math`") in refused(
-                *propose, "alice/math")
+    assert ("leaf 0 of log 'alice/math' is not anchored yet: the log has 5 leaves (0-4), its "
+            "last anchored checkpoint covers no leaves; run `gym ledger publish alice/math`"
+            ) in refused(*propose, "alice/math")
     assert gym_env.run("ledger", "publish", "alice/math").returncode == 0
-    assert "leaf 7 of log 'alice/math' is not anchored" in refused(
+    assert ("log 'alice/math' has no leaf 9: it has 5 leaves (0-4)\n") == refused(
+        "gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,9",
+        "--account", "0").removeprefix("error: ")
+    more = gym_env.data_dir / "more.jsonl"  # five more rules, the samples reworded
+    more.write_text("".join(
+        json.dumps({**json.loads(line), "text": json.loads(line)["text"] + " Always."}) + "\n"
+        for line in SAMPLES.read_text().splitlines()))
+    assert gym_env.run("ledger", "append", "alice/math", str(more)).returncode == 0
+    assert ("leaf 7 of log 'alice/math' is not anchored yet: the log has 10 leaves (0-9), its "
+            "last anchored checkpoint covers 5 leaves (0-4); run `gym ledger publish "
+            "alice/math` to anchor the rest") in refused(
         "gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,7", "--account", "0")
-    assert "no signing key: set GYM_VOTER_KEY" in refused("gov", "propose-curation", "--from-log",
-                                                          "alice/math", "--indices", "0")
     assert gym_env.run(*propose, "alice/math").returncode == 0
     assert "had no votes at the proposal's snapshot" in refused("gov", "vote", "1", "for",
                                                                 "--account", "7")
@@ -203,3 +223,88 @@ def test_params_change_and_cancel_through_the_cli(gym_env):
     assert "canceled (tx 0x" in canceled and ": Canceled; canceled" in canceled
     assert "is Canceled: a proposal can be canceled only while Pending" in gym(
         "gov", "cancel", "2", "--account", "2", ok=False).stderr
+
+
+def test_one_signing_key_rule():
+    from contracts.signing import SigningKeyError, signing_key
+
+    said: list[str] = []
+    assert signing_key(31337, "GYM_VOTER_KEY", None, None, announce=said.append) == \
+        ANVIL_DEV_KEYS[0]
+    assert said == [("signing as devnet account 0 (0xf39F…2266); --account N or GYM_VOTER_KEY "
+                     "to choose")]
+    said.clear()
+    assert signing_key(31337, "GYM_VOTER_KEY", ANVIL_DEV_KEYS[2], None,
+                       announce=said.append) == ANVIL_DEV_KEYS[2]
+    assert signing_key(31337, "GYM_VOTER_KEY", ANVIL_DEV_KEYS[2], 3,
+                       announce=said.append) == ANVIL_DEV_KEYS[3]  # --account first
+    assert said == []  # a key that was chosen is not announced
+    with pytest.raises(SigningKeyError, match=r"^no signing key: set GYM_PUBLISHER_KEY \(chain 1 "
+                                              r"is not the devnet"):
+        signing_key(1, "GYM_PUBLISHER_KEY")
+    with pytest.raises(SigningKeyError, match="chain 1 is not the devnet.*set GYM_VOTER_KEY"):
+        signing_key(1, "GYM_VOTER_KEY", ANVIL_DEV_KEYS[1], 2)
+    assert signing_key(1, "GYM_VOTER_KEY", ANVIL_DEV_KEYS[1]) == ANVIL_DEV_KEYS[1]
+
+
+@pytest.mark.anvil
+def test_every_command_signs_by_the_same_rule(gym_env):
+    """On the devnet a command given no key signs as account 0 and says so on stderr, once;
+    reads say nothing; `--account N` and the command's variable choose."""
+    def gym(*args: str, **kwargs):
+        result = gym_env.run(*args, **kwargs)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result
+
+    def notice(variable: str) -> str:
+        return (f"signing as devnet account 0 (0xf39F…2266); --account N or {variable} to "
+                "choose\n")
+
+    account0 = Account.from_key(ANVIL_DEV_KEYS[0]).address
+    gym("devnet", "up")
+    created = gym("ledger", "create", "alice/math")
+    assert created.stderr == notice("GYM_PUBLISHER_KEY") and account0 in created.stdout
+    gym("ledger", "append", "alice/math", str(SAMPLES))
+    published = gym("ledger", "publish", "alice/math", "--account", "0")
+    assert published.stderr == ""  # chosen: nothing to say
+    assert gym("ledger", "create", "bob/math", "--account", "2").stdout.endswith(
+        f"owner {Account.from_key(ANVIL_DEV_KEYS[2]).address}\n")
+    voter = Account.from_key(ANVIL_DEV_KEYS[1]).address
+    assert f"owner {voter}" in gym("ledger", "create", "carol/math",
+                                   extra_env={"GYM_PUBLISHER_KEY": ANVIL_DEV_KEYS[1]}).stdout
+
+    proposed = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "1")
+    assert proposed.stderr == notice("GYM_VOTER_KEY")
+    listed = gym("gov", "list")
+    assert listed.stderr == "" and re.search(r"│ 1\s*│ Curate 1 entry from alice/math",
+                                             listed.stdout)
+    voted = gym("gov", "vote", "1", "for")
+    assert voted.stderr == notice("GYM_VOTER_KEY")
+    assert voted.stdout.startswith(f"{account0} voted for with 1,000 GYM")
+    by_env = gym("gov", "vote", "1", "abstain", extra_env={"GYM_VOTER_KEY": ANVIL_DEV_KEYS[1]})
+    assert by_env.stderr == "" and by_env.stdout.startswith(f"{voter} voted abstain")
+    gym("devnet", "mine", "--seconds", "301")
+    queued = gym("gov", "queue", "1")  # as the README writes it: no --account
+    assert queued.stderr == notice("GYM_VOTER_KEY") and "proposal 1: Queued" in queued.stdout
+    gym("devnet", "mine", "--seconds", "61")
+    assert "size 1, root 0x" in gym("gov", "execute", "1").stdout
+
+
+@pytest.mark.anvil
+def test_off_the_devnet_a_missing_key_is_one_line_naming_its_variable(gym_env):
+    """A chain that is not 31337 (Anvil run with another chain id): no default key."""
+    up = gym_env.run("devnet", "up", extra_env={"GYM_CHAIN_ID": "1337"})
+    assert up.returncode == 0, up.stderr
+    for args, variable in ((("ledger", "create", "alice/math"), "GYM_PUBLISHER_KEY"),
+                           (("gov", "delegate"), "GYM_VOTER_KEY"),
+                           (("gov", "queue", "1"), None)):
+        result = gym_env.run(*args, extra_env={"GYM_CHAIN_ID": "1337"})
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        if variable:
+            assert result.stderr == (f"error: no signing key: set {variable} (chain 1337 is not "
+                                     "the devnet, where Anvil's account 0 would sign)\n")
+    refused = gym_env.run("gov", "delegate", "--account", "1", extra_env={"GYM_CHAIN_ID": "1337"})
+    assert refused.stderr.startswith("error: --account picks a public devnet key, and chain 1337 "
+                                     "is not the devnet (31337): set GYM_VOTER_KEY instead")
+    assert gym_env.run("ledger", "create", "alice/math", extra_env={
+        "GYM_CHAIN_ID": "1337", "GYM_PUBLISHER_KEY": ANVIL_DEV_KEYS[0]}).returncode == 0

@@ -145,9 +145,14 @@ def test_bad_curation_input_is_refused_before_anything_is_sent(dao):
     with pytest.raises(CurationError, match="unknown log 'bob/none'.*alice/math"):
         client.build_curation(dao.store, dao.content, "bob/none", [0])
     append_entries(dao.store, dao.content, "alice/math", experiences(4)[3:])
-    with pytest.raises(CurationError, match="leaf 3 of log 'alice/math' is not anchored: its "
-                                            "last anchored checkpoint has 3 leaves"):
+    with pytest.raises(CurationError, match=r"leaf 3 of log 'alice/math' is not anchored yet: "
+                                            r"the log has 4 leaves \(0-3\), its last anchored "
+                                            r"checkpoint covers 3 leaves \(0-2\); run `gym "
+                                            r"ledger publish alice/math`"):
         client.build_curation(dao.store, dao.content, "alice/math", [0, 3])
+    with pytest.raises(CurationError, match=r"log 'alice/math' has no leaf 9: it has 4 leaves "
+                                            r"\(0-3\)$"):
+        client.build_curation(dao.store, dao.content, "alice/math", [9])
     with pytest.raises(CurationError, match="repeat"):
         client.build_curation(dao.store, dao.content, "alice/math", [1, 1])
     assert client.proposal_ids() == []
