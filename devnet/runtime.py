@@ -33,6 +33,7 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
             private_key=settings.publisher_key.get_secret_value(),
             chain_id=deployment.chain_id,
             deployment_block=deployment.deployment_block,
+            curated_log_id=deployment.curated_log_id,
         )
 
     return LedgerRuntime(

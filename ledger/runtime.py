@@ -36,6 +36,7 @@ class ChainConfig:
     private_key: str | None  # publisher key; None: read-only
     chain_id: int | None = None  # recorded in proof documents
     deployment_block: int = 0  # where event scans start
+    curated_log_id: int | None = None  # the DAO's curated library (owned by the timelock)
 
 
 @dataclass

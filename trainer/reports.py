@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ledger.entries import AdapterFile
+from ledger.tables import print_table
 from trainer.adapters.publish import PublishedAdapter
 from trainer.publish import PublishedRun, publish_run_dir
 
@@ -37,7 +38,7 @@ def show_published(console: Console, published: PublishedRun | PublishedAdapter,
                    log: str) -> None:
     """Print a published run: its entries, the log's anchored size and root, the transaction."""
     if isinstance(published, PublishedAdapter):
-        console.print(files_table(published.adapter_cid, published.files))
+        print_table(files_table(published.adapter_cid, published.files), console)
         console.print(f"run entry     {published.run_cid}\nadapter entry {published.adapter_cid} "
                       f"(leaf {published.adapter_index})\nlog {log} anchored at size "
                       f"{published.size}, root 0x{published.root.hex()}\ntx {published.tx_hash}",
