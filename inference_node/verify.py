@@ -279,7 +279,8 @@ def _check_library(receipt: ReceiptEntry, contract: Any, content: Any, from_bloc
     try:
         state = library_at(contract, content, lib.log_id, kind, lib.size, from_block=from_block)
     except LibrarySyncError as exc:
-        raise ReceiptError("experience_content", str(exc)) from None
+        raise ReceiptError("experience_content", f"library check, replaying log {lib.log_id} "
+                           f"up to size {lib.size}: {exc}") from None
     if list(state) != list(receipt.experience_ids):
         raise ReceiptError("library_state", "the experiences named are not the library's "
                            "active set at that size", expected=list(state),
