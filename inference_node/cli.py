@@ -378,7 +378,7 @@ def verify_receipt(
                 bundle = fetch_bundle(node, cid)
             title = cid
     except (NodeError, ReceiptError) as exc:
-        _fail(exc)
+        _fail(exc, str(bundle_file or response or cid) if as_json else None)
     if save_bundle is not None:
         save_bundle.write_text(json.dumps(bundle, indent=1))
         console.print(f"wrote the bundle to {save_bundle}", highlight=False)
@@ -390,12 +390,7 @@ def verify_receipt(
                                           registry=None if offline else registry_address(ctx),
                                           content=None if ctx.obj is None else ctx.obj.content)
     except ReceiptError as exc:
-        if as_json:
-            typer.echo(json.dumps({"receipt": title, "ok": False, "reason": exc.reason,
-                                   "detail": str(exc), "expected": exc.expected,
-                                   "computed": exc.computed}, indent=2, default=str))
-            raise typer.Exit(1) from None
-        _fail(exc)
+        _fail(exc, title if as_json else None)
     if as_json:
         typer.echo(json.dumps({"receipt": title, "ok": all(c.passed is not False for c in checks),
                                "checks": [{"check": c.name, "result": {True: "ok", None: "skipped",
@@ -405,8 +400,14 @@ def verify_receipt(
     print_table(checks_table(checks, f"receipt {title}"))
 
 
-def _fail(exc: NodeError | ReceiptError) -> NoReturn:
-    """Print why the receipt cannot be checked or fails, and exit 1."""
+def _fail(exc: NodeError | ReceiptError, json_title: str | None = None) -> NoReturn:
+    """Print why the receipt cannot be checked or fails, and exit 1; with ``json_title``
+    (--json), a failing receipt as the JSON document `gym verify receipt --json` prints."""
+    if json_title is not None and isinstance(exc, ReceiptError):
+        typer.echo(json.dumps({"receipt": json_title, "ok": False, "reason": exc.reason,
+                               "detail": str(exc), "expected": exc.expected,
+                               "computed": exc.computed, "checks": []}, indent=2, default=str))
+        raise typer.Exit(1)
     if isinstance(exc, ReceiptError):
         console.print(f"[red]receipt FAILS[/] ({exc.reason}): {exc}", highlight=False)
         if exc.expected is not None:

@@ -41,7 +41,9 @@ def test_library_check_with_an_empty_store_names_the_check_the_store_and_gym_ipf
                       ledger_devnet.deployment_block)
     assert failed.value.reason == "experience_content"
     message = str(failed.value)
-    assert message.startswith(f"library check, replaying log {log_id} up to size 5: ")
+    assert message.startswith(f"experience_content: library check, replaying log {log_id} up "
+                              "to size 5: fetching batch manifest bafkrei")
+    assert "of checkpoint 5: block bafkrei" in message
     assert f"is not in the local content store ({empty})" in message
     assert "GYM_IPFS_API is unset" in message and "gym ipfs serve" in message
 
