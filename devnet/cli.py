@@ -8,13 +8,13 @@ instead of a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 import contracts
 import contracts.cli
@@ -27,7 +27,7 @@ import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
 from contracts.signing import held_notices
-from devnet.deploy import Deployment, connect, print_deployment
+from devnet.deploy import Deployment, connect, deployment_json, print_deployment
 from devnet.errors import DevnetError
 from devnet.help import GymGroup
 from devnet.network import devnet_down, devnet_status, devnet_up
@@ -36,6 +36,7 @@ from devnet.settings import GymSettings
 from governance.errors import GovernanceError
 from inference_node.errors import InferenceNodeError
 from ledger.errors import LedgerError
+from ledger.tables import CliConsole
 from trainer.errors import TrainerError
 
 app = typer.Typer(
@@ -70,8 +71,8 @@ def _governance_root(ctx: typer.Context) -> None:
 app.add_typer(governance.cli.app, name="gov", callback=_governance_root)
 app.command(name="dashboard")(governance.dashboard.cli.dashboard)
 
-console = Console()
-err_console = Console(stderr=True)
+console = CliConsole()
+err_console = CliConsole(stderr=True)
 
 # Errors a user can cause and fix; anything else is a bug and keeps its traceback.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (
@@ -112,7 +113,9 @@ def root(
 @app.command(name="audit")
 def audit(
     ctx: typer.Context,
-    log: Annotated[str | None, typer.Argument(help="Log name as created on chain.")] = None,
+    log: Annotated[str | None, typer.Argument(
+        help="Log name as created on chain (gym/curated: the DAO's curated library), or an "
+             "on-chain log id.")] = None,
     log_id: Annotated[int | None, typer.Option("--log-id", help="On-chain log id.")] = None,
     from_block: Annotated[int | None, typer.Option(help="First block to scan (default: the "
                                                    "deployment block).")] = None,
@@ -129,6 +132,8 @@ def audit(
     seed: Annotated[int | None, typer.Option(
         help="Seed of the --sample choice (the same seed samples the same receipts).")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (every "
+                                          "value in full); the exit code is the same.")] = False,
 ) -> None:
     """Replay a log from chain events and the content store alone; exit 1 on any discrepancy.
 
@@ -137,18 +142,30 @@ def audit(
     failure; with --sample N, check N random receipts in full from the bundles the node keeps
     (a bundle past the node's retention is reported as not retained, not as a failure).
     """
+    import dataclasses
+    import json
+
     from inference_node.receipt_audit import ReceiptCollector
+    from ledger.audit import audit_report_json
 
     collector = ReceiptCollector()
-    report = ledger.cli.replay_log(ctx, log, log_id, from_block, on_entry=collector)
-    ok = report.ok
+    report = ledger.cli.replay_log(ctx, log, log_id, from_block, on_entry=collector,
+                                   as_json=as_json)
+    ok, receipts = report.ok, None
     if collector.receipts:
-        ok = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,
-                                                  model=model, sample=sample, node=node,
-                                                  seed=seed) and ok
+        receipts = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,
+                                                        model=model, sample=sample, node=node,
+                                                        seed=seed, quiet=as_json)
+        ok = receipts.ok and ok
     elif sample is not None or model is not None or node is not None:
         raise typer.BadParameter("--model, --sample and --node apply to a log of receipts; "
                                  f"log {report.log_id} holds none")
+    if as_json:
+        data = audit_report_json(report)
+        data["receipts"] = (None if receipts is None
+                            else {**dataclasses.asdict(receipts), "ok": receipts.ok})
+        data["ok"] = ok
+        typer.echo(json.dumps(data, indent=2))
     if not ok:
         raise typer.Exit(1)
 
@@ -159,6 +176,8 @@ def up(
                                              "Default: GYM_ANVIL_PORT or 8545.")] = None,
     redeploy: Annotated[bool, typer.Option(help="Deploy again even if the chain holds the "
                                            "recorded deployment.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the deployment as JSON.")
+                       ] = False,
 ) -> None:
     """Start Anvil (unless running or GYM_RPC_URL is set) and deploy every contract.
 
@@ -166,8 +185,15 @@ def up(
     only redeploys when the chain no longer holds the recorded deployment.
     """
     settings = GymSettings()
-    with console.status("starting the devnet"):
+    with err_console.status("starting the devnet"):
         result = devnet_up(settings, port=port, redeploy=redeploy)
+    if as_json:
+        typer.echo(json.dumps({"deployed": result.deployed, "reason": result.reason,
+                               "anvil_pid": result.anvil and result.anvil.pid,
+                               "deployment_file": str(settings.deployment_file),
+                               **deployment_json(result.deployment,
+                                                 result.deployment.rpc_url)}, indent=2))
+        return
     if result.anvil is not None:
         verb = "started" if result.started_anvil else "already running"
         console.print(f"anvil {verb}: pid {result.anvil.pid}, {result.anvil.rpc_url}")
@@ -179,13 +205,24 @@ def up(
 
 
 @devnet_app.command()
-def status() -> None:
+def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+           ) -> None:
     """Report what runs and whether the chain still holds the recorded deployment.
 
     Exits non-zero when the devnet is down or the deployment does not match the chain.
     """
     settings = GymSettings()
     result = devnet_status(settings)
+    if as_json:
+        typer.echo(json.dumps({"healthy": result.healthy, "problems": result.problems,
+                               "anvil_pid": result.anvil and result.anvil.pid,
+                               "block_number": result.block_number,
+                               **(deployment_json(result.deployment, result.rpc_url)
+                                  if result.deployment else {})},
+                              indent=2))
+        if not result.healthy:
+            raise typer.Exit(1)
+        return
     if result.anvil is not None:
         console.print(f"anvil: running, pid {result.anvil.pid}, {result.anvil.rpc_url}")
     else:

@@ -280,13 +280,23 @@ def deployment_problems(w3: Web3, deployment: Deployment) -> list[str]:
     return problems
 
 
+def deployment_json(deployment: Deployment, rpc_url: str) -> dict:
+    """The deployment as `gym devnet up|status --json` print it."""
+    return {"chain_id": deployment.chain_id, "rpc_url": rpc_url,
+            "deployment_block": deployment.deployment_block,
+            "curated_log_id": deployment.curated_log_id,
+            "contracts": {name: c.address for name, c in deployment.contracts.items()}}
+
+
 def print_deployment(console: Console, deployment: Deployment, rpc_url: str) -> None:
     """The deployment as `gym devnet up|status` and `gym demo` show it: a table of contracts,
     then the RPC URL and the deployment block."""
     from rich.table import Table
 
+    from ledger.tables import print_table
+
     table = Table("contract", "address", title=f"deployment on chain {deployment.chain_id}")
     for name, contract in deployment.contracts.items():
         table.add_row(name, contract.address)
-    console.print(table)
+    print_table(table, console)
     console.print(f"RPC: {rpc_url}  deployment block: {deployment.deployment_block}")

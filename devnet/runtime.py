@@ -41,6 +41,7 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
             deployment_block=deployment.deployment_block,
             choose_key=lambda chain_id, account: signing_key(
                 chain_id, PUBLISHER_KEY_ENV, publisher_key, account),
+            curated_log_id=deployment.curated_log_id,
         )
 
     return LedgerRuntime(

@@ -41,6 +41,7 @@ from governance.errors import GovernanceError, ParameterError
 from governance.proposals import format_parameter
 from governance.runtime import runtime_of
 from ledger.evm import TxResult
+from ledger.tables import print_table
 
 console = Console()
 
@@ -240,10 +241,20 @@ def propose_slash(
 
 
 @app.command("list")
-def list_proposals(ctx: typer.Context) -> None:
+def list_proposals(ctx: typer.Context,
+                   as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+                   ) -> None:
     """Every proposal with its state and tally."""
     client = runtime_of(ctx).client()
     proposals = client.proposals()
+    if as_json:
+        typer.echo(json.dumps({"chain_time": client.now(), "proposals": [
+            {"n": n, "id": str(p.proposal_id), "title": p.title, "state": p.state.label,
+             "for": str(p.votes_for), "against": str(p.votes_against),
+             "abstain": str(p.votes_abstain), "quorum": str(p.quorum), "deadline": p.deadline,
+             "actions": [a.short for a in client.describe_actions(p)]}
+            for n, p in enumerate(proposals, 1)]}, indent=2))
+        return
     if not proposals:
         console.print("no proposals yet: `gym gov propose-curation`")
         return
@@ -254,7 +265,7 @@ def list_proposals(ctx: typer.Context) -> None:
         actions = "; ".join(action.short for action in client.describe_actions(p))
         table.add_row(str(n), p.title, p.state.label, _gym(p.votes_for), _gym(p.votes_against),
                       _gym(p.votes_abstain), _gym(p.quorum), _when(p.deadline, now), actions)
-    console.print(table)
+    print_table(table, console)
 
 
 @app.command()

@@ -38,13 +38,13 @@ signer before serving (``inference_node.registry``).
 
 from __future__ import annotations
 
+import json
 import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from contracts.gym_token import format_gym
@@ -61,10 +61,12 @@ from inference_node.launch import (
 from inference_node.receipts import ReceiptDomain
 from inference_node.settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, NodeSettings
 from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
+from ledger.tables import CliConsole, print_table
 
 app = typer.Typer(help="Run an inference node: an OpenAI-compatible server over a frozen model.",
                   no_args_is_help=True)
-console = Console(stderr=True)
+console = CliConsole(stderr=True)
+stdout_console = CliConsole()
 
 
 @app.callback()
@@ -315,11 +317,21 @@ def model_dir() -> None:
 
 
 @app.command("list")
-def list_nodes(ctx: typer.Context) -> None:
+def list_nodes(ctx: typer.Context,
+               as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+               ) -> None:
     """List the nodes registered in the NodeRegistry: operator, signer, endpoint, model digest,
     stake, receipt log and whether each is active (bonded, staking at least the minimum)."""
     registry = node_registry(ctx)
     nodes = registry.nodes()
+    if as_json:
+        typer.echo(json.dumps({"registry": registry.address, "nodes": [
+            {"operator": n.operator, "signer": n.signer, "endpoint": n.endpoint,
+             "model_digest": n.model_digest, "stake": str(n.stake),
+             "stake_gym": format_gym(n.stake), "receipt_log_id": n.receipt_log_id,
+             "active": n.active, "unbonding_ends": n.unbonding_ends} for n in nodes]},
+            indent=2))
+        return
     table = Table("operator", "signer", "endpoint", "model digest", "stake", "receipt log",
                   "active", title=f"NodeRegistry {registry.address}: {len(nodes)} "
                   f"node{'s' if len(nodes) != 1 else ''}")
@@ -327,9 +339,9 @@ def list_nodes(ctx: typer.Context) -> None:
         active = ("[green]yes[/]" if node.active
                   else "[red]no (unbonding)[/]" if node.unbonding_ends else "[red]no[/]")
         table.add_row(node.operator, node.signer, node.endpoint,
-                      node.model_digest.removeprefix("sha256:")[:16] + "…",
+                      node.model_digest,
                       format_gym(node.stake), str(node.receipt_log_id), active)
-    Console(width=200).print(table)
+    print_table(table)
 
 
 @app.command()
@@ -408,6 +420,7 @@ def verify_receipt(
     offline: Annotated[bool, typer.Option(
         help="Check only what needs no chain: signature (in the bundle's domain), digests, "
              "the inclusion proof's path (and with --model the answer's tokens).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """Check a receipt: signature, request/response digests, the signer's registration (a
     registered, active node serving the receipt's model), library root and state, log
@@ -437,10 +450,8 @@ def verify_receipt(
                 bundle = fetch_bundle(node, cid)
             title = cid
     except (NodeError, ReceiptError) as exc:
-        _fail(exc)
+        _fail(exc, str(bundle_file or response or cid) if as_json else None)
     if save_bundle is not None:
-        import json
-
         save_bundle.write_text(json.dumps(bundle, indent=1))
         console.print(f"wrote the bundle to {save_bundle}", highlight=False)
     rt = None if offline else _runtime(ctx, "checking a receipt against the chain (else "
@@ -451,12 +462,24 @@ def verify_receipt(
                                           registry=None if offline else registry_address(ctx),
                                           content=None if ctx.obj is None else ctx.obj.content)
     except ReceiptError as exc:
-        _fail(exc)
-    Console(width=200).print(checks_table(checks, f"receipt {title}"))
+        _fail(exc, title if as_json else None)
+    if as_json:
+        typer.echo(json.dumps({"receipt": title, "ok": all(c.passed is not False for c in checks),
+                               "checks": [{"check": c.name, "result": {True: "ok", None: "skipped",
+                                                                       False: "failed"}[c.passed],
+                                           "detail": c.detail} for c in checks]}, indent=2))
+        return
+    print_table(checks_table(checks, f"receipt {title}"))
 
 
-def _fail(exc: NodeError | ReceiptError) -> NoReturn:
-    """Print why the receipt cannot be checked or fails, and exit 1."""
+def _fail(exc: NodeError | ReceiptError, json_title: str | None = None) -> NoReturn:
+    """Print why the receipt cannot be checked or fails, and exit 1; with ``json_title``
+    (--json), a failing receipt as the JSON document `gym verify receipt --json` prints."""
+    if json_title is not None and isinstance(exc, ReceiptError):
+        typer.echo(json.dumps({"receipt": json_title, "ok": False, "reason": exc.reason,
+                               "detail": str(exc), "expected": exc.expected,
+                               "computed": exc.computed, "checks": []}, indent=2, default=str))
+        raise typer.Exit(1)
     if isinstance(exc, ReceiptError):
         console.print(f"[red]receipt FAILS[/] ({exc.reason}): {exc}", highlight=False)
         if exc.expected is not None:
@@ -469,12 +492,14 @@ def _fail(exc: NodeError | ReceiptError) -> NoReturn:
 
 def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None,
                       model: Path | None = None, sample: int | None = None,
-                      node: str | None = None, seed: int | None = None) -> bool:
+                      node: str | None = None, seed: int | None = None,
+                      quiet: bool = False):
     """The receipt part of `gym audit` (``inference_node.receipt_audit``), after the log's
     replay gave ``collector`` its receipts: every signature under the deployment's domain and
     one signer; with ``sample``, that many bundles fetched from ``node`` (default: the endpoint
     the NodeRegistry has for the signer) and checked in full (with ``model``: activations,
-    termination, sampling). Prints the report; whether it is clean."""
+    termination, sampling). Prints the report (unless ``quiet``: `gym audit --json`) and
+    returns it (a ``ReceiptAuditReport``)."""
     from inference_node.bundle_sources import fetch_bundle
     from inference_node.receipt_audit import (
         check_signatures,
@@ -500,8 +525,9 @@ def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None
                                                     model_dir=model, content=rt.content,
                                                     loaded=loaded),
                 progress=lambda done: status.update(f"checked {done} of {len(chosen)}"))
-    print_receipt_audit(report, Console(width=200), owner)
-    return report.ok
+    if not quiet:
+        print_receipt_audit(report, stdout_console, owner)
+    return report
 
 
 def _registered_endpoint(ctx: typer.Context, registry: str | None, signer: str | None) -> str:

@@ -152,6 +152,7 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
 
     from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
     from inference_node.verify import check_receipt_bundle, checks_table
+    from ledger.tables import print_table
 
     key = node_key
     address = Account.from_key(key).address
@@ -219,8 +220,8 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
             except ReceiptError as exc:
                 raise NodeError(f"the demo receipt FAILS verification ({exc.reason}): "
                                 f"{exc}") from None
-        console.print(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
-                                           f"{Path(model_dir).name}"))
+        print_table(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
+                                         f"{Path(model_dir).name}"), console)
         console.print("[green]receipt verified[/green]")
         _dishonest_node(bundle, receipt, settings, ledger_rt, console, registry=registry,
                         model_dir=Path(model_dir), node_key=key)

@@ -153,6 +153,8 @@ def print_receipt_audit(report: ReceiptAuditReport, console: Console, owner: str
     """The receipt part of `gym audit`'s report: signer, failures, the sample's outcomes."""
     from rich.table import Table
 
+    from ledger.tables import print_table
+
     whose = ""
     if owner is not None and report.signer is not None:
         whose = (" (the log's owner)" if report.signer == owner.lower()
@@ -162,7 +164,7 @@ def print_receipt_audit(report: ReceiptAuditReport, console: Console, owner: str
         table = Table("leaf", "receipt", "reason", "detail", title="receipt failures")
         for f in report.failures:
             table.add_row(str(f.leaf), f.cid, f.reason, f.detail)
-        console.print(table)
+        print_table(table, console)
     else:
         console.print(f"[green]every receipt's signature is valid[/green], all by {report.signer}",
                       highlight=False)
@@ -173,7 +175,7 @@ def print_receipt_audit(report: ReceiptAuditReport, console: Console, owner: str
         for s in report.sampled:
             table.add_row(str(s.leaf), s.cid, f"[{colour.get(s.outcome, 'red')}]{s.outcome}[/]",
                           s.reason, s.detail)
-        console.print(table)
+        print_table(table, console)
         gone = sum(s.outcome == "not retained" for s in report.sampled)
         if gone:
             console.print(f"[yellow]{gone} bundles not retained[/yellow] by the node (its "

@@ -54,7 +54,7 @@ from ledger.chain import (
     LogKind,
 )
 from ledger.entries import Entry, decode_entry, entry_cid, fold_library
-from ledger.errors import EntryError, LedgerError, VerificationError
+from ledger.errors import EntryError, LedgerError, NotFoundError, VerificationError
 
 if TYPE_CHECKING:
     from ledger.content import ContentStore
@@ -168,6 +168,8 @@ class ChainLibrarySource:
             entry = decode_entry(data)
         except (VerificationError, EntryError) as exc:
             raise LibrarySyncError(f"entry {cid}: {exc}", leaf=index) from None
+        except NotFoundError as exc:  # stays a LedgerError: a sync retries, it does not fail
+            raise NotFoundError(f"fetching entry {cid} of leaf {index}: {exc}") from None
         if entry_cid(data) != cid:  # a store that does not verify would be a bug; be sure
             raise LibrarySyncError(f"entry bytes do not have CID {cid}", leaf=index,
                                    expected=cid, computed=entry_cid(data))
@@ -183,6 +185,9 @@ class ChainLibrarySource:
         except (VerificationError, BatchError) as exc:
             raise LibrarySyncError(f"checkpoint {event.size}: batch {event.batch_cid}: {exc}"
                                    ) from None
+        except NotFoundError as exc:
+            raise NotFoundError(f"fetching batch manifest {event.batch_cid} of checkpoint "
+                                f"{event.size}: {exc}") from None
         staged = []
         for offset, cid in enumerate(batch.entries):
             data, entry = self._fetch(cid, size + offset)

@@ -45,7 +45,7 @@ from inference_node.receipts import (
     verify_receipt_signature,
 )
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
-from ledger.errors import LedgerError, VerificationError
+from ledger.errors import LedgerError, NotFoundError, VerificationError
 from trainer.grammar import GrammarError, Grammars, replay
 
 # A bundle file is JSON from outside (``ledger.json_input``): it holds the request body (at most
@@ -278,8 +278,9 @@ def _check_library(receipt: ReceiptEntry, contract: Any, content: Any, from_bloc
     kind = contract.log_info(lib.log_id).kind
     try:
         state = library_at(contract, content, lib.log_id, kind, lib.size, from_block=from_block)
-    except LibrarySyncError as exc:
-        raise ReceiptError("experience_content", str(exc)) from None
+    except (LibrarySyncError, NotFoundError) as exc:
+        raise ReceiptError("experience_content", f"library check, replaying log {lib.log_id} "
+                           f"up to size {lib.size}: {exc}") from None
     if list(state) != list(receipt.experience_ids):
         raise ReceiptError("library_state", "the experiences named are not the library's "
                            "active set at that size", expected=list(state),

@@ -154,8 +154,8 @@ class _Replay:
         """Fetch and validate entry ``cid`` at leaf ``index``; None when unreadable."""
         try:
             data = self.content.cat(cid)
-        except NotFoundError:
-            self.flag("entry-missing", f"entry {cid} is not in the content store",
+        except NotFoundError as exc:
+            self.flag("entry-missing", f"fetching entry {cid} of leaf {index}: {exc}",
                       checkpoint=checkpoint, leaf=index)
             return None
         except (ContentIntegrityError, MultiformatError) as exc:
@@ -229,14 +229,16 @@ def print_audit_report(report: AuditReport, console: Console) -> None:
     any, a table of discrepancies."""
     from rich.table import Table
 
+    from ledger.tables import print_table
+
     kind = report.kind.name.lower()
     console.print(f"log {report.log_id} ({kind}, {report.name!r}, owner {report.owner}): "
                   f"size {report.size}, root {_hex(report.root)}", highlight=False)
     table = Table("size", "root", "tx", "block", "ok", title="checkpoints")
     for c in report.checkpoints:
-        table.add_row(str(c.size), _hex(c.root)[:18] + "…", c.tx_hash[:18] + "…",
-                      str(c.block_number), "yes" if c.ok else "NO")
-    console.print(table)
+        table.add_row(str(c.size), _hex(c.root), c.tx_hash, str(c.block_number),
+                      "yes" if c.ok else "NO")
+    print_table(table, console)
     if report.ok:
         console.print(f"[green]audit clean[/green]: {len(report.checkpoints)} checkpoints, "
                       f"{report.leaves} entries replayed from chain + content store")
@@ -248,8 +250,26 @@ def print_audit_report(report: AuditReport, console: Console) -> None:
                          "-" if d.leaf is None else str(d.leaf), d.kind, d.message,
                          "" if d.expected is None else str(d.expected),
                          "" if d.computed is None else str(d.computed))
-    console.print(problems)
+    print_table(problems, console)
     console.print(f"[red]audit failed[/red]: {len(report.discrepancies)} discrepancies")
+
+
+def audit_report_json(report: AuditReport) -> dict[str, Any]:
+    """The report as `gym audit --json` prints it: every value in full."""
+    def plain(value: object) -> object:
+        return value if value is None or isinstance(value, (int, str)) else str(value)
+
+    return {
+        "log_id": report.log_id, "name": report.name, "kind": report.kind.name.lower(),
+        "owner": report.owner, "size": report.size, "root": _hex(report.root),
+        "leaves_replayed": report.leaves, "ok": report.ok,
+        "checkpoints": [{"size": c.size, "root": _hex(c.root), "tx_hash": c.tx_hash,
+                         "block_number": c.block_number, "batch_cid": c.batch_cid, "ok": c.ok}
+                        for c in report.checkpoints],
+        "discrepancies": [{"kind": d.kind, "message": d.message, "checkpoint": d.checkpoint,
+                           "leaf": d.leaf, "expected": plain(d.expected),
+                           "computed": plain(d.computed)} for d in report.discrepancies],
+    }
 
 
 def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, from_block: int,
@@ -319,9 +339,9 @@ def _batch_entries(replay: _Replay, event: AnchoredEvent, log_id: int, prev_size
         return None
     try:
         batch = fetch_batch(replay.content, event.batch_cid)
-    except NotFoundError:
-        replay.flag("batch-missing", f"batch manifest {event.batch_cid} is not in the content "
-                    "store", **where)
+    except NotFoundError as exc:
+        replay.flag("batch-missing", f"fetching batch manifest {event.batch_cid} of checkpoint "
+                    f"{event.size}: {exc}", **where)
         return None
     except (ContentIntegrityError, MultiformatError) as exc:
         replay.flag("batch-corrupt", f"batch manifest {event.batch_cid}: {exc}", **where)

@@ -8,7 +8,8 @@ Layout under ``root``::
 Blocks are keyed by CIDv1 (a CIDv0 is stored under its v1 spelling, which names the same
 bytes). Every read re-hashes the block against the CID it was asked for: a flipped bit on
 disk raises ``ContentIntegrityError`` and never returns data. A missing block raises
-``NotFoundError``. Files go in with ``add_file`` and get the CIDs ``ipfs add --cid-version=1``
+``NotFoundError`` naming the store's directory (and, from ``open_content_store``, that
+GYM_IPFS_API can name a node to fetch it from). Files go in with ``add_file`` and get the CIDs ``ipfs add --cid-version=1``
 gives; CAR v1 moves whole DAGs in and out, compatible with ``ipfs dag export/import``.
 Writes are atomic but not fsync'd: a crash may lose recent blocks, never leave a torn one.
 
@@ -36,8 +37,11 @@ from ledger.unixfs import Source, import_bytes_stream, iter_file_bytes, walk_dag
 class LocalBlockStore:
     """Blocks and pins in a local directory; every block read is verified against its CID."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, *, missing_hint: str | None = None):
         self.root = Path(root)
+        # What a user reads after "block X is not in the local content store (ROOT)": where
+        # else the block could come from (``open_content_store`` names GYM_IPFS_API).
+        self.missing_hint = missing_hint
         self._blocks = self.root / "blocks"
         self._pins = self.root / "pins"
         self._blocks.mkdir(parents=True, exist_ok=True)
@@ -71,7 +75,9 @@ class LocalBlockStore:
         try:
             block = self._block_path(cid).read_bytes()
         except FileNotFoundError:
-            raise NotFoundError(f"block {cid} is not in the store") from None
+            hint = f"; {self.missing_hint}" if self.missing_hint else ""
+            raise NotFoundError(f"block {cid} is not in the local content store "
+                                f"({self.root}){hint}") from None
         verify_block(cid, block)
         return block
 
@@ -82,7 +88,8 @@ class LocalBlockStore:
         try:
             self._block_path(CID.coerce(cid)).unlink()
         except FileNotFoundError:
-            raise NotFoundError(f"block {cid} is not in the store") from None
+            raise NotFoundError(f"block {cid} is not in the local content store "
+                                f"({self.root})") from None
 
     # --- files ----------------------------------------------------------------------------
 

@@ -10,14 +10,14 @@ the CLI root builds from settings (each member built on first use). Expected fai
     gym ledger publish alice/math           # batch manifest, consistency proof, anchor
     gym ledger rebind alice/math            # re-create on the configured chain after a reset
     gym ledger list
-    gym ledger show alice/math [INDEX] [--json]
-    gym ledger proof alice/math INDEX [--size N] [--json]
+    gym ledger show alice/math [INDEX] [--json | --entry]   # --entry: the entry's bytes
+    gym ledger proof alice/math INDEX [--size N] [--json] [--no-entry]
     gym ledger note-key NAME --output note.key   # Ed25519 key for checkpoint notes
     gym ledger checkpoint alice/math --key note.key [--size N]   # C2SP tlog-checkpoint note
     gym verify proof proof.json [--entry e.json] [--chain]   # offline unless --chain
     gym verify checkpoint note.txt --vkey VKEY [--offline]
     gym verify entry entry.json
-    gym audit alice/math | --log-id N       # chain events + content store only
+    gym audit alice/math | gym/curated | N  # chain events + content store only
 
 ``gym audit`` is mounted by the root (``devnet/cli.py``), which also checks a receipt log's
 receipts (``inference_node``); ``replay_log`` is its ledger part.
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -54,9 +53,10 @@ from ledger.publish import (
     rebind_log,
 )
 from ledger.runtime import LedgerRuntime, runtime_of
+from ledger.tables import CliConsole, print_table
 
-console = Console()
-err_console = Console(stderr=True)
+console = CliConsole()
+err_console = CliConsole(stderr=True)
 
 
 def _hex(value: bytes) -> str:
@@ -161,26 +161,74 @@ def rebind(ctx: typer.Context, name: str, account: AccountOption = None) -> None
 
 
 @app.command(name="list")
-def list_command(ctx: typer.Context) -> None:
-    """List the logs this installation keeps."""
+def list_command(ctx: typer.Context,
+                 as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+                 ) -> None:
+    """List the logs this installation keeps, and the DAO's curated library (on chain, owned
+    by the timelock: `gym audit gym/curated` replays it)."""
     rt = runtime_of(ctx)
-    table = Table("log", "size", "on-chain id", "anchored size", "last anchor tx")
+    rows = []
     for log in rt.store.list_logs():
         checkpoints = rt.store.checkpoints(log.name)
         last = checkpoints[-1] if checkpoints else None
-        table.add_row(log.name, str(log.size), str(log.chain_log_id or "-"),
-                      str(last.size) if last else "-", (last.tx_hash or "-") if last else "-")
-    console.print(table)
+        rows.append({"log": log.name, "kind": "publisher", "size": log.size,
+                     "log_id": log.chain_log_id, "anchored_size": last.size if last else None,
+                     "last_anchor_tx": last.tx_hash if last else None})
+    curated, why = _curated_row(rt)
+    if curated is not None:
+        rows.append(curated)
+    if as_json:
+        typer.echo(json.dumps({"logs": rows, "curated_library_not_listed": why}, indent=2))
+        return
+    table = Table("log", "kind", "size", "on-chain id", "anchored size", "last anchor tx",
+                  caption=None if curated is None else
+                  f"{curated['log']}: the DAO's curated library, on chain (owner: the timelock "
+                  f"{curated['owner']}); replay it with `gym audit {curated['log']}`")
+    for row in rows:
+        table.add_row(row["log"], row["kind"], str(row["size"]),
+                      "-" if row["log_id"] is None else str(row["log_id"]),
+                      "-" if row["anchored_size"] is None else str(row["anchored_size"]),
+                      row["last_anchor_tx"] or "-")
+    print_table(table, console)
+    if why is not None:
+        err_console.print(f"note: the DAO's curated library is not listed: {why}",
+                          highlight=False)
+
+
+def _curated_row(rt: LedgerRuntime) -> tuple[dict | None, str | None]:
+    """The curated library's row of `gym ledger list` (from the chain), or why there is none:
+    local logs are listed without a devnet, so a chain that cannot be read is only noted."""
+    from ledger.chain import LeafAppendedEvent
+
+    try:
+        log_id = rt.chain.curated_log_id
+        if log_id is None:
+            return None, "the deployment records no curated library"
+        state = rt.contract.log_info(log_id)
+        last = next((e for e in reversed(rt.contract.curated_events(
+            log_id, rt.chain.deployment_block)) if not isinstance(e, LeafAppendedEvent)), None)
+    except (LedgerError, OSError, ValueError, RuntimeError) as exc:
+        return None, str(exc)
+    return {"log": state.name, "kind": "curated", "size": state.size,
+            "log_id": log_id, "anchored_size": state.size,
+            "last_anchor_tx": last.tx_hash if last else None, "owner": state.owner,
+            "root": _hex(state.root)}, None
 
 
 @app.command()
 def show(ctx: typer.Context, log: str,
          index: Annotated[int | None, typer.Argument(help="A leaf to show.")] = None,
-         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+         entry_only: Annotated[bool, typer.Option(
+             "--entry", help="With INDEX: print only the entry, its exact canonical bytes (save "
+                             "it as entry.json for `gym verify entry` or `gym verify proof "
+                             "--entry`).")] = False) -> None:
     """Show a log and its checkpoints, or one leaf and its entry."""
     rt = runtime_of(ctx)
     info = rt.store.get_log(log)
     checkpoints = rt.store.checkpoints(log)
+    if entry_only and (index is None or as_json):
+        raise LedgerError("--entry prints one leaf's entry: give INDEX, without --json")
     if index is None:
         chain = info.chain and {"chain_id": info.chain.chain_id,
                                 "genesis_hash": info.chain.genesis_hash,
@@ -198,25 +246,38 @@ def show(ctx: typer.Context, log: str,
         table = Table("size", "root", "batch", "tx", title="anchored checkpoints")
         for c in checkpoints:
             table.add_row(str(c.size), _hex(c.root), c.batch_cid or "-", c.tx_hash or "-")
-        console.print(table)
+        print_table(table, console)
         return
     if not 0 <= index < info.size:
         raise LedgerError(f"log {log!r} has {info.size} leaves; index {index} is out of range")
     leaf = rt.store.leaf(log, index)
+    if entry_only:
+        try:
+            raw = rt.content.cat(leaf.cid)
+        except NotFoundError as exc:
+            raise LedgerError(f"fetching entry {leaf.cid} of leaf {index}: {exc}") from None
+        typer.echo(raw.decode("utf-8"))
+        return
     anchored = next((c.size for c in checkpoints if c.size > index), None)
-    entry = (parse_json(rt.content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
-                        max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}")
-             if rt.content.has(leaf.cid) else None)
+    try:
+        entry, missing = parse_json(rt.content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
+                                    max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}"), None
+    except NotFoundError as exc:
+        entry, missing = None, f"fetching entry {leaf.cid} of leaf {index}: {exc}"
     data = {"log": log, "index": index, "leaf_hash": _hex(leaf.leaf_hash), "entry_cid": leaf.cid,
             "anchored_at_size": anchored, "entry": entry}
+    if missing is not None:
+        data["entry_missing"] = missing
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
     console.print(f"leaf {index} of {log}", highlight=False)
     console.print(f"  leaf hash  {data['leaf_hash']}\n  entry CID  {leaf.cid}\n  anchored   "
                   f"{'at size ' + str(anchored) if anchored else 'not yet'}", highlight=False)
-    console.print_json(data=entry) if entry is not None else console.print(
-        "  (entry not in the content store)")
+    if entry is not None:
+        console.print_json(data=entry)
+    else:
+        console.print(f"  entry not shown: {missing}", highlight=False)
 
 
 @app.command()
@@ -224,12 +285,15 @@ def proof(ctx: typer.Context, log: str, index: int,
           size: Annotated[int | None, typer.Option(help="Tree size (default: the first anchored "
                                                    "checkpoint holding the leaf, else the "
                                                    "current size).")] = None,
-          as_json: Annotated[bool, typer.Option("--json", help="Print the proof document.")] = False
-          ) -> None:
+          as_json: Annotated[bool, typer.Option("--json", help="Print the proof document.")] = False,
+          no_entry: Annotated[bool, typer.Option(
+              "--no-entry", help="Leave the entry out of the document (a bare proof: the "
+                                 "verifier then needs the entry, `gym verify proof --entry`)")
+          ] = False) -> None:
     """Make a self-contained inclusion proof of leaf INDEX (check it with `gym verify proof`)."""
     rt = runtime_of(ctx)
     anchored = {c.size for c in rt.store.checkpoints(log)}
-    doc = proof_document(rt.store, rt.content, log, index, size)
+    doc = proof_document(rt.store, None if no_entry else rt.content, log, index, size)
     bound = rt.store.get_log(log).chain
     if doc["anchor"] is not None:  # the chain the checkpoint was anchored on, not the configured one
         doc["anchor"].update(chain_id=bound.chain_id if bound else rt.chain.chain_id,
@@ -265,7 +329,7 @@ def note_key(
     fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(skey + "\n")
-    console.print(f"signer key written to {output}", highlight=False)
+    err_console.print(f"signer key written to {output}", highlight=False)  # stdout: the vkey
     typer.echo(vkey)
 
 
@@ -425,25 +489,34 @@ def verify_entry(file: Path) -> None:
 
 
 def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:
-    """The on-chain id of the log created on chain as ``name`` (names are not unique there)."""
+    """The on-chain id of log ``name``: a number is an id; the curated library's name (the
+    deployment's ``curated_log_id``) is that log; else the log created on chain as ``name``
+    (names are not unique there)."""
+    if name.isdigit():
+        return int(name)
+    curated = rt.chain.curated_log_id
+    if curated is not None and rt.contract.log_info(curated).name == name:
+        return curated
     ids = [e.log_id for e in rt.contract.logs_created(rt.chain.deployment_block)
            if e.name == name]
     if not ids:
         raise LedgerError(f"no log named {name!r} was created on chain: list yours with "
-                          "`gym ledger list`, or pass --log-id N")
+                          "`gym ledger list`, or pass an on-chain log id (`gym audit N`)")
     if len(ids) > 1:
         raise LedgerError(f"{len(ids)} logs are named {name!r} on chain (ids "
-                          f"{', '.join(map(str, ids))}): pass --log-id N")
+                          f"{', '.join(map(str, ids))}): pass the id (`gym audit N`)")
     return ids[0]
 
 
 def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
-               from_block: int | None, on_entry: EntryHook | None = None) -> AuditReport:
+               from_block: int | None, on_entry: EntryHook | None = None,
+               as_json: bool = False) -> AuditReport:
     """What `gym audit` runs: the log named by ``log`` or ``log_id`` replayed (``audit_log``,
     ``on_entry`` called with every valid entry) with a progress bar, and its report printed."""
     rt = runtime_of(ctx)
     if (log is None) == (log_id is None):
-        raise LedgerError("name the log to audit: `gym audit NAME` or `gym audit --log-id N`")
+        raise LedgerError("name the log to audit: `gym audit NAME`, `gym audit N` or "
+                          "`gym audit --log-id N`")
     if log_id is None:
         log_id = _resolve_log_id(rt, log)
     start = rt.chain.deployment_block if from_block is None else from_block
@@ -455,5 +528,6 @@ def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
                            progress=lambda done, total: bar.update(task, completed=done,
                                                                    total=total),
                            on_entry=on_entry)
-    print_audit_report(report, console)
+    if not as_json:
+        print_audit_report(report, console)
     return report

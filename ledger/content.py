@@ -55,6 +55,12 @@ class ContentStore(Protocol):
         ...
 
 
+# Said when a block is missing from the local store and no IPFS node is configured.
+LOCAL_ONLY_HINT = ("it is not reachable either: GYM_IPFS_API is unset, so no IPFS node is "
+                   "asked; set it to the Kubo RPC URL of a node that has the content (e.g. "
+                   "http://127.0.0.1:5001, or a publisher's `gym ipfs serve`)")
+
+
 def open_content_store(ipfs_api: str | None, local_dir: str | os.PathLike) -> ContentStore:
     """The store ``GYM_IPFS_API`` asks for: ``None`` or empty gives ``LocalBlockStore(local_dir)``;
     an ``http(s)://host:port`` URL (or a ``/ip4/…/tcp/…/http`` multiaddr) gives a ``KuboStore``.
@@ -63,7 +69,7 @@ def open_content_store(ipfs_api: str | None, local_dir: str | os.PathLike) -> Co
     ``ContentStoreUnreachableError``.
     """
     if not ipfs_api:
-        return LocalBlockStore(Path(local_dir))
+        return LocalBlockStore(Path(local_dir), missing_hint=LOCAL_ONLY_HINT)
     if not ipfs_api.startswith(("http://", "https://", "/")):
         raise ContentStoreConfigError(
             f"GYM_IPFS_API must be a Kubo RPC URL such as http://127.0.0.1:5001, got {ipfs_api!r}"

@@ -39,6 +39,7 @@ class ChainConfig:
     # (chain id, --account or None) -> the key that signs, by the installation's rule
     # (``contracts.signing.signing_key``); called when a transaction is first sent
     choose_key: Callable[[int, int | None], str | None] | None = None
+    curated_log_id: int | None = None  # the DAO's curated library (owned by the timelock)
 
 
 @dataclass

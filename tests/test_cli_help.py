@@ -4,6 +4,7 @@ metavar on a flag. The whole command tree, walked from the root app, in-process.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -94,7 +95,7 @@ def test_docstrings_are_reflowed_and_paragraphs_kept():
     body = text.split("Options:")[0]
     # Reflowed: no line of the description stops short while the next word would have fit.
     lines = body.splitlines()
-    for line, after in zip(lines, lines[1:]):
+    for line, after in itertools.pairwise(lines):
         if line.strip() and after.strip():
             assert len(line) + 1 + len(after.split()[0]) > 78, (line, after)
     # Two paragraphs of the docstring stay two paragraphs.

@@ -27,11 +27,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ledger.tables import CliConsole, print_table
 from trainer._json import read_json_file
 
 train_app = typer.Typer(help="Train: LoRA adapters (sft, dpo, grpo, gspo through TRL + PEFT) "
                         "or a Training-Free GRPO experience library.", no_args_is_help=True)
-console = Console()
+console = CliConsole()
 progress_console = Console(stderr=True)  # spinners and progress bars: stdout keeps the results
 
 
@@ -114,7 +115,7 @@ def train_tfgrpo(
     table.add_column("count", justify="right")
     for name, count in report["counters"].items():
         table.add_row(name, str(count))
-    console.print(table)
+    print_table(table, console)
     console.print(f"library: {report['library']} ({report['library_size']} experiences)")
     console.print(f"run report: {report_path}")
     if publish:
@@ -256,7 +257,7 @@ def eval_library(
             s = results[arm][metric]
             table.add_row(arm, metric.replace("_at_k", f"@{k}"),
                           *(f"{s[x]:.3f}" for x in ("mean", "std", "min", "max")))
-    console.print(table)
+    print_table(table, console)
     if output:
         output.write_text(json.dumps(results, indent=1))
         console.print(f"results: {output}")

@@ -25,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ledger.entries import AdapterFile
+from ledger.tables import print_table
 from trainer.adapters.publish import PublishedAdapter
 from trainer.publish import PublishedRun, publish_run_dir
 
@@ -103,7 +104,7 @@ def show_published(console: Console, published: PublishedRun | PublishedAdapter,
                    log: str) -> None:
     """Print a published run: its entries, the log's anchored size and root, the transaction."""
     if isinstance(published, PublishedAdapter):
-        console.print(files_table(published.adapter_cid, published.files))
+        print_table(files_table(published.adapter_cid, published.files), console)
         console.print(leaf_lines([("run", published.adapter_index - 1, published.run_cid),
                                   ("adapter", published.adapter_index, published.adapter_cid)]),
                       highlight=False, soft_wrap=True)

@@ -138,7 +138,7 @@ def test_an_adapted_node_signs_receipts_that_verify_and_a_lying_node_fails(
 def test_unknown_corrupt_foreign_or_unproven_adapters_are_refused(
         published, tiny_model_dir, other_model_dir, tmp_path):
     _, content, cid, entries = published
-    with pytest.raises(NodeError, match="is not in the content store"):
+    with pytest.raises(NodeError, match="is not in the local content store"):
         prepare_adapter(content, UNKNOWN, tiny_model_dir, tmp_path / "unknown")
     with pytest.raises(NodeError, match="is not the base model of adapter"):
         prepare_adapter(content, cid, other_model_dir, tmp_path / "foreign")
@@ -174,7 +174,7 @@ def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_m
         [str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--offline", "--adapter",
          UNKNOWN],
         env=env, capture_output=True, text=True, timeout=120, check=False)
-    assert missing.returncode == 1 and "is not in the content store" in missing.stderr, \
+    assert missing.returncode == 1 and "is not in the local content store" in missing.stderr, \
         missing.stderr
 
     port = free_port()

@@ -82,6 +82,19 @@ def test_saved_chat_answer_and_request(client, tmp_path, tiny_model_dir):
         assert "skipped" in row(without_model.stdout, check)
         assert "needs --model" in row(without_model.stdout, check)
 
+    as_json = gym_verify(tmp_path, str(tmp_path / "bundle.json"), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    checks = json.loads(as_json.stdout)
+    assert checks["ok"] and checks["receipt"] == "bundle.json"
+    results = {c["check"]: (c["result"], c["detail"]) for c in checks["checks"]}
+    assert results["signature"][0] == "ok" and results["signature"][1].startswith("signed by 0x")
+    assert results["sampling"] == ("skipped", "needs --model")
+    failed = gym_verify(tmp_path, "--response", response, "--request",
+                        save(tmp_path, "wrong.json", wrong), "--json")
+    assert failed.returncode == 1
+    failure = json.loads(failed.stdout)
+    assert (failure["ok"], failure["reason"]) == (False, "request_digest")
+
 
 def test_completion_with_echo_and_a_streamed_chat(client, tmp_path, tiny_model_dir):
     completion = client.completions.create(**COMPLETION).model_dump()

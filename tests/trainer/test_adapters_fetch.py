@@ -202,7 +202,7 @@ def test_wrong_cids_and_targets_are_refused(stored, tmp_path):
     weights = next(f for f in decode_entry(entries.adapter).files if f.size > CHUNK_SIZE)
     with pytest.raises(AdapterEntryError, match="not an entry CID"):
         fetch_adapter(content, weights.cid, tmp_path / "a")
-    with pytest.raises(AdapterEntryError, match="not in the content store"):
+    with pytest.raises(AdapterEntryError, match="not in the local content store"):
         fetch_adapter(content, entry_cid(b"nothing"), tmp_path / "a")
     entry = decode_entry(entries.adapter)
     clash = [*entry.files, entry.files[0].model_copy(update={"path": entry.files[0].path + "/x"})]

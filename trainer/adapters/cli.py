@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -27,13 +26,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ledger.tables import CliConsole, print_table
 from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterError
 from trainer.reports import files_table, publish_and_show
 
 app = typer.Typer(help="PEFT adapters on the ledger: publish, fetch and verify, merge, compress.",
                   no_args_is_help=True)
-console = Console()
+console = CliConsole()
+err_console = CliConsole(stderr=True)
 
 BaseOption = Annotated[str, typer.Option(
     "--base", help="Base model directory ('' = the SmolLM2-135M-Instruct default).")]
@@ -84,6 +85,8 @@ def fetch(
     proof: Annotated[Path | None, typer.Option(
         help="Also check this inclusion proof document (`gym ledger proof --json`) against the "
              "root anchored on chain.", exists=True, dir_okay=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was fetched as JSON.")
+                       ] = False,
 ) -> None:
     """Fetch an adapter by its entry CID; verify every file's size and CID, then write it.
 
@@ -100,11 +103,26 @@ def fetch(
     _, entry = fetch_adapter_entry(rt.content, cid)
     columns = (TextColumn("fetching {task.description}"), BarColumn(), DownloadColumn(),
                TransferSpeedColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    with Progress(*columns, console=err_console if as_json else console, transient=True) as bar:
         task = bar.add_task(cid[:16] + "…", total=sum(f.size for f in entry.files))
         fetched = fetch_adapter(rt.content, cid, directory, proof=doc, contract=contract,
                                 on_bytes=lambda n: bar.advance(task, n))
-    console.print(files_table(cid, fetched.entry.files))
+    if as_json:
+        import json
+
+        p = fetched.inclusion
+        typer.echo(json.dumps({
+            "entry_cid": cid, "directory": str(fetched.directory),
+            "method": fetched.entry.method, "base_model": fetched.entry.base_model.name,
+            "weights_digest": fetched.entry.base_model.weights_digest,
+            "run_cid": fetched.entry.run_cid,
+            "files": [{"path": f.path, "bytes": f.size, "cid": f.cid}
+                      for f in fetched.entry.files],
+            "inclusion": None if p is None else {"log": p.log, "log_id": p.log_id,
+                                                 "index": p.index, "size": p.size,
+                                                 "root": "0x" + p.root.hex()}}, indent=2))
+        return
+    print_table(files_table(cid, fetched.entry.files), console)
     console.print(f"[green]verified[/green]: {len(fetched.entry.files)} files re-add to their "
                   f"CIDs; written to {fetched.directory} with adapter_entry.json")
     console.print(f"  method {fetched.entry.method}, base {fetched.entry.base_model.name} "
@@ -213,7 +231,7 @@ def compress(
     table.add_row("relative error ||dW - dW'|| / ||dW||", f"{report.relative_error:.4f}")
     for name, value in report.perplexity.items():
         table.add_row(f"perplexity: {name}", f"{value:.4f}")
-    console.print(table)
+    print_table(table, console)
     console.print(f"written to {report.output}", highlight=False)
     if publish:
         from trainer.adapters.publish import publish_derived_adapter

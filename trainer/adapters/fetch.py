@@ -66,9 +66,8 @@ def fetch_adapter_entry(content, cid: str) -> tuple[bytes, AdapterEntry]:
                                 "(bafkrei...); pass the CID of the adapter entry, not of a file")
     try:
         data = content.cat(cid)
-    except NotFoundError:
-        raise AdapterEntryError(f"entry {cid} is not in the content store (set GYM_IPFS_API to "
-                                "a node that has it)") from None
+    except NotFoundError as exc:
+        raise AdapterEntryError(f"fetching adapter entry {cid}: {exc}") from None
     except VerificationError as exc:
         raise AdapterIntegrityError(f"entry {cid}: the content store returned corrupt data "
                                     f"({exc})", expected=exc.expected,
@@ -153,8 +152,8 @@ def _fetch_file(content, file: AdapterFile, dest: Path,
                 if on_bytes is not None:
                     on_bytes(len(chunk))
     except NotFoundError as exc:
-        raise AdapterIntegrityError(f"{file.path}: {file.cid} is missing from the content store "
-                                    f"({exc})", path=file.path) from None
+        raise AdapterIntegrityError(f"fetching adapter file {file.path} ({file.cid}): {exc}",
+                                    path=file.path) from None
     except (ContentIntegrityError, VerificationError) as exc:
         raise AdapterIntegrityError(f"{file.path}: the content store holds corrupt blocks for "
                                     f"{file.cid} ({exc})", path=file.path, expected=exc.expected,

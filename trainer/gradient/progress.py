@@ -16,6 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from transformers import TrainerCallback
 
+from ledger.tables import print_table
+
 
 def quiet_library_output() -> None:
     """Silence transformers' and datasets' own progress bars and info logs."""
@@ -85,7 +87,7 @@ def train_with_progress(config, console: Console):
     table.add_column("value", justify="right")
     for name, value in manifest["adapter"]["metrics"].items():
         table.add_row(name, f"{value:.4g}")
-    console.print(table)
+    print_table(table, console)
     console.print(f"adapter: {result.run_dir / manifest['adapter_dir']}", highlight=False)
     console.print(f"run manifest: {result.run_dir / 'run.json'}", highlight=False)
     return result
