@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -421,6 +422,10 @@ def verify_receipt(
         help="Check only what needs no chain: signature (in the bundle's domain), digests, "
              "the inclusion proof's path (and with --model the answer's tokens).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    wait: Annotated[float, typer.Option(
+        help="With --cid: while the receipt's log is not anchored yet (the node anchors every "
+             "--anchor-interval seconds), fetch the bundle again and recheck, for up to this "
+             "many seconds.", min=0)] = 0,
 ) -> None:
     """Check a receipt: signature, request/response digests, the signer's registration (a
     registered, active node serving the receipt's model), library root and state, log
@@ -456,13 +461,29 @@ def verify_receipt(
         console.print(f"wrote the bundle to {save_bundle}", highlight=False)
     rt = None if offline else _runtime(ctx, "checking a receipt against the chain (else "
                                             "--offline)")
-    try:
-        with console.status("checking the receipt"):
-            checks = check_receipt_bundle(bundle, rt, model_dir=model, offline=offline,
-                                          registry=None if offline else registry_address(ctx),
-                                          content=None if ctx.obj is None else ctx.obj.content)
-    except ReceiptError as exc:
-        _fail(exc, title if as_json else None)
+    deadline, said = time.monotonic() + (wait if cid is not None else 0), False
+    while True:
+        try:
+            with console.status("checking the receipt"):
+                checks = check_receipt_bundle(
+                    bundle, rt, model_dir=model, offline=offline,
+                    registry=None if offline else registry_address(ctx),
+                    content=None if ctx.obj is None else ctx.obj.content)
+            break
+        except ReceiptError as exc:
+            if exc.reason != "not_anchored" or time.monotonic() >= deadline:
+                _fail(exc, title if as_json else None)
+            if not said:
+                console.print(f"not anchored yet ({exc}); waiting up to {wait:g} s for the "
+                              "node's next anchor", highlight=False)
+                said = True
+            time.sleep(2)
+            try:
+                bundle = fetch_bundle(node, cid)
+            except (NodeError, ReceiptError) as fetch_exc:
+                _fail(fetch_exc, title if as_json else None)
+    if save_bundle is not None and wait:  # the bundle that passed, with its anchored proof
+        save_bundle.write_text(json.dumps(bundle, indent=1))
     if as_json:
         typer.echo(json.dumps({"receipt": title, "ok": all(c.passed is not False for c in checks),
                                "checks": [{"check": c.name, "result": {True: "ok", None: "skipped",

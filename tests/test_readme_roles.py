@@ -128,6 +128,7 @@ def _wait_ready(block: Block, process: subprocess.Popen, log: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.anvil
+@pytest.mark.timeout(2400)
 def test_the_readme_role_sections_run_as_written(tmp_path):
     blocks = _with_free_ports(_role_blocks())
     view = _repo_view(tmp_path / "repo")
@@ -137,7 +138,7 @@ def test_the_readme_role_sections_run_as_written(tmp_path):
     state = tmp_path / "shell-state.sh"
     state.write_text("")
     builtin = set(subprocess.run(["bash", "-c", "compgen -v"], capture_output=True, text=True,
-                                 env=env, check=True).stdout.split())
+                                 env=env, check=True).stdout.split()) | {"PIPESTATUS"}
     # After each block: the variables it set, for the blocks after it.
     save = ("for _v in $(compgen -v); do case \" " + " ".join(sorted(builtin | {"_v"})) +
             " \" in *\" $_v \"*) ;; *) declare -p \"$_v\" ;; esac; done > " +

@@ -52,7 +52,7 @@ def published(ledger_devnet):
     return gym, json.loads(ok(gym.run("ledger", "show", LOG, "--json")))
 
 
-def test_tables_in_a_pipe_print_full_hashes_one_row_a_line(published):
+def _tables_in_a_pipe_print_full_hashes_one_row_a_line(published):
     gym, shown = published
     cp = shown["checkpoints"][0]
     root, tx, batch = cp["root"], cp["tx_hash"], cp["batch_cid"]
@@ -80,7 +80,7 @@ def ledger_address(gym) -> str:
     return json.loads(gym.deployment_file.read_text())["contracts"]["ExperienceLedger"]["address"]
 
 
-def test_every_table_command_has_json(published):
+def _every_table_command_has_json(published):
     gym, shown = published
     tx = shown["checkpoints"][0]["tx_hash"]
 
@@ -105,14 +105,14 @@ def test_every_table_command_has_json(published):
     assert json.loads(ok(gym.run("node", "list", "--json")))["nodes"] == []
 
 
-def test_audit_takes_an_on_chain_id_and_names_what_it_needs(published):
+def _audit_takes_an_on_chain_id_and_names_what_it_needs(published):
     gym, _ = published
     assert "audit clean: 1 checkpoints, 5 entries" in ok(gym.run("audit", "2"))
     line = one_error_line(gym.run("audit", "bob/none"))
     assert "no log named 'bob/none'" in line and "`gym audit N`" in line
 
 
-def test_readme_auditor_files(published, tmp_path):
+def _readme_auditor_files(published, tmp_path):
     """The files the README's auditor section uses, made by the commands it names."""
     gym, _ = published
     proof, bare, entry = tmp_path / "proof.json", tmp_path / "bare.json", tmp_path / "entry.json"
@@ -139,7 +139,7 @@ def test_readme_auditor_files(published, tmp_path):
     assert "anchored on chain: rootAt(2, 5) matches" in out
 
 
-def test_missing_content_says_what_where_and_how(published, tmp_path):
+def _missing_content_says_what_where_and_how(published, tmp_path):
     gym, _ = published
     empty = tmp_path / "auditor"  # an auditor's own, empty, data directory
     result = gym.run("audit", LOG, "--json", extra_env={"GYM_DATA_DIR": str(empty)})
@@ -157,6 +157,18 @@ def test_missing_content_says_what_where_and_how(published, tmp_path):
     assert "entry not shown: fetching entry bafkrei" in out and "GYM_IPFS_API" in out
     line = one_error_line(gym.run("ledger", "show", LOG, "0", "--entry"))
     assert "fetching entry" in line and "local content store" in line
+
+
+def test_tables_json_and_audit_by_id(published):
+    """One devnet for the read-only checks (each devnet and publish costs half a minute)."""
+    _tables_in_a_pipe_print_full_hashes_one_row_a_line(published)
+    _every_table_command_has_json(published)
+    _audit_takes_an_on_chain_id_and_names_what_it_needs(published)
+
+
+def test_readme_files_then_missing_content(published, tmp_path):
+    _readme_auditor_files(published, tmp_path)
+    _missing_content_says_what_where_and_how(published, tmp_path)  # empties the store: last
 
 
 def test_audit_gym_curated_before_and_after_a_curation(published, monkeypatch):
