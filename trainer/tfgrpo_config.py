@@ -37,6 +37,10 @@ def resolve_input(value: str | Path, base: Path) -> Path:
     return path if path.is_absolute() else Path(os.path.normpath(base / path))
 
 
+# The bundled arithmetic sets: defaults that hold from any working directory, and that a
+# config written back (``to_dict``) and read again (``from_yaml``) keeps unchanged.
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+
 @dataclass
 class ModelConfig:
     """Where one role's completions come from."""
@@ -69,10 +73,10 @@ class ModelConfig:
 class TFGRPOConfig:
     """Every knob of a Training-Free GRPO run; defaults follow the paper where it gives one."""
 
-    train_path: str = field(default="trainer/data/arith_train.jsonl", metadata={
+    train_path: str = field(default=str(PACKAGE_DATA / "arith_train.jsonl"), metadata={
         "help": "training problems: JSONL (or any local file `datasets` reads) with "
                 "`problem` and `answer` fields."})
-    eval_path: str = field(default="trainer/data/arith_heldout.jsonl", metadata={
+    eval_path: str = field(default=str(PACKAGE_DATA / "arith_heldout.jsonl"), metadata={
         "help": "held-out problems, same format; used by `gym eval`, not by training."})
     max_train_problems: int = field(default=0, metadata={
         "help": "use only the first N training problems (0 = all); for demos and tests."})
