@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from ledger_helpers import ok, one_error_line
 
 from devnet.runtime import governance_runtime, ledger_runtime
 from devnet.settings import GymSettings
@@ -21,19 +22,6 @@ SAMPLES = Path(__file__).resolve().parents[2] / "devnet" / "samples" / "experien
 LOG = "alice/math"
 NARROW = {"COLUMNS": "80"}
 HASH = re.compile(r"0x[0-9a-f]{64}")
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def one_error_line(result) -> str:
-    assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def line_with(out: str, *values: str) -> str:
