@@ -128,7 +128,7 @@ def verify_pop(sigma: G1Point, pk1: G1Point, pk2: G2Point, chain_id: int, commit
 
 def reason_bytes(name: str) -> bytes:
     """A check's name (``"sampling"``) as the 32-byte ``reason``: ASCII, left-aligned, zeros."""
-    raw = name.encode("ascii", "replace") if isinstance(name, str) else b""
+    raw = name.encode() if isinstance(name, str) and name.isascii() else b""
     if not _REASON.fullmatch(raw):
         raise BLSError(f"a reason is 1 to 32 printable ASCII characters, not {name!r:.80}")
     return raw.ljust(32, b"\0")

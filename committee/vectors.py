@@ -31,7 +31,14 @@ from committee.bls import (
     int_to_hex,
     sign,
 )
-from committee.messages import REJECTED, UPHELD, Verdict, pop_digest, proof_of_possession, reason_bytes
+from committee.messages import (
+    REJECTED,
+    UPHELD,
+    Verdict,
+    pop_digest,
+    proof_of_possession,
+    reason_bytes,
+)
 
 CHAIN_ID = 31337
 COMMITTEE = "0x5615dEB798BB3E4dFa0139dFa1b3D433Cc23b72f"
