@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("package", ["ledger", "contracts"])
+@pytest.mark.parametrize("package", ["ledger", "contracts", "committee"])
 def test_package_docstring_example_runs(package):
     module = importlib.import_module(package)
     result = doctest.testmod(module, verbose=False, optionflags=doctest.ELLIPSIS)
