@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from inference_node.errors import ReceiptError
 from inference_node.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from inference_node.response_format import MAX_SCHEMA_BYTES, Constraint, FormatError
-from inference_node.tools import choice_as_sent, forced_call_schema, normalized_tools, tools_as_sent
+from inference_node.tools import call_constraint, choice_as_sent, normalized_tools, tools_as_sent
 from ledger.errors import LedgerError
 from ledger.json_input import parse_json
 from trainer.grammar import ANY_OBJECT, schema_text
@@ -180,8 +180,9 @@ def check_normalized(normalized: object) -> dict[str, Any]:
 def constraint_of(normalized: dict) -> Constraint | None:
     """The constraint a normalized request (``inference_node.normalized_request``) sets, or
     None: the one function the node and the verifier both derive it with. A forced tool call
-    (``inference_node.tools``) is decoded under its call schema."""
-    call = forced_call_schema(normalized)
+    (``inference_node.tools``) is decoded under its call schema, ``tool_choice: "auto"`` under
+    its text-or-calls structural tag."""
+    call = call_constraint(normalized)
     if call is not None:
         return Constraint(call)
     fmt = normalized.get("response_format")

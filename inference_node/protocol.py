@@ -241,9 +241,10 @@ class ChatCompletionRequest(_SamplingRequest):
             choice = canonical_tool_choice(value, info.data["tools"])
         except FormatError as exc:
             raise ValueError(str(exc)) from None
-        if info.data.get("response_format") and (choice == "required" or isinstance(choice, dict)):
-            raise ValueError("a tool_choice that forces a call sets the answer's format: it "
-                             "cannot be combined with a response_format")
+        if info.data.get("response_format") and choice not in (None, "none"):
+            which = repr(choice) if isinstance(choice, str) else "naming a function"
+            raise ValueError(f"tool_choice {which} sets the answer's format (a call, or text "
+                             "or calls): it cannot be combined with a response_format")
         return choice
 
 

@@ -188,7 +188,9 @@ def _check_keywords(schema: object, where: str, depth: int, param: str) -> None:
 @dataclass(frozen=True)
 class Constraint:
     """What the grammar enforces on a completion: a JSON schema, as compact JSON text in
-    the request's key order (the order of ``properties`` is the order the answer writes them)."""
+    the request's key order (the order of ``properties`` is the order the answer writes them),
+    or, for ``tool_choice: "auto"``, a structural tag's text (``trainer.grammar``; ``schema``
+    is then the tag)."""
 
     schema_json: str
 

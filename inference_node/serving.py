@@ -37,7 +37,11 @@ decoded under its call schema and answered as `message.tool_calls` with `finish_
 "tool_calls" when its JSON completed (the text as `content` otherwise, "length"); its
 `receipt_evidence` adds `completion_text`, the model's JSON text the receipt signs; streamed, its
 text is held back and the whole `tool_calls` delta rides on the choice's finish chunk.
-`tool_choice` "auto" is a 400.
+`tool_choice` "auto" (a chat template that renders tools; a 400 otherwise) is decoded under the
+text-or-calls grammar: an answer that ends with `<tool_call>` blocks is `tool_calls` with
+`content` the text before them (null if none) and "tool_calls"; streamed, text is sent as it
+comes up to where a `<tool_call>` may begin (a tail that could start one waits), and the calls
+ride on the finish chunk (or the held text, when no complete call came).
 
 Errors are `APIError`s, rendered by the server as `{"error": {message, type, param, code}}`.
 A failure after a stream has started cannot change the HTTP status any more; it is sent as one
@@ -105,7 +109,14 @@ from inference_node.receipts import (
 )
 from inference_node.response_format import FormatError
 from inference_node.settings import NodeSettings
-from inference_node.tools import chat_messages, forces_call, template_has_tools, tool_calls_of
+from inference_node.tools import (
+    answer_of,
+    chat_messages,
+    forces_call,
+    may_call,
+    sendable_length,
+    template_has_tools,
+)
 from ledger.entries import ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError
 
@@ -406,7 +417,7 @@ class OpenAIServing:
         sample.evidence = {"receipt_cid": cid,
                            "completion_token_ids": result.token_ids,
                            "domain": self.receipts.domain.to_json()}
-        if forces_call(sample.normalized):  # the answer shows tool_calls, not the signed text
+        if may_call(sample.normalized):  # the answer may show tool_calls, not the signed text
             sample.evidence["completion_text"] = result.text
 
     def receipt_bundle(self, cid: str) -> dict:
@@ -458,13 +469,12 @@ class OpenAIServing:
 
     async def prepare_chat(self, request: ChatCompletionRequest) -> Prepared:
         has_tools = template_has_tools(self.engine.tokenizer)
-        if request.tool_choice == "auto":
-            why = ("" if has_tools else f" (and the chat template of `{self.model_name}` does "
-                   "not render tools)")
+        if request.tool_choice == "auto" and not has_tools:
             raise APIError(400, "tool_choice 'auto' (the default when tools are given) is not "
-                           f"supported by this node{why}: use tool_choice 'required' or a named "
-                           "function ({\"type\": \"function\", \"function\": {\"name\": "
-                           "…}}), or 'none'.", param="tool_choice", code="unsupported_value")
+                           f"supported for `{self.model_name}`: its chat template does not "
+                           "render tools; use tool_choice 'required' or a named function "
+                           "({\"type\": \"function\", \"function\": {\"name\": …}}), or "
+                           "'none'.", param="tool_choice", code="unsupported_value")
         messages, tools = chat_messages(normalized_request("chat", request, max_tokens=1, seed=0),
                                         has_tools)
         limit = (("max_completion_tokens", request.max_completion_tokens)
@@ -480,10 +490,9 @@ class OpenAIServing:
         results = await self._generate("chat", prepared, request_json)
         choices = []
         for i, result in enumerate(results):
-            calls = _tool_calls(prepared.normalized, result.text, result.finish_reason)
+            content, calls = _answer(prepared.normalized, result.text, result.finish_reason)
             choices.append(ChatChoice(
-                index=i, message=ChatMessageOut(content=None if calls else result.text,
-                                                tool_calls=calls),
+                index=i, message=ChatMessageOut(content=content, tool_calls=calls),
                 logprobs=_chat_logprobs(result.logprobs),
                 finish_reason="tool_calls" if calls else result.finish_reason))
         return ChatCompletionResponse(
@@ -513,21 +522,27 @@ class OpenAIServing:
         yield sse(chunk.model_dump_json(exclude_none=True))
 
         forced = forces_call(prepared.normalized)
-        texts = [""] * len(prepared.samples)  # a forced call's text, held back until it ends
+        auto = not forced and may_call(prepared.normalized)
+        texts = [""] * len(prepared.samples)  # each choice's text so far (forced or auto)
+        sent = [0] * len(prepared.samples)  # auto: how much of it went out as content
 
         def chunk_of(index: int, delta: GenerationDelta) -> ChatCompletionChunk:
             message, finish = DeltaMessage(content=delta.text), delta.finish_reason
-            if forced:  # the call is sent whole with the finish reason (or the text, if cut)
+            if forced or auto:  # calls are sent whole with the finish reason
                 texts[index] += delta.text
-                message = DeltaMessage()
-                if finish is not None:
-                    calls = _tool_calls(prepared.normalized, texts[index], finish)
+                text, message = texts[index], DeltaMessage()
+                if finish is None:  # forced: nothing yet; auto: the text up to a call
+                    upto = sendable_length(text) if auto else 0
+                else:
+                    content, calls = _answer(prepared.normalized, text, finish)
+                    upto = len(text)
                     if calls:
                         message.tool_calls = [DeltaToolCall(index=j, **c.model_dump())
                                               for j, c in enumerate(calls)]
-                        finish = "tool_calls"
-                    else:
-                        message.content = texts[index]
+                        finish, upto = "tool_calls", len(content or "")
+                if upto > sent[index]:
+                    message.content = text[sent[index]:upto]
+                    sent[index] = upto
             chunk.choices = [ChatChunkChoice(index=index, delta=message,
                                              logprobs=_chat_logprobs(delta.logprobs),
                                              finish_reason=finish)]
@@ -658,12 +673,11 @@ async def _merged(streams: list[tuple[Sample, AsyncIterator[GenerationDelta]]]
             task.cancel()
 
 
-def _tool_calls(normalized: dict, text: str, finish_reason: str) -> list[ToolCall] | None:
-    """A forced tool call's answer as `tool_calls`, when it ended with its JSON complete."""
-    if not forces_call(normalized) or finish_reason != "stop":
-        return None
-    calls = tool_calls_of(normalized, text)
-    return None if calls is None else [ToolCall.model_validate(c) for c in calls]
+def _answer(normalized: dict, text: str, finish_reason: str
+            ) -> tuple[str | None, list[ToolCall] | None]:
+    """A chat choice's `content` and `tool_calls` (`inference_node.tools.answer_of`)."""
+    content, calls = answer_of(normalized, text, finish_reason)
+    return content, None if calls is None else [ToolCall.model_validate(c) for c in calls]
 
 
 def _usage_of(results: list) -> UsageInfo:

@@ -19,14 +19,27 @@ What each does here:
   "arguments": <that tool's parameters>}`` (``forced_call_schema``), decoded under its grammar.
 - ``{"name": N}``: the answer is N's arguments object, decoded under N's parameters schema.
 - ``none``: no constraint, plain content; the tools are not shown to the model.
-- ``auto``: refused (400 naming ``tool_choice``): deciding between text and a call needs the
-  model's own tool-call syntax, which this node does not enforce or verify yet.
+- ``auto``, with a chat template that renders tools (``template_has_tools``): the tools go to
+  the template, and the answer is decoded under ``auto_grammar``: free text (never containing
+  ``<tool_call>``), then optionally one or more calls in the Hermes/Qwen syntax, separated by
+  a newline, and nothing after them::
+
+      <tool_call>
+      {"name": <a tool's name>, "arguments": <that tool's parameters>}
+      </tool_call>
+
+  (compact JSON as every grammar here writes it). Once ``<tool_call>`` is written the call must
+  match one tool's schema. An answer that ends (end of sequence) with calls is ``tool_calls``
+  with ``content`` the text before the first call (null when there is none); otherwise it is
+  plain content (``answer_of``). With a template that does not render tools, ``auto`` is
+  refused (400 naming ``tool_choice``): the model would not know the syntax.
 
 The normalized request (``inference_node.normalized_request``) holds both canonical forms, each
 tool's parameters as compact JSON text (``normalized_tools``: the digest then covers the order
 of its properties), so the receipt signs them and ``normalized_request.constraint_of`` derives the
-same grammar on the node and in the verifier. ``chat_messages`` builds the messages the chat
-template renders, on the node and in the verifier's prompt rebuild alike.
+same grammar (``call_constraint``) on the node and in the verifier, whose sampling replay masks
+with it. ``chat_messages`` builds the messages the chat template renders, on the node and in the
+verifier's prompt rebuild alike.
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ import uuid
 from typing import Any
 
 from inference_node.response_format import FormatError, check_schema
-from trainer.grammar import schema_text
+from trainer.grammar import schema_text, structural_tag_text
 
 MAX_TOOLS = 64
 MAX_NAME_CHARS = 64  # OpenAI's limit on a function name
@@ -44,6 +57,8 @@ MAX_DESCRIPTION_CHARS = 1024
 NO_PARAMETERS = {"type": "object", "properties": {}}
 CHOICES = ("none", "auto", "required")
 TOOLS_NOTE = "You can call these functions:"
+CALL_OPEN, CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"  # tool_choice auto's call syntax
+CALL_TRIGGER = "<tool_call>"
 
 
 def _check_name(name: object, where: str, param: str) -> str:
@@ -152,6 +167,11 @@ def forces_call(normalized: dict) -> bool:
     return choice == "required" or isinstance(choice, dict)
 
 
+def may_call(normalized: dict) -> bool:
+    """Whether the answer may be tool calls (a forced call, or ``auto``)."""
+    return forces_call(normalized) or normalized.get("tool_choice") == "auto"
+
+
 def forced_call_schema(normalized: dict) -> str | None:
     """The schema text a forced call is decoded under (module doc), or None."""
     if not forces_call(normalized):
@@ -164,6 +184,30 @@ def forced_call_schema(normalized: dict) -> str | None:
               "required": ["name", "arguments"], "additionalProperties": False}
              for name, schema in parameters.items()]
     return schema_text({"type": "array", "minItems": 1, "items": {"anyOf": calls}})
+
+
+def auto_grammar(normalized: dict) -> str | None:
+    """The source of the grammar ``tool_choice: "auto"`` is decoded under (module doc), or None:
+    a structural tag (``trainer.grammar``) of free text up to the first ``<tool_call>``, then
+    calls separated by a newline. The call's JSON is ``{"name": "N", "arguments": `` written
+    out, N's parameters schema, then ``}``."""
+    if normalized.get("tool_choice") != "auto":
+        return None
+    tags = [{"type": "tag",
+             "begin": CALL_OPEN + '{"name": ' + json.dumps(t["name"]) + ', "arguments": ',
+             "content": {"type": "json_schema", "json_schema": json.loads(t["parameters"])},
+             "end": "}" + CALL_CLOSE}
+            for t in normalized["tools"]]
+    return structural_tag_text({"type": "sequence", "elements": [
+        {"type": "triggered_tags", "triggers": [CALL_TRIGGER], "tags": tags,
+         "stop_after_first": True},
+        {"type": "star", "content": {"type": "sequence", "elements": [
+            {"type": "const_string", "value": "\n"}, {"type": "or", "elements": tags}]}}]})
+
+
+def call_constraint(normalized: dict) -> str | None:
+    """The grammar source a request's tool choice sets (forced call or auto), or None."""
+    return forced_call_schema(normalized) or auto_grammar(normalized)
 
 
 # --------------------------------------------------------------------------- prompt
@@ -180,10 +224,11 @@ def chat_messages(normalized: dict, template_has_tools: bool) -> tuple[list[dict
     chat request, on the node and in the verifier alike.
 
     A template that knows tools (``template_has_tools``) gets the messages' tool calls and tool
-    results natively, and the tools when a call is forced. Otherwise both are rendered as text
-    (``<tool_call>{"name", "arguments"}</tool_call>`` after an assistant's content, a tool result
-    as a user message ``<tool_response id=…>…</tool_response>``), and a forced call's tools are
-    listed in a system note (``TOOLS_NOTE``) that opens the system message."""
+    results natively, and the tools when a call is forced or ``auto``. Otherwise both are
+    rendered as text (``<tool_call>{"name", "arguments"}</tool_call>`` after an assistant's
+    content, a tool result as a user message ``<tool_response id=…>…</tool_response>``), and a
+    forced call's tools are listed in a system note (``TOOLS_NOTE``) that opens the system
+    message; ``auto`` is then a ``FormatError`` (the serving route refuses it before)."""
     messages = []
     for m in normalized["messages"]:
         if template_has_tools:
@@ -197,7 +242,10 @@ def chat_messages(normalized: dict, template_has_tools: bool) -> tuple[list[dict
             messages.append({"role": m["role"], "content": text})
         else:
             messages.append({"role": m["role"], "content": m["content"]})
-    if not forces_call(normalized):
+    if normalized.get("tool_choice") == "auto" and not template_has_tools:
+        raise FormatError("tool_choice 'auto' needs a chat template that renders tools",
+                          "tool_choice")
+    if not may_call(normalized):
         return messages, None
     if template_has_tools:
         return messages, tools_as_sent(normalized["tools"])
@@ -234,7 +282,65 @@ def tool_calls_of(normalized: dict, text: str) -> list[dict] | None:
     if not isinstance(calls, list) or not all(
             isinstance(c, dict) and "name" in c and "arguments" in c for c in calls):
         return None
-    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": {"name": c["name"],
-                          "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-            for c in calls]
+    return [_as_tool_call(c) for c in calls]
+
+
+def auto_calls_of(text: str) -> tuple[str | None, list[dict]] | None:
+    """An ``auto`` answer's content (the text before the first call, None when empty) and its
+    calls as ``tool_calls``; None when ``text`` has no complete call (module doc)."""
+    at = text.find(CALL_TRIGGER)
+    if at < 0:
+        return None
+    calls, rest = [], text[at:]
+    while rest:
+        if calls:
+            if not rest.startswith("\n"):
+                return None
+            rest = rest[1:]
+        end = rest.find(CALL_CLOSE)
+        if not rest.startswith(CALL_OPEN) or end < 0:
+            return None
+        try:
+            call = json.loads(rest[len(CALL_OPEN):end])
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(call, dict) or set(call) != {"name", "arguments"}:
+            return None
+        calls.append(call)
+        rest = rest[end + len(CALL_CLOSE):]
+    return text[:at] or None, [_as_tool_call(c) for c in calls]
+
+
+def _as_tool_call(call: dict) -> dict:
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
+
+
+def answer_of(normalized: dict, text: str, finish_reason: str
+              ) -> tuple[str | None, list[dict] | None]:
+    """A chat answer's ``content`` and ``tool_calls``: calls only when the model ended the
+    answer (``finish_reason`` "stop") with complete calls (forced, or ``auto``); otherwise the
+    text as content."""
+    if finish_reason == "stop":
+        if forces_call(normalized):
+            calls = tool_calls_of(normalized, text)
+            if calls is not None:
+                return None, calls
+        elif normalized.get("tool_choice") == "auto":
+            answer = auto_calls_of(text)
+            if answer is not None:
+                return answer
+    return text, None
+
+
+def sendable_length(text: str) -> int:
+    """How much of an ``auto`` answer's text so far a stream may send as content: up to the
+    first ``<tool_call>``, or up to a tail that could still begin one."""
+    at = text.find(CALL_TRIGGER)
+    if at >= 0:
+        return at
+    for keep in range(min(len(CALL_TRIGGER) - 1, len(text)), 0, -1):
+        if CALL_TRIGGER.startswith(text[-keep:]):
+            return len(text) - keep
+    return len(text)

@@ -213,7 +213,8 @@ def _check_response_format(request: dict, token_ids: list[int], model: Any, toke
 
 
 def _grammar_name(request: dict) -> str:
-    """What set the constraint: the response format's type, or a forced tool call."""
+    """What set the constraint: the response format's type, or the tool choice (a forced call,
+    or auto's text-or-calls)."""
     if "response_format" in request:
         return request["response_format"]["type"]
     return "tool_choice"

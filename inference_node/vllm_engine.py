@@ -37,7 +37,8 @@ What vLLM does here, and how it maps onto the node's interface:
   detokenization, which equals `tokenizer.decode(token_ids, skip_special_tokens=True)` for real
   (byte-level BPE) tokenizers; for a tokenizer without a decoder (a word-level test tokenizer)
   vLLM puts a space before the first word where `decode` does not.
-- Structured outputs: a request's `constraint` travels in `extra_args` too (its schema text) and
+- Structured outputs: a request's `constraint` travels in `extra_args` too (its text: a JSON
+  schema's, or `tool_choice: "auto"`'s text-or-calls structural tag's) and
   `GymSampler` applies the same `trainer.grammar.TokenMask` the transformers engine applies
   (one grammar per model's tokenizer, logits width and EOS ids), passing it to the sampler as
   `allowed`; so the tokens are the transformers engine's and the verifier's grammar replay holds.

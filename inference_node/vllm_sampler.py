@@ -17,16 +17,18 @@ which imports this module. It imports vLLM, so only `inference_node.vllm_engine`
 lazily. Requests without the extra argument are left alone. Bad inputs are refused by
 ``validate_params``, which vLLM runs when it admits a request, so they fail that request alone.
 
-Structured outputs: a request with a response format also carries its constraint's schema text
-(``extra_args[GRAMMAR_ARGS_KEY]``, `grammar_args`). The processor keeps one
-``trainer.grammar.TokenMask`` per such row, from one ``Grammars`` built (on first use) for the
-model's tokenizer, the logits' width and the model's EOS ids, exactly as `TransformersEngine`
-and the verifier build it, so the masks are the same and the verifier's replay holds. The row's
-token is ``choose(..., allowed=mask.allowed())``. vLLM appends the token it sampled to the row's
-``output_ids`` after the step, so the mask is advanced lazily: at the next ``apply`` it accepts
-the ids in ``output_ids`` past those already accepted (which also rebuilds a row that vLLM
-preempted and re-added, from its whole output). vLLM's own structured-output backend is not
-used: its grammar options differ from ``gym-grammar/1`` and a verifier could not replay them.
+Structured outputs: a request with a response format or a tool choice also carries its
+constraint's text (``extra_args[GRAMMAR_ARGS_KEY]``, `grammar_args`): a JSON schema's, or for
+``tool_choice: "auto"`` the text-or-calls structural tag's (``inference_node.tools``). The
+processor keeps one ``trainer.grammar.TokenMask`` per such row, from one ``Grammars`` built (on
+first use) for the model's tokenizer, the logits' width and the model's EOS ids, exactly as
+`TransformersEngine` and the verifier build it, so the masks are the same and the verifier's
+replay holds. The row's token is ``choose(..., allowed=mask.allowed())``. vLLM appends the
+token it sampled to the row's ``output_ids`` after the step, so the mask is advanced lazily: at
+the next ``apply`` it accepts the ids in ``output_ids`` past those already accepted (which also
+rebuilds a row that vLLM preempted and re-added, from its whole output). vLLM's own
+structured-output backend is not used: its grammar options differ from ``gym-grammar/1`` and a
+verifier could not replay them.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def sampler_args(temperature: float, top_p: float, seed: int, request_key: bytes
 
 
 def grammar_args(constraint: Constraint) -> dict[str, str]:
-    """The ``extra_args`` entry of a constrained request: the schema's compact JSON text."""
+    """The ``extra_args`` entry of a constrained request: its constraint's text (a schema's
+    compact JSON text, or a structural tag's)."""
     return {GRAMMAR_ARGS_KEY: constraint.schema_json}
 
 
@@ -127,7 +130,8 @@ def _parse_constraint(params: SamplingParams) -> Constraint | None:
                             f"extra_args[{EXTRA_ARGS_KEY!r}]")
     schema = extra[GRAMMAR_ARGS_KEY]
     if not isinstance(schema, str):
-        raise SamplingError(f"extra_args[{GRAMMAR_ARGS_KEY!r}] must be a schema's JSON text")
+        raise SamplingError(f"extra_args[{GRAMMAR_ARGS_KEY!r}] must be a constraint's text (a "
+                            "JSON schema's, or a structural tag's)")
     try:
         grammar_text(schema)  # the tokenizer-free half of compiling
     except GrammarError as exc:

@@ -10,10 +10,15 @@ and only tokens that keep the text valid UTF-8 are allowed (xgrammar checks a mu
 character's shape but not its ranges, so a byte-level tokenizer could spell an overlong form
 or a surrogate, which decodes to U+FFFD).
 
+A constraint's source may also be a structural tag (``structural_tag_text``): free text with
+tags in it whose contents are JSON under the same rules; the node uses one for
+``tool_choice: "auto"`` (``inference_node.tools``). The end-of-sequence tokens are then allowed
+wherever the tag's format may end (in free text, or after a complete tag).
+
 ``Grammars`` compiles and caches; a ``TokenMask`` follows one completion (``allowed()`` before
 each token, ``accept(token)`` after); ``replay`` rebuilds the masks a completion's tokens were
 chosen under, which is how a verifier checks them; ``logits_processor`` applies masks in
-Hugging Face ``generate``. The mask is a function of the schema text, the tokenizer and the
+Hugging Face ``generate``. The mask is a function of the source text, the tokenizer and the
 xgrammar version (pinned in ``pyproject.toml``).
 """
 
@@ -59,16 +64,66 @@ _JSON_CHARACTERS = r'[^\0-\x1f\"\\\r\n]'
 
 
 def grammar_text(schema_json: str) -> str:
-    """The EBNF grammar of a JSON schema (gym-grammar/1): xgrammar's conversion, compact
-    separators, strict mode, string characters as JSON allows them."""
+    """The EBNF grammar of a constraint's source (gym-grammar/1): a JSON schema's text, by
+    xgrammar's conversion with compact separators, strict mode and string characters as JSON
+    allows them; or a structural tag's (``STRUCTURAL_TAG``, ``structural_tag_text``)."""
     import xgrammar
 
+    if schema_json.startswith(STRUCTURAL_TAG_OPENING):
+        return _structural_tag_grammar(schema_json)
     try:
         grammar = xgrammar.Grammar.from_json_schema(schema_json, any_whitespace=False,
                                                     strict_mode=True)
     except (RuntimeError, ValueError) as exc:
         raise GrammarError(f"the schema cannot be compiled to a grammar: {_last_line(exc)}"
                            ) from None
+    return str(grammar).replace(_LOOSE_CHARACTERS, _JSON_CHARACTERS)
+
+
+# A structural tag (xgrammar's "structural_tag" format: free text, tags that begin with a fixed
+# string, their contents under a grammar) is how a tool call's syntax is enforced around free
+# text (``inference_node.tools.auto_grammar``). Its source, as ``structural_tag_text`` writes
+# it, opens with ``STRUCTURAL_TAG_OPENING``, which no JSON schema's text can ("type" of a
+# schema is a JSON type); every ``{"type": "json_schema", "json_schema": S}`` content in it is
+# compiled as a JSON schema is above (compact, strict), not by xgrammar's own conversion
+# (which allows any whitespace).
+STRUCTURAL_TAG = "structural_tag"
+STRUCTURAL_TAG_OPENING = '{"type":"structural_tag",'
+
+
+def structural_tag_text(format_: dict) -> str:
+    """The source text of a structural tag whose format is ``format_`` (key order kept)."""
+    return schema_text({"type": STRUCTURAL_TAG, "format": format_})
+
+
+def _json_contents(node: Any) -> Any:
+    """``node`` with every json_schema content replaced by its gym-grammar/1 EBNF."""
+    if isinstance(node, list):
+        return [_json_contents(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "json_schema" and "json_schema" in node:
+        if set(node) != {"type", "json_schema"} or not isinstance(node["json_schema"], dict):
+            raise GrammarError("a structural tag's json_schema content takes only its schema")
+        return {"type": "grammar", "grammar": grammar_text(schema_text(node["json_schema"]))}
+    return {key: _json_contents(value) for key, value in node.items()}
+
+
+def _structural_tag_grammar(source: str) -> str:
+    import xgrammar
+
+    try:
+        tag = json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise GrammarError(f"a structural tag must be JSON: {exc}") from None
+    if not isinstance(tag, dict) or set(tag) != {"type", "format"}:
+        raise GrammarError('a structural tag is {"type": "structural_tag", "format": …}')
+    try:
+        grammar = xgrammar.Grammar.from_structural_tag(json.dumps(
+            {"type": STRUCTURAL_TAG, "format": _json_contents(tag["format"])}))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise GrammarError(f"the structural tag cannot be compiled to a grammar: "
+                           f"{_last_line(exc)}") from None
     return str(grammar).replace(_LOOSE_CHARACTERS, _JSON_CHARACTERS)
 
 

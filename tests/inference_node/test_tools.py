@@ -1,7 +1,8 @@
 """Function calling (issue 16): `tools` and `tool_choice` on the chat route through the
 official `openai` SDK. A forced call ("required", or a named function) is decoded under its call
 schema, so the tiny random model's answer parses and validates; "none" is plain content; "auto"
-is a 400; the receipt signs the tools and the verifier replays the call grammar."""
+is a 400 here, where the chat template does not render tools (test_tools_auto covers "auto" with
+one that does); the receipt signs the tools and the verifier replays the call grammar."""
 
 from __future__ import annotations
 
@@ -128,6 +129,8 @@ def test_an_agent_loop_sends_the_call_and_its_result_back(client):
     ({"tools": [TOOLS[0], TOOLS[0]]}, "tools", "given twice"),
     ({"tools": [TOOLS[1]] * 65}, "tools", "at most 64"),
     ({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}},
+     "tool_choice", "cannot be combined"),
+    ({"tools": TOOLS, "tool_choice": "auto", "response_format": {"type": "json_object"}},
      "tool_choice", "cannot be combined"),
 ])
 def test_unsupported_tools_are_a_400_naming_the_field(client, fields, param, words):

@@ -110,3 +110,40 @@ def test_a_constrained_vllm_answer_s_receipt_verifies(engine, vllm_json_model_di
             checks = offline_checks(bundle, verifier, vllm_json_model_dir, monkeypatch)
             assert checks["response_format"].passed and checks["sampling"].passed
             assert checks["activations"].passed
+
+
+@needs_vllm
+def test_tool_choice_auto_s_grammar_holds_on_vllm(engine, vllm_json_model_dir):
+    """`tool_choice: "auto"`'s text-or-calls grammar (a structural tag) reaches `GymSampler` as
+    a schema does: vLLM's tokens equal TransformersEngine's, and a replay of the grammar allows
+    every one of them. (The engine-level half: the chat template's rendering of the tools is
+    the serving layer's, shared by both engines.)"""
+    from inference_node.normalized_request import constraint_of, from_client_request
+    from trainer.grammar import replay
+
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"], "additionalProperties": False}}}]
+    normalized = from_client_request("chat", {
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": "add"}], "tools": tools,
+        "tool_choice": "auto"}, max_tokens=64, seed=0)
+    constraint = constraint_of(normalized)
+    engine.check_constraint(constraint)
+    reference = make_engine(vllm_json_model_dir)
+    prompt = LibraryInjector(engine.tokenizer).chat(
+        [{"role": "user", "content": "add"}], SNAPSHOT).prompt
+
+    async def run(on):
+        async def one(seed):
+            params = SamplingParams(max_tokens=64, temperature=1.0, seed=seed,
+                                    request_key=KEY, constraint=constraint)
+            return [t for d in [d async for d in on.stream(prompt, params)] for t in d.token_ids]
+        return await asyncio.gather(*(one(seed) for seed in range(3)))
+
+    try:
+        ours, theirs = asyncio.run(run(engine)), asyncio.run(run(reference))
+    finally:
+        reference.shutdown()
+    assert ours == theirs
+    for tokens in ours:  # the node's Grammars is built as the verifier builds it
+        assert replay(engine.grammars(), constraint.schema_json, tokens)[1] is None
