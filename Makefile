@@ -4,6 +4,9 @@
 
 VENV := .venv
 FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
+# pytest workers: a serial run keeps one core busy (98% of one in tests/ledger), so two workers
+# use both cores of the CI machine (tests/conftest.py keeps each test file on one worker).
+PYTEST_WORKERS ?= 2
 
 setup:
 	@scripts/setup.sh
@@ -17,7 +20,7 @@ test-contracts:
 	cd contracts && ../$(FORGE) test
 
 test-python:
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 contracts:
 	$(VENV)/bin/gym contracts build

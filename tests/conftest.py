@@ -153,3 +153,26 @@ def ledger_devnet(gym_env):
     yield LedgerDevnet(gym_env, manifest["rpc_url"],
                        manifest["contracts"]["ExperienceLedger"]["address"],
                        manifest["deployment_block"])
+
+
+# --- parallel runs (pytest -n 2, `make test`) -----------------------------------------------
+
+# Files that start vLLM engines run on one worker, one after another: two engines at once would
+# fight over the 2 cores the CI machine has (and each keeps a KV cache in memory).
+SERIAL_GROUPS = {
+    "vllm": ("inference_node/test_vllm_engine.py", "inference_node/test_vllm_structured_outputs.py",
+             "inference_node/test_engine_select.py", "inference_node/test_adapters.py"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's `--dist loadgroup`, every test file is one group (so a module's
+    fixtures are built once, on one worker), and the files of a `SERIAL_GROUPS` entry share one."""
+    tests_root = Path(__file__).parent
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        relative = Path(item.fspath).relative_to(tests_root).as_posix()
+        group = next((name for name, files in SERIAL_GROUPS.items() if relative in files), relative)
+        item.add_marker(pytest.mark.xdist_group(group))
