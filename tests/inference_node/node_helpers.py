@@ -329,3 +329,11 @@ def signed_bundle(signer, body: dict, normalized: dict, prompt_ids: list[int],
         finish_reason=generation.finish_reason)
     return bundle_json(receipt, DOMAIN, route="chat", request=body, text=generation.text,
                        completion_token_ids=generation.token_ids)
+
+
+# Two tools' parameter schemas, shared by the tool tests (test_tools, test_tools_auto).
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 8},
+    "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+       "required": ["a", "b"], "additionalProperties": False}

@@ -14,10 +14,12 @@ import jsonschema
 import openai
 import pytest
 from node_helpers import (
+    ADD,
     DOMAIN,
     MODEL_NAME,
     NODE_KEY,
     SNAPSHOT,
+    WEATHER,
     answer_bundle,
     make_engine,
     offline_checks,
@@ -36,11 +38,6 @@ from inference_node.normalized_request import (
 from inference_node.receipts import ReceiptSigner, model_digest
 from inference_node.tools import chat_messages
 
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 8},
-    "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"], "additionalProperties": False}
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-       "required": ["a", "b"], "additionalProperties": False}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
                                            "parameters": WEATHER}},
          {"type": "function", "function": {"name": "add", "parameters": ADD, "strict": True}}]

@@ -21,10 +21,12 @@ import openai
 import pytest
 import torch
 from node_helpers import (
+    ADD,
     DOMAIN,
     MODEL_NAME,
     NODE_KEY,
     SNAPSHOT,
+    WEATHER,
     answer_bundle,
     make_engine,
     offline_checks,
@@ -43,11 +45,6 @@ from inference_node.response_format import FormatError
 from inference_node.tools import answer_of, chat_messages, sendable_length
 from trainer.grammar import Grammars, replay
 
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "maxLength": 8},
-    "unit": {"enum": ["C", "F"]}}, "required": ["city", "unit"], "additionalProperties": False}
-ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-       "required": ["a", "b"], "additionalProperties": False}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
                                            "parameters": WEATHER}},
          {"type": "function", "function": {"name": "add", "parameters": ADD}}]
