@@ -190,8 +190,11 @@ contract VerifierCommittee is IVerifierCommittee {
         while (index < MAX_VERIFIERS && (used >> index) & 1 == 1) ++index;
         if (index == MAX_VERIFIERS) revert CommitteeFull(MAX_VERIFIERS);
 
+        // forge-lint: disable-next-line(incorrect-shift)
         _usedBitmap = used | (1 << index);
         if (index >= slotCount) slotCount = index + 1;
+        // casting to uint96 is safe: stake <= type(uint96).max was checked above
+        // forge-lint: disable-next-line(unsafe-typecast)
         _slots[index] = Slot({stake: uint96(stake), unbondingEnds: 0, state: ACTIVE});
         _pk1s[index] = pk1;
         _tenures[index].push(Tenure({verifier: msg.sender, from: uint64(block.timestamp)}));
@@ -211,6 +214,8 @@ contract VerifierCommittee is IVerifierCommittee {
         if (amount == 0) revert CommitteeZeroAmount();
         uint256 stake = slot.stake + amount;
         if (stake > type(uint96).max) revert CommitteeInvalidParameter("stake", stake);
+        // casting to uint96 is safe: checked on the line above
+        // forge-lint: disable-next-line(unsafe-typecast)
         slot.stake = uint96(stake);
         activeStake += amount;
         totalStake += amount;
@@ -241,6 +246,7 @@ contract VerifierCommittee is IVerifierCommittee {
         delete _slots[index];
         delete _pk1s[index];
         delete _indexOf[msg.sender];
+        // forge-lint: disable-next-line(incorrect-shift)
         _usedBitmap &= ~(1 << index);
         totalStake -= slot.stake;
         // The slot was already zeros in the set (unbonding): setHash does not change.
@@ -268,8 +274,12 @@ contract VerifierCommittee is IVerifierCommittee {
             status: Status.Open,
             verdict: 0,
             challenger: msg.sender,
+            // casting to uint96 is safe: the constructor checks challengeBond fits
+            // forge-lint: disable-next-line(unsafe-typecast)
             bond: uint96(bond),
             operator: operator,
+            // casting to uint96 is safe: registry challenge ids count up from 1
+            // forge-lint: disable-next-line(unsafe-typecast)
             registryChallengeId: uint96(registryId),
             receiptHash: receiptHash,
             rewardShare: 0,
@@ -311,6 +321,8 @@ contract VerifierCommittee is IVerifierCommittee {
             if (!valid) revert CommitteeInvalidSignature(challengeId);
         }
 
+        // casting to uint128 is safe: _scanSet refused bits at or past the set's length (<= 128)
+        // forge-lint: disable-next-line(unsafe-typecast)
         record.signerBitmap = uint128(signerBitmap);
         record.settledAt = uint64(block.timestamp);
         record.status = Status.Settled;
@@ -340,6 +352,8 @@ contract VerifierCommittee is IVerifierCommittee {
             uint256 stake = slot.stake;
             uint256 amount = stake < verifierSlash ? stake : verifierSlash;
             uint256 left = stake - amount;
+            // casting to uint96 is safe: left <= the slot's uint96 stake
+            // forge-lint: disable-next-line(unsafe-typecast)
             slot.stake = uint96(left);
             totalStake -= amount;
             slashed += amount;
@@ -402,6 +416,8 @@ contract VerifierCommittee is IVerifierCommittee {
             unclaimedRewards += rewardShare * signers;
         }
         record.status = Status.Finalized;
+        // casting to uint128 is safe: rewardShare <= the pool, a uint96 bond or a slice of a node's stake
+        // forge-lint: disable-next-line(unsafe-typecast)
         record.rewardShare = uint128(rewardShare);
         openBonds -= bond;
         emit ChallengeFinalized(challengeId, upheld, slashAmount, toChallenger, rewardShare, toGovernance);
@@ -425,6 +441,8 @@ contract VerifierCommittee is IVerifierCommittee {
             share == 0 || index >= MAX_VERIFIERS || (record.signerBitmap >> index) & 1 == 0
                 || (claimed >> index) & 1 == 1
         ) revert CommitteeNothingToClaim(challengeId, index);
+        // casting to uint128 is safe: index < MAX_VERIFIERS = 128 was checked
+        // forge-lint: disable-next-line(unsafe-typecast,incorrect-shift)
         record.claimedBitmap = uint128(claimed | (1 << index));
         unclaimedRewards -= share;
         address verifier = _holderAt(index, record.settledAt);
