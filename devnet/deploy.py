@@ -21,6 +21,11 @@ The DAO (docs/design.md "4.3 DAO") is wired so that the deployer keeps no power 
 - ``NodeRegistry``: inference nodes stake GymToken (at least ``node_min_stake``) and name
   their receipt log; its governance is the timelock, so only an executed proposal can slash
   a node or resolve a challenge. The minimum stake is fixed at deployment.
+- ``VerifierCommittee`` (docs/committee.md): deployed before the NodeRegistry, which names it
+  as its ``committee`` (allowed, besides the timelock, to resolve challenges and slash), then
+  bound to that registry by the deployer (``bindRegistry``, once). Its governance is the
+  timelock (appeals, the appeal window); its stakes, bond and slash amounts are fixed at
+  deployment, the appeal window is short on the devnet (``committee_appeal_window``).
 """
 
 from __future__ import annotations
@@ -45,13 +50,17 @@ from ledger.json_input import parse_json
 if TYPE_CHECKING:
     from rich.console import Console
 
-MANIFEST_VERSION = 3  # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry
+# 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry;
+# 4: VerifierCommittee, and a NodeRegistry that names it (its constructor changed)
+MANIFEST_VERSION = 4
 # What an older manifest lacks, by its version (said when asking for a redeploy).
 _MISSING_SINCE = {
-    1: "the DAO contracts, the curated library and the NodeRegistry",
-    2: "the NodeRegistry",
+    1: "the DAO contracts, the curated library, the NodeRegistry and the VerifierCommittee",
+    2: "the NodeRegistry and the VerifierCommittee",
+    3: "the VerifierCommittee",
 }
-CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "NodeRegistry")
+CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "VerifierCommittee",
+                  "NodeRegistry")
 CURATED_LIBRARY_NAME = "gym/curated"
 MAX_MANIFEST_BYTES = 1024 * 1024  # deployment.json is ~3 KB
 CURATED_LOG_KIND = 1  # IExperienceLedger.LogKind.Curated
@@ -87,6 +96,13 @@ class GovernanceParams(BaseModel):
     tokens_per_holder: int = 1_000  # whole tokens (18 decimals) minted to each holder
     holders: list[str] = []  # checksummed addresses that received tokens and self-delegated
     node_min_stake: int = 100 * GYM  # GYM base units a NodeRegistry node stakes at least
+    # VerifierCommittee (docs/committee.md "Contract"); amounts in GYM base units
+    verifier_min_stake: int = 100 * GYM  # least stake of a verifier
+    challenge_bond: int = 10 * GYM  # a challenger's bond, forfeited to the signers if rejected
+    node_slash: int = 50 * GYM  # taken from a node whose challenge is finally upheld (capped)
+    verifier_slash: int = 20 * GYM  # taken from each signer of a reversed settlement (capped)
+    challenger_share_bps: int = 2_000  # share of the node's slashed stake paid to the challenger
+    committee_appeal_window: int = 300  # seconds governance may reverse a settlement (at most 7 days)
 
 
 class Deployment(BaseModel):
@@ -236,10 +252,19 @@ def deploy_all(
     curated_log_id = ledger.events.LogCreated().process_receipt(receipt)[0]["args"]["logId"]
     deployer.send(ledger.functions.transferLogOwnership(curated_log_id, timelock.address))
 
+    # The committee first: the registry names it, then the committee binds that registry.
+    contracts["VerifierCommittee"] = deployer.deploy(
+        "VerifierCommittee", contracts["GymToken"].address, timelock.address,
+        governance.verifier_min_stake, governance.challenge_bond, governance.node_slash,
+        governance.verifier_slash, governance.challenger_share_bps, governance.committee_appeal_window,
+    )
     contracts["NodeRegistry"] = deployer.deploy(
         "NodeRegistry", contracts["GymToken"].address, timelock.address,
         contracts["ExperienceLedger"].address, governance.node_min_stake,
+        contracts["VerifierCommittee"].address,
     )
+    committee = deployer.contract(contracts["VerifierCommittee"], "VerifierCommittee")
+    deployer.send(committee.functions.bindRegistry(contracts["NodeRegistry"].address))
 
     last_block = w3.eth.get_block("latest")
     return Deployment(

@@ -13,9 +13,11 @@ pragma solidity ^0.8.24;
 /// Anyone may open a challenge against a receipt the node signed (the challenge carries the
 /// receipt's EIP-712 digest and the node's signature over it, so nobody can challenge a receipt
 /// a node never issued); a challenge has no on-chain effect by itself (and so needs no bond:
-/// spam costs its sender gas and nobody else anything). Only
-/// governance (the DAO timelock) judges: it dismisses or upholds a challenge and slashes stake
-/// against one that is not dismissed, paying the slashed tokens to a beneficiary it names.
+/// spam costs its sender gas and nobody else anything). Governance (the DAO timelock) judges:
+/// it dismisses or upholds a challenge and slashes stake against one that is not dismissed,
+/// paying the slashed tokens to a beneficiary it names. The verifier committee fixed at
+/// deployment (`committee()`, see IVerifierCommittee) may do the same: it opens challenges
+/// here on behalf of bonded challengers and carries out its finalized verdicts.
 interface INodeRegistry {
     /// @notice Where a challenge stands.
     enum ChallengeStatus {
@@ -91,7 +93,7 @@ interface INodeRegistry {
 
     // ---------------------------------------------------------------- errors
 
-    /// @notice `caller` is not the governance executor.
+    /// @notice `caller` is neither the governance executor nor the committee.
     error NodeRegistryNotGovernance(address caller);
 
     /// @notice `operator` already has a node (bonded or unbonding).
@@ -239,7 +241,7 @@ interface INodeRegistry {
     /// registered but is no longer active (`isActive`) until it adds stake.
     ///
     /// Requirements:
-    /// - the caller is governance;
+    /// - the caller is governance or the committee;
     /// - challenge `challengeId` exists, is against `operator` and was not dismissed;
     /// - `operator` still has a node;
     /// - `amount` is not zero and at most `operator`'s stake;
@@ -251,7 +253,7 @@ interface INodeRegistry {
     /// @notice Upholds or dismisses the open challenge `challengeId` without slashing.
     ///
     /// Requirements:
-    /// - the caller is governance;
+    /// - the caller is governance or the committee;
     /// - challenge `challengeId` exists and is open.
     ///
     /// Emits: `ChallengeResolved`.
@@ -301,6 +303,14 @@ interface INodeRegistry {
     ///
     /// Emits: nothing.
     function challengeCount() external view returns (uint256);
+
+    /// @notice The verifier committee allowed, besides governance, to slash and resolve
+    /// challenges; zero when there is none.
+    ///
+    /// Requirements: none.
+    ///
+    /// Emits: nothing.
+    function committee() external view returns (address);
 
     /// @notice Sum of every node's stake, bonded or unbonding: what this contract holds.
     ///

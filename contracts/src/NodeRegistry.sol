@@ -10,7 +10,7 @@ import {INodeRegistry} from "./INodeRegistry.sol";
 
 /// @title NodeRegistry
 /// @notice Inference nodes stake GYM, name their receipt signer and receipt log, and can be
-/// challenged by anyone and slashed by governance (see `INodeRegistry`).
+/// challenged by anyone and slashed by governance or the verifier committee (see `INodeRegistry`).
 ///
 /// The unbonding delay is a constant of 7 days, far longer than a governance round (voting
 /// delay + voting period + timelock delay: minutes on the devnet, days on a public network), so
@@ -26,6 +26,8 @@ contract NodeRegistry is INodeRegistry {
     IERC20 public immutable stakeToken;
     /// @notice The only address that may slash and resolve challenges (the DAO timelock).
     address public immutable governance;
+    /// @notice The verifier committee, which may also slash and resolve challenges (zero: none).
+    address public immutable committee;
     /// @notice Where receipt logs live.
     IExperienceLedger public immutable ledger;
     /// @notice Least stake (token base units) that registers a node and keeps it active.
@@ -39,14 +41,24 @@ contract NodeRegistry is INodeRegistry {
     mapping(address operator => mapping(address signer => bool)) private _signedFor;
     mapping(uint256 challengeId => Challenge) private _challenges;
 
-    modifier onlyGovernance() {
-        if (msg.sender != governance) revert NodeRegistryNotGovernance(msg.sender);
+    /// @dev Governance, or the verifier committee carrying out a final verdict.
+    modifier onlyJudge() {
+        if (msg.sender != governance && (msg.sender != committee || committee == address(0))) {
+            revert NodeRegistryNotGovernance(msg.sender);
+        }
         _;
     }
 
-    constructor(IERC20 stakeToken_, address governance_, IExperienceLedger ledger_, uint256 minStake_) {
+    constructor(
+        IERC20 stakeToken_,
+        address governance_,
+        IExperienceLedger ledger_,
+        uint256 minStake_,
+        address committee_
+    ) {
         stakeToken = stakeToken_;
         governance = governance_;
+        committee = committee_;
         ledger = ledger_;
         minStake = minStake_;
     }
@@ -162,7 +174,7 @@ contract NodeRegistry is INodeRegistry {
     /// @inheritdoc INodeRegistry
     function slash(address operator, uint256 amount, uint256 challengeId, address beneficiary)
         external
-        onlyGovernance
+        onlyJudge
     {
         Challenge storage ch = _challenges[challengeId];
         ChallengeStatus status = ch.status;
@@ -189,7 +201,7 @@ contract NodeRegistry is INodeRegistry {
     }
 
     /// @inheritdoc INodeRegistry
-    function resolveChallenge(uint256 challengeId, bool upheld) external onlyGovernance {
+    function resolveChallenge(uint256 challengeId, bool upheld) external onlyJudge {
         Challenge storage ch = _challenges[challengeId];
         ChallengeStatus status = ch.status;
         if (status == ChallengeStatus.None) revert NodeRegistryUnknownChallenge(challengeId);

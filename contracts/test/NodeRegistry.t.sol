@@ -44,7 +44,7 @@ abstract contract NodeRegistryFixture is GymTest {
         amounts[0] = BALANCE;
         amounts[1] = BALANCE;
         token = new GymToken("Gym", "GYM", holders, amounts);
-        registry = new NodeRegistry(token, dao, ledger, MIN_STAKE);
+        registry = new NodeRegistry(token, dao, ledger, MIN_STAKE, address(0));
         vm.prank(alice);
         aliceLog = ledger.createLog("alice receipts", IExperienceLedger.LogKind.Publisher);
         vm.prank(bob);
@@ -729,7 +729,7 @@ contract NodeRegistryHandler is GymTest {
             amounts[i] = BALANCE;
         }
         token = new GymToken("Gym", "GYM", holders, amounts);
-        registry = new NodeRegistry(token, address(this), ledger, MIN_STAKE);
+        registry = new NodeRegistry(token, address(this), ledger, MIN_STAKE, address(0));
         for (uint256 i; i < 3; ++i) {
             vm.startPrank(operators[i]);
             _logs[i] = ledger.createLog("receipts", IExperienceLedger.LogKind.Publisher);

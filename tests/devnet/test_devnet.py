@@ -173,7 +173,8 @@ def test_manifest_of_an_older_gym_says_redeploy(gym_env):
     status = gym_env.run("devnet", "status")
     assert status.returncode == 1
     assert (f"has manifest version 1, this gym reads {MANIFEST_VERSION} (it predates the DAO "
-            "contracts, the curated library and the NodeRegistry): run `gym devnet up --redeploy`"
+            "contracts, the curated library, the NodeRegistry and the VerifierCommittee): run "
+            "`gym devnet up --redeploy`"
             ) in status.stderr
     up = gym_env.run("devnet", "up")
     assert up.returncode == 0, up.stderr

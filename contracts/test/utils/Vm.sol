@@ -50,6 +50,8 @@ interface Vm {
     function parseJsonBytes32(string calldata json, string calldata key) external pure returns (bytes32);
     function parseJsonBytes32Array(string calldata json, string calldata key) external pure returns (bytes32[] memory);
     function parseJsonString(string calldata json, string calldata key) external pure returns (string memory);
+    function parseJsonUintArray(string calldata json, string calldata key) external pure returns (uint256[] memory);
+    function parseJsonAddress(string calldata json, string calldata key) external pure returns (address);
 
     // Formatting
     function toString(uint256 value) external pure returns (string memory);

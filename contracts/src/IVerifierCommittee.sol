@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {BN254} from "./BN254.sol";
+
+/// @title IVerifierCommittee
+/// @notice Staked BLS verifier committee that judges challenges against node receipts
+/// (docs/committee.md).
+///
+/// Verifiers stake GYM and register a BN254 key pair with a proof of possession. A challenger
+/// opens a challenge here with a bond (the committee opens it in the NodeRegistry as its
+/// challenger); the verifiers check the receipt off chain and sign the verdict; anyone submits
+/// the aggregate signature to `settle`, which needs signers holding at least two thirds of the
+/// active stake. Governance (the DAO timelock) may `reverse` a settlement during the appeal
+/// window, slashing the verifiers that signed it. After the window (or a reversal) anyone
+/// `finalize`s: an upheld challenge slashes the node through the NodeRegistry, pays the
+/// challenger its bond and a share, and leaves the rest to the signers; a rejected one forfeits
+/// the bond to the signers. Signers `claim` their part.
+///
+/// The active set is committed to by `setHash` = keccak256 of (pk1.x, pk1.y, stake) per index
+/// 0..slotCount-1, zeros for free or unbonding slots; `settle` takes the set in calldata.
+interface IVerifierCommittee {
+    /// @notice Where a committee challenge stands.
+    enum Status {
+        None,
+        Open,
+        Settled,
+        Reversed,
+        Finalized
+    }
+
+    /// @notice Verdicts a settlement can carry (docs/committee.md "Messages").
+    /// 1 = upheld (the receipt fails verification), 2 = rejected (it verifies).
+    enum Verdict {
+        None,
+        Upheld,
+        Rejected
+    }
+
+    /// @notice A verifier slot. `state` 0 = free, 1 = active, 2 = unbonding (out of the active
+    /// set, still slashable until `unbondingEnds`).
+    struct VerifierInfo {
+        address verifier;
+        uint96 stake;
+        uint64 unbondingEnds;
+        uint8 state;
+        BN254.G1Point pk1;
+    }
+
+    /// @notice A committee challenge. `verdict` is the one settled (a reversal flips the outcome,
+    /// not this field; see `status`). `rewardShare` is what each signer may claim once finalized.
+    struct ChallengeInfo {
+        Status status;
+        uint8 verdict;
+        uint64 settledAt;
+        uint128 signerBitmap;
+        address challenger;
+        uint96 bond;
+        address operator;
+        uint96 registryChallengeId;
+        bytes32 receiptHash;
+        uint128 rewardShare;
+        uint128 claimedBitmap;
+    }
+
+    // ---------------------------------------------------------------- events
+
+    /// @notice The committee was bound to its NodeRegistry.
+    event RegistryBound(address indexed registry);
+
+    /// @notice `verifier` registered key `pk1` at `index` staking `stake`.
+    event VerifierRegistered(address indexed verifier, uint256 indexed index, uint256 pkX, uint256 pkY, uint256 stake);
+
+    /// @notice `verifier` added `amount`; its stake is now `stake`.
+    event VerifierStakeAdded(address indexed verifier, uint256 indexed index, uint256 amount, uint256 stake);
+
+    /// @notice `verifier` left the active set; its stake can be withdrawn from `unbondingEnds`.
+    event VerifierDeregistered(address indexed verifier, uint256 indexed index, uint64 unbondingEnds);
+
+    /// @notice `verifier` withdrew `amount` and freed `index`.
+    event VerifierWithdrawn(address indexed verifier, uint256 indexed index, uint256 amount);
+
+    /// @notice `verifier` lost `amount` for signing the reversed settlement of `challengeId`;
+    /// `stake` remains. `ejected`: it fell below the minimum and left the active set.
+    event VerifierSlashed(
+        address indexed verifier, uint256 indexed challengeId, uint256 amount, uint256 stake, bool ejected
+    );
+
+    /// @notice The active set changed: its new commitment, number of slots and active stake.
+    event SetUpdated(bytes32 setHash, uint256 slotCount, uint256 activeStake);
+
+    /// @notice `challenger` opened challenge `challengeId` (NodeRegistry challenge
+    /// `registryChallengeId`) against `operator`'s receipt, bonding `bond`. Verifiers watch this.
+    event ChallengeOpened(
+        uint256 indexed challengeId,
+        uint256 indexed registryChallengeId,
+        address indexed operator,
+        address challenger,
+        bytes32 receiptHash,
+        uint256 bond,
+        string evidenceCid
+    );
+
+    /// @notice Challenge `challengeId` was settled with `verdict` and `reason`, signed by the
+    /// verifiers in `signerBitmap` holding `signerStake` of `activeStake`.
+    event ChallengeSettled(
+        uint256 indexed challengeId,
+        uint8 verdict,
+        bytes32 reason,
+        uint256 signerBitmap,
+        uint256 signerStake,
+        uint256 activeStake
+    );
+
+    /// @notice Governance reversed the settlement of `challengeId`; `slashed` went to it.
+    event SettlementReversed(uint256 indexed challengeId, uint256 slashed);
+
+    /// @notice Challenge `challengeId` ended `upheld` or not: `nodeSlashed` taken from the node,
+    /// `toChallenger` paid back to the challenger (bond + share), `rewardShare` per signer to
+    /// claim, `toGovernance` sent to governance (a reversed pool, rounding dust).
+    event ChallengeFinalized(
+        uint256 indexed challengeId,
+        bool upheld,
+        uint256 nodeSlashed,
+        uint256 toChallenger,
+        uint256 rewardShare,
+        uint256 toGovernance
+    );
+
+    /// @notice `verifier`, at `index` when `challengeId` was settled, was paid `amount`.
+    event RewardClaimed(uint256 indexed challengeId, uint256 indexed index, address indexed verifier, uint256 amount);
+
+    /// @notice Governance set the appeal window to `appealWindow` seconds.
+    event AppealWindowSet(uint64 appealWindow);
+
+    // ---------------------------------------------------------------- errors
+
+    /// @notice `caller` is not governance.
+    error CommitteeNotGovernance(address caller);
+    /// @notice `caller` is not the deployer, or the registry is already bound.
+    error CommitteeCannotBind(address caller);
+    /// @notice No NodeRegistry is bound yet.
+    error CommitteeRegistryNotBound();
+    /// @notice `stake` is below `minStake`.
+    error CommitteeStakeBelowMinimum(uint256 stake, uint256 minStake);
+    /// @notice A zero amount.
+    error CommitteeZeroAmount();
+    /// @notice `verifier` already holds slot `index`.
+    error CommitteeAlreadyRegistered(address verifier, uint256 index);
+    /// @notice `verifier` holds no slot.
+    error CommitteeNotRegistered(address verifier);
+    /// @notice `verifier` is not active (it is unbonding).
+    error CommitteeNotActive(address verifier);
+    /// @notice `verifier` has not deregistered.
+    error CommitteeNotUnbonding(address verifier);
+    /// @notice `verifier`'s stake unbonds at `unbondingEnds`; it is `timestamp` now.
+    error CommitteeStillBonded(address verifier, uint64 unbondingEnds, uint256 timestamp);
+    /// @notice All `maxVerifiers` slots are taken.
+    error CommitteeFull(uint256 maxVerifiers);
+    /// @notice Key (pk1 hash `pkHash`) was registered before; a key serves one registration.
+    error CommitteeKeyUsed(bytes32 pkHash);
+    /// @notice The proof of possession does not verify (or a key is not a valid point).
+    error CommitteeInvalidProofOfPossession(address verifier);
+    /// @notice No committee challenge `challengeId`.
+    error CommitteeUnknownChallenge(uint256 challengeId);
+    /// @notice Challenge `challengeId` is `status`, which the call does not accept.
+    error CommitteeWrongStatus(uint256 challengeId, Status status);
+    /// @notice `verdict` is neither 1 (upheld) nor 2 (rejected).
+    error CommitteeInvalidVerdict(uint8 verdict);
+    /// @notice The set in calldata hashes to `given`, the committed set is `committed`.
+    error CommitteeSetMismatch(bytes32 given, bytes32 committed);
+    /// @notice The signer bitmap is empty, or names `index`, a free or unbonding slot (or one
+    /// past the set).
+    error CommitteeInvalidSigner(uint256 index);
+    /// @notice Signers hold `signerStake` of `activeStake`: less than two thirds.
+    error CommitteeBelowThreshold(uint256 signerStake, uint256 activeStake);
+    /// @notice The aggregate signature does not verify on the verdict digest.
+    error CommitteeInvalidSignature(uint256 challengeId);
+    /// @notice The appeal window of `challengeId` ended at `windowEnds`; it is `timestamp`.
+    error CommitteeAppealWindowOver(uint256 challengeId, uint256 windowEnds, uint256 timestamp);
+    /// @notice The appeal window of `challengeId` runs until `windowEnds`; it is `timestamp`.
+    error CommitteeAppealWindowOpen(uint256 challengeId, uint256 windowEnds, uint256 timestamp);
+    /// @notice `appealWindow` exceeds `maxAppealWindow`.
+    error CommitteeAppealWindowTooLong(uint64 appealWindow, uint64 maxAppealWindow);
+    /// @notice Slot `index` did not sign challenge `challengeId`, or its reward was claimed, or
+    /// the challenge left nothing to claim.
+    error CommitteeNothingToClaim(uint256 challengeId, uint256 index);
+    /// @notice A parameter is out of range (`name`, `value`).
+    error CommitteeInvalidParameter(string name, uint256 value);
+
+    // ---------------------------------------------------------------- verifiers
+
+    /// @notice Registers the caller with key (pk1, pk2) at the lowest free index, pulling
+    /// `stake` GYM (`transferFrom`). `popSig` is σ = sk·H(popDigest(caller, pk1)).
+    ///
+    /// Requirements: the caller holds no slot; `stake` ≥ `minVerifierStake()` and approved;
+    /// the key was never registered; the PoP verifies; a slot is free.
+    ///
+    /// Emits: `VerifierRegistered`, `SetUpdated`.
+    function register(BN254.G1Point calldata pk1, BN254.G2Point calldata pk2, BN254.G1Point calldata popSig, uint256 stake)
+        external;
+
+    /// @notice Adds `amount` GYM to the caller's stake.
+    ///
+    /// Requirements: the caller is active; `amount` > 0 and approved.
+    ///
+    /// Emits: `VerifierStakeAdded`, `SetUpdated`.
+    function addStake(uint256 amount) external;
+
+    /// @notice Leaves the active set at once; the stake stays slashable for
+    /// `DEREGISTRATION_DELAY()` seconds (longer than any appeal window), then `withdraw`.
+    ///
+    /// Requirements: the caller is active.
+    ///
+    /// Emits: `VerifierDeregistered`, `SetUpdated`.
+    function deregister() external;
+
+    /// @notice Returns the caller's remaining stake and frees its index.
+    ///
+    /// Requirements: the caller is unbonding and its delay is over.
+    ///
+    /// Emits: `VerifierWithdrawn`, `SetUpdated`.
+    function withdraw() external;
+
+    // ---------------------------------------------------------------- challenges
+
+    /// @notice Opens a challenge against `operator`'s receipt through the NodeRegistry (as its
+    /// challenger), pulling `challengeBond()` GYM from the caller.
+    ///
+    /// Requirements: the registry is bound; the registry's `challenge` requirements; the bond
+    /// is approved.
+    ///
+    /// Emits: `ChallengeOpened` (and the registry's).
+    function openChallenge(address operator, bytes32 receiptHash, bytes calldata nodeSignature, string calldata evidenceCid)
+        external
+        returns (uint256 challengeId);
+
+    /// @notice Settles open challenge `challengeId` with `verdict` and `reason`, signed by the
+    /// verifiers in `signerBitmap` (bit i = index i). `pk1s` and `stakes` are the whole set
+    /// (index 0..slotCount-1, zeros for free or unbonding slots) and must hash to `setHash()`;
+    /// `sigma` is the aggregate signature and `apk2` the signers' aggregate G2 key. Moves no
+    /// tokens.
+    ///
+    /// Requirements: the challenge is open; `verdict` is 1 or 2; the set matches; the bitmap is
+    /// not empty and names only active slots; signers hold ≥ 2/3 of the active stake; σ verifies
+    /// on `verdictDigest(...)` under (apk1 − non-signers, apk2).
+    ///
+    /// Emits: `ChallengeSettled`.
+    function settle(
+        uint256 challengeId,
+        uint8 verdict,
+        bytes32 reason,
+        uint256 signerBitmap,
+        BN254.G1Point[] calldata pk1s,
+        uint96[] calldata stakes,
+        BN254.G1Point calldata sigma,
+        BN254.G2Point calldata apk2
+    ) external;
+
+    /// @notice Reverses the settlement of `challengeId`: the outcome flips and every signer is
+    /// slashed `verifierSlash()` (capped at its stake) to governance.
+    ///
+    /// Requirements: the caller is governance; the challenge is settled; its appeal window
+    /// (`settledAt + appealWindow()`) is not over.
+    ///
+    /// Emits: `SettlementReversed`, `VerifierSlashed` per signer, `SetUpdated` when one is ejected.
+    function reverse(uint256 challengeId) external;
+
+    /// @notice Carries out the final outcome of `challengeId` (see the contract notes).
+    ///
+    /// Requirements: the challenge is reversed, or settled with its appeal window over.
+    ///
+    /// Emits: `ChallengeFinalized` (and the registry's `NodeSlashed` / `ChallengeResolved`).
+    function finalize(uint256 challengeId) external;
+
+    /// @notice Pays the reward of `challengeId` for slot `index` to the verifier that held it at
+    /// settlement. Anyone may call it.
+    ///
+    /// Requirements: the challenge is finalized with a signers' reward; `index` signed and has
+    /// not claimed.
+    ///
+    /// Emits: `RewardClaimed`.
+    function claim(uint256 challengeId, uint256 index) external;
+
+    // ---------------------------------------------------------------- governance
+
+    /// @notice Sets the appeal window (seconds).
+    ///
+    /// Requirements: the caller is governance; `appealWindow` ≤ `MAX_APPEAL_WINDOW()`.
+    ///
+    /// Emits: `AppealWindowSet`.
+    function setAppealWindow(uint64 appealWindow) external;
+
+    // ---------------------------------------------------------------- views
+
+    /// @notice The PoP digest of `verifier` for key `pk1` on this chain and committee.
+    function popDigest(address verifier, BN254.G1Point calldata pk1) external view returns (bytes32);
+
+    /// @notice The verdict digest verifiers sign for `challengeId`.
+    function verdictDigest(uint256 challengeId, bytes32 receiptHash, uint8 verdict, bytes32 reason)
+        external
+        view
+        returns (bytes32);
+
+    /// @notice Slot `index`.
+    function verifierAt(uint256 index) external view returns (VerifierInfo memory);
+
+    /// @notice The slot `verifier` holds, and whether it holds one.
+    function indexOf(address verifier) external view returns (uint256 index, bool found);
+
+    /// @notice Committee challenge `challengeId`.
+    function challengeOf(uint256 challengeId) external view returns (ChallengeInfo memory);
+
+    /// @notice The whole set as `settle` takes it (pk1s and stakes per index, zeros when not active).
+    function activeSet() external view returns (BN254.G1Point[] memory pk1s, uint96[] memory stakes);
+
+    /// @notice The commitment to the active set.
+    function setHash() external view returns (bytes32);
+
+    /// @notice Sum of the active verifiers' pk1.
+    function apk1() external view returns (uint256 x, uint256 y);
+}
