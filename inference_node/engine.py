@@ -134,6 +134,11 @@ class Engine(abc.ABC):
         it)."""
         return 0
 
+    def failure(self) -> str | None:
+        """Why the engine can no longer answer (its worker or engine process died), or None:
+        `/health` then answers 503 with this reason."""
+        return None
+
     def start(self) -> None:
         """Start background workers (called by the server on startup)."""
 

@@ -238,8 +238,11 @@ async def receipt_proof(cid: str, serving: Serving) -> dict:
 
 
 @router.get("/health")
-async def health(serving: Serving) -> dict:
-    return serving.health()
+async def health(serving: Serving) -> Response:
+    """200 while the engine answers (`status` "ok", or "degraded" when the library cannot be
+    synced); 503 with `status` "failed" and `engine_error` once the engine died."""
+    body = serving.health()
+    return JSONResponse(body, status_code=503 if body["status"] == "failed" else 200)
 
 
 @router.get("/metrics")

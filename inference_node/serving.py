@@ -260,8 +260,10 @@ class OpenAIServing:
 
     def health(self) -> dict:
         snapshot, status = self.library_source.current(), self.library_source.status()
+        failure = self.engine.failure()
         return {
-            "status": "degraded" if status.error else "ok",
+            "status": "failed" if failure else "degraded" if status.error else "ok",
+            "engine_error": failure,
             "model": self.model_name,
             "engine": getattr(self.engine, "kind", type(self.engine).__name__),
             "adapter": self.adapter_cid,

@@ -233,6 +233,13 @@ class VLLMEngine(Engine):
             self._loop = self._thread = None
             self._waiting.clear()
 
+    def failure(self) -> str | None:
+        llm = self._llm
+        if llm is not None and llm.errored:
+            return (f"the vLLM engine process died ({type(llm.dead_error).__name__}): restart "
+                    "the node")
+        return None
+
     def queue_depth(self) -> int:
         return len(self._waiting)
 

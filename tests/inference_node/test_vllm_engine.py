@@ -510,3 +510,44 @@ def test_honest_receipts_of_a_vllm_node_verify(engine, vllm_model_dir):
             endings.add(parse_receipt(receipt).finish_reason)
     assert endings == {"stop", "length"}
     print(f"\n60 honest vLLM receipts, {tokens} tokens: {near_ties} near-ties")
+
+
+@needs_vllm
+def test_a_node_whose_vllm_engine_process_died_answers_503_on_health(vllm_model_dir):
+    """The engine process killed under a running node: /health turns 503 with the reason (it
+    said "ok" while every request failed), and a request fails at once instead of hanging."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from inference_node.vllm_engine import VLLMEngine
+
+    def engine_processes() -> set[int]:
+        return {p.pid for p in psutil.Process().children(recursive=True)
+                if p.name().startswith("VLLM::EngineCor")}
+
+    before = engine_processes()
+    engine = VLLMEngine.from_pretrained(vllm_model_dir, model_name=MODEL_NAME, enforce_eager=True,
+                                        block_size=BLOCK, max_batch=2, kv_cache_gib=0.25)
+    try:
+        with run_server(engine, StaticLibrarySource()) as node:
+            assert httpx.get(f"{node.root_url}/health").status_code == 200
+            mine = engine_processes() - before
+            assert len(mine) == 1
+            os.kill(mine.pop(), signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while (health := httpx.get(f"{node.root_url}/health")).status_code == 200:
+                assert time.monotonic() < deadline, "/health still 200 a minute after the kill"
+                time.sleep(0.5)
+            assert health.status_code == 503
+            body = health.json()
+            assert body["status"] == "failed"
+            assert body["engine_error"].startswith("the vLLM engine process died")
+            reply = httpx.post(f"{node.base_url}/chat/completions", timeout=30, json={
+                "model": MODEL_NAME, "max_tokens": 4,
+                "messages": [{"role": "user", "content": QUESTIONS[0]}]})
+            assert reply.status_code == 500
+    finally:
+        engine.shutdown()
