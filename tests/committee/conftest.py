@@ -11,6 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "inference_node"))  # `node_helpers`
 
+# The attacker's fixtures, shared with test_judge: the verifier's model and the node's engine
+# and signer (module-scoped).
+from test_receipt_attacks import node, verifier  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:

@@ -72,21 +72,6 @@ class Registry:
         return 10**20
 
 
-@pytest.fixture(scope="module")
-def verifier(tiny_model_dir):
-    return verify.load_verifier_model(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def node(tiny_model_dir):
-    """The (possibly dishonest) node: its engine and signer."""
-    engine = make_engine(tiny_model_dir)
-    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
-    engine.start()
-    yield engine, signer
-    engine.shutdown()
-
-
 def offline_check(verifier, model_dir, monkeypatch, *, registry=True, model=True):
     """The ``check`` a verifier passes to ``judge``, offline: the full verification with the
     library's texts taken as `SNAPSHOT`'s and a stand-in registry."""
