@@ -182,16 +182,21 @@ library BN254 {
         return pairing2(left, negGeneratorG2(), right, apk2);
     }
 
-    /// @dev β^((p+1)/4) mod p through precompile 0x05.
-    function _sqrtCandidate(uint256 beta) private view returns (uint256 y) {
+    /// @dev β^((p+1)/4) mod p: a square root of β when β is a square.
+    function _sqrtCandidate(uint256 beta) private view returns (uint256) {
+        return expModP(beta, SQRT_EXPONENT);
+    }
+
+    /// @notice `base^exponent mod p` through precompile 0x05 (modexp).
+    function expModP(uint256 base, uint256 exponent) internal view returns (uint256 y) {
         bool ok;
         assembly ("memory-safe") {
             let m := mload(0x40)
             mstore(m, 0x20)
             mstore(add(m, 0x20), 0x20)
             mstore(add(m, 0x40), 0x20)
-            mstore(add(m, 0x60), beta)
-            mstore(add(m, 0x80), SQRT_EXPONENT)
+            mstore(add(m, 0x60), base)
+            mstore(add(m, 0x80), exponent)
             mstore(add(m, 0xa0), P)
             ok := staticcall(gas(), 0x05, m, 0xc0, m, 0x20)
             y := mload(m)

@@ -55,21 +55,7 @@ library G2Math {
         return Fp2(mulmod(a.re, t, P), mulmod(P - a.im, t, P));
     }
 
-    function _invFp(uint256 x) private view returns (uint256 y) {
-        uint256 pMinus2 = P - 2;
-        uint256 p = P;
-        bool ok;
-        assembly ("memory-safe") {
-            let m := mload(0x40)
-            mstore(m, 0x20)
-            mstore(add(m, 0x20), 0x20)
-            mstore(add(m, 0x40), 0x20)
-            mstore(add(m, 0x60), x)
-            mstore(add(m, 0x80), pMinus2)
-            mstore(add(m, 0xa0), p)
-            ok := staticcall(gas(), 0x05, m, 0xc0, m, 0x20)
-            y := mload(m)
-        }
-        require(ok, "modexp");
+    function _invFp(uint256 x) private view returns (uint256) {
+        return BN254.expModP(x, P - 2);
     }
 }
