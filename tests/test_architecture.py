@@ -34,7 +34,7 @@ ALLOWED = {
     "trainer": {"ledger"},
     "inference_node": {"ledger", "contracts", "trainer"},
     "governance": {"ledger", "contracts", "inference_node"},
-    "committee": {"ledger", "inference_node"},
+    "committee": {"ledger", "contracts", "inference_node"},
     "devnet": set(PACKAGES),
 }
 

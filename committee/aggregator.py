@@ -1,0 +1,293 @@
+"""Collecting the verifiers' signed verdicts and settling a challenge with one aggregate
+(what `gym verifier aggregate` runs; docs/committee.md "Aggregation").
+
+``VerdictPool.add(data)`` takes one ``SignedVerdict`` as it arrives from the network (at most
+``MAX_SIGNED_VERDICT_BYTES``) and keeps it only when every check passes, each against the chain
+as it is now:
+
+1. it decodes (``committee.messages.decode_signed_verdict``: shape, sizes, points on the curve
+   and, for ``pk2``, in the subgroup);
+2. its challenge exists, is open, and names the same receipt hash;
+3. its ``verifier_index`` is an active slot held by its ``verifier``;
+4. its signature verifies under the slot's registered ``pk1`` and the ``pk2`` it brings (the
+   two-pair check binds ``pk2`` to ``pk1``), on the verdict digest of this chain and committee.
+
+A verdict already held (same challenge, verifier and message) is answered ``duplicate`` before
+the pairing runs, so a resend costs no CPU. Verdicts are grouped by message (challenge,
+verdict, reason): only signatures on one message aggregate. ``settlement(challenge_id)`` is the
+first message whose signers hold at least two thirds of the active stake (the contract's rule,
+``3·signers ≥ 2·active``), with the bitmap, ``σ = Σ σ_i`` and ``apk2 = Σ pk2_i``; ``settle``
+sends it with the set read in the same call, and a set that changed in between
+(``CommitteeSetMismatch``) or a signer that left is retried at the next tick with the verdicts
+re-checked against the new set.
+
+``Aggregator.tick()`` settles what has a quorum, then finalizes every settled challenge whose
+appeal window is over and claims each signer's reward (``claim`` pays the verifier, whoever
+sends it), and expires open challenges past the settlement timeout. One challenge's failure is
+logged and never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from committee.bls import (
+    BLSError,
+    G1Point,
+    G2Point,
+    aggregate_pk2,
+    aggregate_signatures,
+)
+from committee.client import ChallengeState, CommitteeChallenge, VerifierCommittee
+from committee.messages import SignedVerdict, Verdict, decode_signed_verdict, reason_text
+from ledger.evm import ChainError
+
+log = logging.getLogger("gym.verifier.aggregate")
+
+MAX_PENDING_CHALLENGES = 1024  # challenges with verdicts held at once; more are refused
+
+
+class PoolError(ValueError):
+    """A signed verdict is refused; ``status`` is the HTTP status the aggregator answers."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """A quorum: the message, who signed it and the aggregates ``settle`` takes."""
+
+    verdict: Verdict
+    signer_bitmap: int
+    sigma: G1Point
+    apk2: G2Point
+    signer_stake: int
+    active_stake: int
+
+
+@dataclass
+class _Held:
+    """The verdicts of one challenge: message (verdict, reason) -> index -> signed verdict."""
+
+    by_message: dict[tuple[int, bytes], dict[int, SignedVerdict]] = field(default_factory=dict)
+
+
+class VerdictPool:
+    """Signed verdicts checked against ``committee`` (module docstring). Thread-safe."""
+
+    def __init__(self, committee: VerifierCommittee) -> None:
+        self.committee = committee
+        self._held: dict[int, _Held] = {}
+        self._lock = threading.Lock()
+
+    def add(self, data: bytes | str) -> tuple[str, SignedVerdict]:
+        """Check and keep one signed verdict; ("accepted" | "duplicate", it). ``PoolError``
+        (400, 404 for an unknown challenge, 409 for one no longer open, 503 when the pool is
+        full) when refused; ``ChainError`` when the chain cannot be read."""
+        try:
+            signed = decode_signed_verdict(data)
+        except BLSError as exc:
+            raise PoolError(str(exc)) from None
+        verdict = signed.verdict
+        key = (verdict.verdict, verdict.reason)
+        with self._lock:
+            held = self._held.get(verdict.challenge_id)
+            if held is not None and held.by_message.get(key, {}).get(
+                    signed.verifier_index) == signed:
+                return "duplicate", signed
+        challenge = self.committee.challenge(verdict.challenge_id)
+        if challenge.status == ChallengeState.NONE:
+            raise PoolError(f"no committee challenge {verdict.challenge_id}", 404)
+        if challenge.status != ChallengeState.OPEN:
+            raise PoolError(f"challenge {verdict.challenge_id} is {challenge.status.label}, not "
+                            "open", 409)
+        if verdict.receipt_hash != challenge.receipt_hash:
+            raise PoolError(f"the verdict names receipt 0x{verdict.receipt_hash.hex()}, "
+                            f"challenge {verdict.challenge_id} is about "
+                            f"0x{challenge.receipt_hash.hex()}")
+        slot = self.committee.slot(signed.verifier_index)
+        if not slot.active or slot.verifier != signed.verifier or slot.pk1 is None:
+            raise PoolError(f"slot {signed.verifier_index} is not an active verifier held by "
+                            f"{signed.verifier}")
+        if not signed.verify(slot.pk1, chain_id=self.committee.chain_id,
+                             committee=self.committee.address):
+            raise PoolError(f"the signature of verifier {signed.verifier_index} does not "
+                            "verify under its registered key")
+        with self._lock:
+            if verdict.challenge_id not in self._held and len(self._held) >= MAX_PENDING_CHALLENGES:
+                raise PoolError("the aggregator holds verdicts for too many challenges", 503)
+            held = self._held.setdefault(verdict.challenge_id, _Held())
+            held.by_message.setdefault(key, {})[signed.verifier_index] = signed
+        return "accepted", signed
+
+    def pending(self) -> list[int]:
+        with self._lock:
+            return sorted(self._held)
+
+    def signatures(self, challenge_id: int) -> dict[tuple[int, bytes], dict[int, SignedVerdict]]:
+        with self._lock:
+            held = self._held.get(challenge_id)
+            return {k: dict(v) for k, v in held.by_message.items()} if held else {}
+
+    def drop(self, challenge_id: int) -> None:
+        with self._lock:
+            self._held.pop(challenge_id, None)
+
+    def settlement(self, challenge_id: int, pk1s: list[tuple[int, int]], stakes: list[int]
+                   ) -> Settlement | None:
+        """The first message whose signers, among the active slots of the set ``(pk1s,
+        stakes)``, hold two thirds of its stake; None without a quorum."""
+        active = sum(stakes)
+        for _key, signed in self.signatures(challenge_id).items():
+            members = {i: s for i, s in signed.items()
+                       if i < len(stakes) and stakes[i] > 0 and pk1s[i] != (0, 0)}
+            signer_stake = sum(stakes[i] for i in members)
+            if members and active and 3 * signer_stake >= 2 * active:
+                ordered = [members[i] for i in sorted(members)]
+                return Settlement(ordered[0].verdict, sum(1 << i for i in members),
+                                  aggregate_signatures(s.sigma for s in ordered),
+                                  aggregate_pk2(s.pk2 for s in ordered), signer_stake, active)
+        return None
+
+
+def describe(verdict: Verdict) -> str:
+    if verdict.verdict == 1:
+        return f"upheld ({reason_text(verdict.reason)})"
+    return "rejected"
+
+
+class Aggregator:
+    """The pool plus the chain work of `gym verifier aggregate` (module docstring).
+    ``committee`` needs a key (it sends ``settle``, ``finalize``, ``claim``, ``expire``);
+    ``finalize``: also finalize and claim; ``now``: the chain's clock (the latest block's
+    timestamp), injectable for tests."""
+
+    def __init__(self, committee: VerifierCommittee, *, finalize: bool = True,
+                 now: Callable[[], int] | None = None,
+                 report: Callable[[str], None] | None = None) -> None:
+        self.committee = committee
+        self.pool = VerdictPool(committee)
+        self.finalize_after_window = finalize
+        self._now = now or (lambda: int(committee.w3.eth.get_block("latest")["timestamp"]))
+        self._report = report or log.info
+        self._settled: set[int] = set()  # settled by us, to finalize
+        self._watch: set[int] = set()  # open challenges seen, to expire when due
+        self._cursor: int | None = None  # next block to scan for ChallengeOpened
+        self._lock = threading.Lock()  # one tick at a time
+        self.settlements: dict[int, Settlement] = {}
+
+    def submit(self, data: bytes | str) -> dict[str, Any]:
+        status, signed = self.pool.add(data)
+        v = signed.verdict
+        if status == "accepted":
+            self._report(f"verdict from verifier {signed.verifier_index} on challenge "
+                         f"{v.challenge_id}: {describe(v)}")
+        return {"status": status, "challenge_id": v.challenge_id,
+                "verifier_index": signed.verifier_index}
+
+    def tick(self) -> None:
+        """Settle, finalize, claim, expire: one pass (module docstring)."""
+        with self._lock:
+            self._try("reading new challenges", self._scan)
+            for challenge_id in self.pool.pending():
+                self._try(f"settling challenge {challenge_id}", self._settle, challenge_id)
+            if self.finalize_after_window:
+                for challenge_id in sorted(self._settled):
+                    self._try(f"finalizing challenge {challenge_id}", self._finalize,
+                              challenge_id)
+            self._try("expiring challenges", self._expire_due)
+
+    def _try(self, what: str, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except (ChainError, BLSError, PoolError) as exc:
+            self._report(f"{what} failed: {exc}")
+        except Exception:  # noqa: BLE001 - one challenge's bug never stops the others
+            log.exception("%s failed", what)
+
+    def _settle(self, challenge_id: int) -> None:
+        challenge = self.committee.challenge(challenge_id)
+        if challenge.status != ChallengeState.OPEN:
+            self.pool.drop(challenge_id)
+            if challenge.status == ChallengeState.SETTLED:
+                self._settled.add(challenge_id)
+            return
+        pk1s, stakes = self.committee.active_set()
+        found = self.pool.settlement(challenge_id, pk1s, stakes)
+        if found is None:
+            return
+        self.committee.settle(found.verdict, found.signer_bitmap, found.sigma, found.apk2,
+                              pk1s, stakes)
+        self.pool.drop(challenge_id)
+        self.settlements[challenge_id] = found
+        self._settled.add(challenge_id)
+        signers = bin(found.signer_bitmap).count("1")
+        self._report(f"challenge {challenge_id} settled {describe(found.verdict)}: {signers} "
+                     f"signers holding {found.signer_stake} of {found.active_stake} stake")
+
+    def _finalize(self, challenge_id: int) -> None:
+        challenge = self.committee.challenge(challenge_id)
+        if challenge.status == ChallengeState.SETTLED:
+            ends = challenge.settled_at + self.committee.appeal_window()
+            if self._now() < ends:
+                return
+            self.committee.finalize(challenge_id)
+            self._report(f"challenge {challenge_id} finalized")
+            challenge = self.committee.challenge(challenge_id)
+        if challenge.status == ChallengeState.REVERSED:
+            self.committee.finalize(challenge_id)
+            self._report(f"challenge {challenge_id} (reversed by governance) finalized")
+            challenge = self.committee.challenge(challenge_id)
+        if challenge.status == ChallengeState.FINALIZED:
+            self._claim_all(challenge)
+            self._settled.discard(challenge_id)
+
+    def _claim_all(self, challenge: CommitteeChallenge) -> None:
+        if not challenge.reward_share:
+            return
+        for index in challenge.signers:
+            if challenge.claimed_bitmap >> index & 1:
+                continue
+            self.committee.claim(challenge.challenge_id, index)
+            self._report(f"challenge {challenge.challenge_id}: reward {challenge.reward_share} "
+                         f"claimed for verifier {index}")
+
+    def _scan(self) -> None:
+        head = self.committee.head()
+        start = self.committee.from_block if self._cursor is None else self._cursor
+        if start > head:
+            return
+        for opened in self.committee.opened(from_block=start, to_block=head):
+            self._watch.add(opened.challenge_id)
+        self._cursor = head + 1
+
+    def _expire_due(self) -> None:
+        timeout = self.committee.settlement_timeout()
+        if timeout is None or not self._watch:
+            return
+        now = self._now()
+        for challenge_id in sorted(self._watch):
+            challenge = self.committee.challenge(challenge_id)
+            if challenge.status != ChallengeState.OPEN:
+                self._watch.discard(challenge_id)
+            elif challenge.opened_at and now >= challenge.opened_at + timeout:
+                self.committee.expire(challenge_id)
+                self.pool.drop(challenge_id)
+                self._watch.discard(challenge_id)
+                self._report(f"challenge {challenge_id} expired without a quorum: bond returned")
+
+
+def run_forever(aggregator: Aggregator, interval_s: float, stop: threading.Event) -> None:
+    """``tick`` every ``interval_s`` until ``stop`` is set."""
+    while not stop.is_set():
+        aggregator.tick()
+        stop.wait(interval_s)
+
+
+__all__ = ["Aggregator", "PoolError", "Settlement", "VerdictPool", "describe", "run_forever"]

@@ -1,0 +1,240 @@
+"""One committee member at work: what `gym verifier serve` runs (docs/committee.md
+"Serving").
+
+Every ``tick``:
+
+1. read the committee's ``ChallengeOpened`` events since the last tick (a cursor in blocks);
+2. for each challenge still open that this verifier has not decided: fetch the evidence
+   document from the content store (at most ``MAX_EVIDENCE_BYTES`` + 1 bytes are read: a
+   larger one is rejected by the judge without being held whole), ``judge`` it with the full
+   receipt verification, and, unless it abstains, sign the verdict with the verifier's BLS key;
+3. send every signed verdict not yet delivered to the aggregator (``send``; HTTP in
+   production, ``post_verdict``). A verdict that cannot be delivered stays queued and is sent
+   again at the next tick; an aggregator's refusal (4xx) is final and logged.
+
+What was decided is kept in ``state_file`` (JSON: the cursor and each challenge's outcome),
+so a restarted verifier neither judges a challenge twice nor forgets a verdict it has not
+delivered. An abstention is retried at the next tick only when its cause may pass (the
+content store or chain unreachable): ``retry_abstain``.
+
+Hostile input: the evidence CID and document come from the challenger. The document is read
+bounded; everything the judge raises is contained in its ``Judgement``; one challenge's
+failure is logged and never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from committee.bls import SecretKey, g1_to_ints
+from committee.client import ChallengeState, OpenedChallenge, VerifierCommittee
+from committee.judge import ABSTAIN_OUTCOME, MAX_EVIDENCE_BYTES, Judgement
+from committee.messages import SignedVerdict
+from ledger.evm import ChainError
+
+log = logging.getLogger("gym.verifier")
+
+POST_TIMEOUT_S = 30
+
+
+class DeliveryRefused(Exception):
+    """The aggregator refused a verdict for good (it will not accept it on a resend)."""
+
+
+def read_bounded(chunks: Iterable[bytes], limit: int = MAX_EVIDENCE_BYTES + 1) -> bytes:
+    """At most ``limit`` bytes of ``chunks`` (the rest is never read)."""
+    out = bytearray()
+    for chunk in chunks:
+        out += chunk[: limit - len(out)]
+        if len(out) >= limit:
+            break
+    return bytes(out)
+
+
+def post_verdict(url: str, signed: SignedVerdict) -> dict[str, Any]:
+    """POST ``signed`` to the aggregator at ``url`` (``/v1/verdicts``); its JSON answer.
+    ``DeliveryRefused`` on a 4xx (the verdict will never be accepted), ``OSError``/
+    ``httpx.HTTPError`` when it could not be delivered (sent again later)."""
+    import httpx
+
+    response = httpx.post(url.rstrip("/") + "/v1/verdicts", content=signed.to_bytes(),
+                          headers={"content-type": "application/json"}, timeout=POST_TIMEOUT_S)
+    if 400 <= response.status_code < 500:
+        raise DeliveryRefused(f"{response.status_code}: {response.text[:300]}")
+    response.raise_for_status()
+    return response.json()
+
+
+@dataclass
+class Decision:
+    """What this verifier decided on one challenge."""
+
+    outcome: str  # judge's outcome
+    reason: str
+    detail: str
+    signed: dict | None = None  # the SignedVerdict's JSON, when one was signed
+    delivered: bool = False
+
+
+class VerifierService:
+    """The loop of one verifier (module docstring). ``judge_challenge(opened)``: the judgement
+    of a challenge (``evidence_judge`` builds the production one); ``send(signed)``: deliver a
+    verdict (``post_verdict`` bound to the aggregator's URL)."""
+
+    def __init__(self, committee: VerifierCommittee, sk: SecretKey, *,
+                 judge_challenge: Callable[[OpenedChallenge], Judgement],
+                 send: Callable[[SignedVerdict], Any], state_file: Path | None = None,
+                 report: Callable[[str], None] | None = None,
+                 retry_abstain: bool = True) -> None:
+        self.committee = committee
+        self.sk = sk
+        self.judge_challenge = judge_challenge
+        self.send = send
+        self.state_file = state_file
+        self.retry_abstain = retry_abstain
+        self._report = report or log.info
+        self.cursor: int | None = None
+        self.decisions: dict[int, Decision] = {}
+        self._load()
+
+    # ---------------------------------------------------------------- state
+
+    def _load(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            state = json.loads(self.state_file.read_text())
+            self.cursor = state["cursor"]
+            self.decisions = {int(k): Decision(**v) for k, v in state["decisions"].items()}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ChainError(f"cannot read the verifier's state {self.state_file}: {exc}; "
+                             "move it away to start from the deployment block") from None
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        state = {"cursor": self.cursor,
+                 "decisions": {str(k): vars(v) for k, v in sorted(self.decisions.items())}}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.state_file.parent, prefix=".verifier-state-")
+        with os.fdopen(fd, "w") as out:
+            json.dump(state, out, indent=1)
+        os.replace(tmp, self.state_file)
+
+    # ---------------------------------------------------------------- the loop
+
+    def identity(self) -> tuple[int, str]:
+        """This verifier's slot index and address; ``ChainError`` unless it is active."""
+        account = self.committee.account
+        if account is None:
+            raise ChainError("the verifier needs its account's key")
+        index = self.committee.index_of(account.address)
+        if index is None:
+            raise ChainError(f"{account.address} is not a registered verifier: run "
+                             "`gym verifier register`")
+        slot = self.committee.slot(index)
+        if not slot.active:
+            raise ChainError(f"verifier {account.address} (slot {index}) is not active")
+        if slot.pk1 is None or g1_to_ints(slot.pk1) != g1_to_ints(self.sk.pk1()):
+            raise ChainError(f"slot {index} is registered with another BLS key than this one")
+        return index, account.address
+
+    def tick(self) -> None:
+        """One pass: new challenges, judgements, deliveries."""
+        head = self.committee.head()
+        start = self.committee.from_block if self.cursor is None else self.cursor
+        opened = self.committee.opened(from_block=start, to_block=head) if start <= head else []
+        for challenge in opened:
+            decided = self.decisions.get(challenge.challenge_id)
+            if decided is None or (decided.outcome == ABSTAIN_OUTCOME and self.retry_abstain):
+                self._decide(challenge)
+        self.cursor = max(start, head + 1)
+        self._retry_abstentions(skip={c.challenge_id for c in opened})
+        self._deliver()
+        self._save()
+
+    def _retry_abstentions(self, skip: set[int]) -> None:
+        if not self.retry_abstain:
+            return
+        waiting = [cid for cid, d in self.decisions.items()
+                   if d.outcome == ABSTAIN_OUTCOME and cid not in skip]
+        for challenge_id in waiting:
+            found = self.committee.opened(challengeId=challenge_id)
+            if found:
+                self._decide(found[0])
+
+    def _decide(self, opened: OpenedChallenge) -> None:
+        challenge_id = opened.challenge_id
+        try:
+            status = self.committee.challenge(challenge_id).status
+            if status != ChallengeState.OPEN:
+                prior = self.decisions.get(challenge_id)
+                if status != ChallengeState.NONE and (prior is None
+                                                      or prior.outcome == ABSTAIN_OUTCOME):
+                    self.decisions[challenge_id] = Decision(
+                        "closed", "", f"{status.label} before this verifier decided")
+                return
+            judgement = self.judge_challenge(opened)
+        except ChainError as exc:
+            self._report(f"challenge {challenge_id}: cannot read it now ({exc})")
+            return
+        decision = Decision(judgement.outcome, judgement.reason, judgement.detail[:2000])
+        verdict = judgement.verdict(challenge_id, opened.receipt_hash)
+        if verdict is not None:
+            index, address = self.identity()
+            signed = SignedVerdict.create(self.sk, verdict, chain_id=self.committee.chain_id,
+                                          committee=self.committee.address,
+                                          verifier_index=index, verifier=address)
+            decision.signed = signed.to_json()
+        self.decisions[challenge_id] = decision
+        what = judgement.outcome + (f" ({judgement.reason})" if judgement.reason else "")
+        self._report(f"challenge {challenge_id} against {opened.operator}: {what}; "
+                     f"{judgement.detail[:300]}")
+
+    def _deliver(self) -> None:
+        from committee.messages import decode_signed_verdict
+
+        for challenge_id, decision in sorted(self.decisions.items()):
+            if decision.signed is None or decision.delivered:
+                continue
+            signed = decode_signed_verdict(json.dumps(decision.signed))
+            try:
+                answer = self.send(signed)
+            except DeliveryRefused as exc:
+                decision.delivered = True  # final: resending gets the same answer
+                self._report(f"challenge {challenge_id}: the aggregator refused the verdict "
+                             f"({exc})")
+            except Exception as exc:  # noqa: BLE001 - try again at the next tick
+                self._report(f"challenge {challenge_id}: verdict not delivered yet ({exc})")
+            else:
+                decision.delivered = True
+                self._report(f"challenge {challenge_id}: verdict delivered ({answer})")
+
+
+def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[OpenedChallenge],
+                                                                            Judgement]:
+    """The production ``judge_challenge``: the evidence from ``content`` (bounded), judged with
+    ``check`` (``inference_node.verify.check_receipt_bundle`` with the chain, the registry and
+    the model). A document the content store does not have is an abstention."""
+    from committee.judge import judge
+
+    def judge_challenge(opened: OpenedChallenge) -> Judgement:
+        try:
+            evidence = read_bounded(content.cat_iter(opened.evidence_cid))
+        except Exception as exc:  # noqa: BLE001 - a CID we cannot fetch: abstain, retry later
+            return Judgement(ABSTAIN_OUTCOME, "", f"cannot fetch the evidence "
+                             f"{opened.evidence_cid!r:.120}: {type(exc).__name__}: {exc}")
+        return judge(evidence, opened.receipt_hash, check=check)
+
+    return judge_challenge
+
+
+__all__ = ["Decision", "DeliveryRefused", "VerifierService", "evidence_judge", "post_verdict",
+           "read_bounded"]

@@ -1,0 +1,177 @@
+"""The committee's Python client and aggregator against the deployed VerifierCommittee on a real
+Anvil: three verifiers register with BLS keys, a challenger bonds a challenge, signed verdicts
+go through the aggregator's checks, one aggregate settles, the appeal window passes, the
+aggregator finalizes and claims; token balances move as docs/committee.md says."""
+
+from __future__ import annotations
+
+import pytest
+from eth_account import Account
+from eth_utils import keccak
+from gym_helpers import send
+from web3 import Web3
+
+from committee import REJECTED, g1_to_ints, UPHELD, SecretKey, SignedVerdict, Verdict, reason_bytes
+from committee.aggregator import Aggregator, PoolError
+from committee.client import ChallengeState, VerifierCommittee
+from contracts import load_artifact
+from contracts.devnet_accounts import ANVIL_DEV_KEYS, devnet_account_key
+from contracts.gym_token import GYM
+from devnet.deploy import Deployment
+from ledger.chain import LedgerContract
+from ledger.evm import ContractRevertError
+
+OPERATOR_KEY = ANVIL_DEV_KEYS[4]  # holds 1,000 GYM; runs the node
+SIGNER_KEY = devnet_account_key(6)  # signs the node's receipts
+CHALLENGER_KEY = devnet_account_key(5)
+VERIFIER_KEYS = [devnet_account_key(i) for i in (7, 8, 9)]
+BLS = [SecretKey.from_seed(f"test-verifier-{i}") for i in range(3)]
+STAKE = 100 * GYM
+
+pytestmark = pytest.mark.anvil
+
+
+def _balance(token, key_or_address: str) -> int:
+    address = (key_or_address if len(key_or_address) == 42
+               else Account.from_key(key_or_address).address)
+    return token.functions.balanceOf(address).call()
+
+
+@pytest.fixture
+def world(ledger_devnet):
+    deployment = Deployment.load(ledger_devnet.gym.deployment_file)
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
+                            abi=load_artifact("GymToken").abi)
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    for key in [CHALLENGER_KEY, *VERIFIER_KEYS]:  # account 0 funds them
+        send(w3, token.functions.transfer(Account.from_key(key).address, 200 * GYM),
+             ANVIL_DEV_KEYS[0])
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, OPERATOR_KEY)
+    log_id, _ = ledger.create_log("node receipts")
+    send(w3, token.functions.approve(registry.address, 300 * GYM), OPERATOR_KEY)
+    send(w3, registry.functions.register(Account.from_key(SIGNER_KEY).address, keccak(b"model"),
+                                         "http://127.0.0.1:9", 300 * GYM, log_id), OPERATOR_KEY)
+    address = deployment.contracts["VerifierCommittee"].address
+
+    def client(key: str | None = None) -> VerifierCommittee:
+        return VerifierCommittee(w3, address, key, from_block=deployment.deployment_block)
+
+    indices = [client(key).register(sk, STAKE) for key, sk in zip(VERIFIER_KEYS, BLS)]
+    return w3, token, registry, client, indices
+
+
+def _challenge(client, n: int) -> tuple[int, bytes]:
+    digest = keccak(f"a disputed receipt {n}".encode())
+    signature = bytes(Account.from_key(SIGNER_KEY).unsafe_sign_hash(digest).signature)
+    operator = Account.from_key(OPERATOR_KEY).address
+    return client(CHALLENGER_KEY).open_challenge(operator, digest, signature, f"bafy{n}"), digest
+
+
+def _signed(client, index: int, verdict: Verdict, sk: SecretKey | None = None,
+            claimed_index: int | None = None) -> bytes:
+    """Verifier ``index``'s signature on ``verdict`` (with ``sk`` instead of its key, or
+    claiming slot ``claimed_index``), as it travels to the aggregator."""
+    committee = client()
+    return SignedVerdict.create(
+        sk or BLS[index], verdict, chain_id=committee.chain_id, committee=committee.address,
+        verifier_index=index if claimed_index is None else claimed_index,
+        verifier=Account.from_key(VERIFIER_KEYS[index]).address).to_bytes()
+
+
+def test_register_settle_finalize_claim_upheld(world):
+    w3, token, registry, client, indices = world
+    assert indices == [0, 1, 2]
+    reader = client()
+    slots = reader.slots()
+    assert [s.active for s in slots] == [True] * 3 and g1_to_ints(slots[1].pk1) == g1_to_ints(BLS[1].pk1())
+    assert reader.active_stake() == 3 * STAKE
+    with pytest.raises(ContractRevertError, match="CommitteeAlreadyRegistered"):
+        client(VERIFIER_KEYS[0]).register(SecretKey.from_seed("another"), STAKE)
+
+    challenger_before = _balance(token, CHALLENGER_KEY)
+    challenge_id, digest = _challenge(client, 1)
+    info = reader.challenge(challenge_id, with_evidence=True)
+    assert info.status == ChallengeState.OPEN and info.receipt_hash == digest
+    assert info.evidence_cid == "bafy1" and info.bond == 10 * GYM
+
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    upheld = Verdict(challenge_id, digest, UPHELD, reason_bytes("sampling"))
+    # refused before anything is held: wrong receipt, wrong key, wrong slot, junk
+    with pytest.raises(PoolError, match="names receipt"):
+        aggregator.submit(_signed(client, 0, Verdict(challenge_id, bytes(32), UPHELD,
+                                                     reason_bytes("sampling"))))
+    with pytest.raises(PoolError, match="does not verify"):
+        aggregator.submit(_signed(client, 0, upheld, sk=SecretKey.from_seed("rogue")))
+    with pytest.raises(PoolError, match="not an active verifier"):
+        aggregator.submit(_signed(client, 0, upheld, claimed_index=5))
+    with pytest.raises(PoolError, match="not an active verifier"):
+        aggregator.submit(_signed(client, 0, upheld, claimed_index=1))
+    with pytest.raises(PoolError, match="no committee challenge"):
+        aggregator.submit(_signed(client, 0, Verdict(99, digest, UPHELD,
+                                                     reason_bytes("sampling"))))
+    with pytest.raises(PoolError):
+        aggregator.submit(b"{" * 5000)
+
+    assert aggregator.submit(_signed(client, 0, upheld))["status"] == "accepted"
+    assert aggregator.submit(_signed(client, 0, upheld))["status"] == "duplicate"
+    aggregator.tick()  # one third: no quorum
+    assert reader.challenge(challenge_id).status == ChallengeState.OPEN
+    aggregator.submit(_signed(client, 2, upheld))
+    aggregator.tick()  # two thirds: settled
+    settled = reader.challenge(challenge_id)
+    assert settled.status == ChallengeState.SETTLED and settled.verdict == UPHELD
+    assert settled.signers == [0, 2]
+    with pytest.raises(PoolError, match="not open"):
+        aggregator.submit(_signed(client, 1, upheld))
+
+    node_before = registry.functions.nodeOf(Account.from_key(OPERATOR_KEY).address).call()[4]
+    aggregator.tick()  # the appeal window is still open: nothing happens
+    assert reader.challenge(challenge_id).status == ChallengeState.SETTLED
+    from governance.devnet_time import advance_time
+
+    advance_time(w3, reader.appeal_window() + 1)
+    signers_before = [_balance(token, VERIFIER_KEYS[i]) for i in (0, 2)]
+    aggregator.tick()  # finalize, then claim for both signers
+    final = reader.challenge(challenge_id)
+    assert final.status == ChallengeState.FINALIZED
+    node_after = registry.functions.nodeOf(Account.from_key(OPERATOR_KEY).address).call()[4]
+    slash = 50 * GYM
+    assert node_before - node_after == slash
+    share = slash * 2_000 // 10_000
+    assert _balance(token, CHALLENGER_KEY) == challenger_before + share  # bond back + share
+    per_signer = (slash - share) // 2
+    assert final.reward_share == per_signer
+    assert [_balance(token, VERIFIER_KEYS[i]) for i in (0, 2)] == [
+        b + per_signer for b in signers_before]
+    assert final.claimed_bitmap == final.signer_bitmap
+
+
+def test_a_rejected_challenge_forfeits_the_bond_and_no_quorum_settles_nothing(world):
+    w3, token, registry, client, _ = world
+    reader = client()
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    challenger_before = _balance(token, CHALLENGER_KEY)
+    first, digest1 = _challenge(client, 1)
+    second, digest2 = _challenge(client, 2)
+    rejected = Verdict(first, digest1, REJECTED)
+    for index in (0, 1):
+        aggregator.submit(_signed(client, index, rejected))
+    # the verifiers split on the second: no message reaches two thirds
+    aggregator.submit(_signed(client, 0, Verdict(second, digest2, REJECTED)))
+    aggregator.submit(_signed(client, 1, Verdict(second, digest2, UPHELD,
+                                                 reason_bytes("activations"))))
+    aggregator.tick()
+    assert reader.challenge(first).status == ChallengeState.SETTLED
+    assert reader.challenge(second).status == ChallengeState.OPEN
+    from governance.devnet_time import advance_time
+
+    advance_time(w3, reader.appeal_window() + 1)
+    before = [_balance(token, key) for key in VERIFIER_KEYS]
+    aggregator.tick()
+    assert reader.challenge(first).status == ChallengeState.FINALIZED
+    assert _balance(token, CHALLENGER_KEY) == challenger_before - 2 * 10 * GYM  # two bonds out
+    gained = [_balance(token, key) - b for key, b in zip(VERIFIER_KEYS, before)]
+    assert gained == [5 * GYM, 5 * GYM, 0]  # the forfeited bond, split between the signers
