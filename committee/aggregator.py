@@ -144,7 +144,7 @@ class VerdictPool:
         """The first message whose signers, among the active slots of the set ``(pk1s,
         stakes)``, hold two thirds of its stake; None without a quorum."""
         active = sum(stakes)
-        for _key, signed in self.signatures(challenge_id).items():
+        for signed in self.signatures(challenge_id).values():
             members = {i: s for i, s in signed.items()
                        if i < len(stakes) and stakes[i] > 0 and pk1s[i] != (0, 0)}
             signer_stake = sum(stakes[i] for i in members)
@@ -208,7 +208,7 @@ class Aggregator:
             fn(*args)
         except (ChainError, BLSError, PoolError) as exc:
             self._report(f"{what} failed: {exc}")
-        except Exception:  # noqa: BLE001 - one challenge's bug never stops the others
+        except Exception:  # one challenge's bug never stops the others
             log.exception("%s failed", what)
 
     def _settle(self, challenge_id: int) -> None:
@@ -227,7 +227,7 @@ class Aggregator:
         self.pool.drop(challenge_id)
         self.settlements[challenge_id] = found
         self._settled.add(challenge_id)
-        signers = bin(found.signer_bitmap).count("1")
+        signers = found.signer_bitmap.bit_count()
         self._report(f"challenge {challenge_id} settled {describe(found.verdict)}: {signers} "
                      f"signers holding {found.signer_stake} of {found.active_stake} stake")
 

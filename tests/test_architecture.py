@@ -168,6 +168,8 @@ def test_no_import_cycles():
 # Exceptions that never leave their module: caught there and turned into an answer (HTTP,
 # JSON-RPC) or into the package's own error (a pydantic validator's rule -> EntryError).
 INTERNAL_ERRORS = {
+    "committee.aggregator.PoolError",  # answered as an HTTP status by the aggregator
+    "committee.service.DeliveryRefused",  # logged by the verifier loop
     "devnet.ipfs_server.RpcError",
     "devnet.ipfs_gateway.GatewayError",
     "governance.dashboard.rpc_proxy.RpcRefusal",

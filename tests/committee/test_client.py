@@ -11,7 +11,7 @@ from eth_utils import keccak
 from gym_helpers import send
 from web3 import Web3
 
-from committee import REJECTED, g1_to_ints, UPHELD, SecretKey, SignedVerdict, Verdict, reason_bytes
+from committee import REJECTED, UPHELD, SecretKey, SignedVerdict, Verdict, g1_to_ints, reason_bytes
 from committee.aggregator import Aggregator, PoolError
 from committee.client import ChallengeState, VerifierCommittee
 from contracts import load_artifact
@@ -150,7 +150,7 @@ def test_register_settle_finalize_claim_upheld(world):
 
 
 def test_a_rejected_challenge_forfeits_the_bond_and_no_quorum_settles_nothing(world):
-    w3, token, registry, client, _ = world
+    w3, token, _, client, _ = world
     reader = client()
     aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
     challenger_before = _balance(token, CHALLENGER_KEY)
