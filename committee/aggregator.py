@@ -290,4 +290,85 @@ def run_forever(aggregator: Aggregator, interval_s: float, stop: threading.Event
         stop.wait(interval_s)
 
 
-__all__ = ["Aggregator", "PoolError", "Settlement", "VerdictPool", "describe", "run_forever"]
+
+
+# --------------------------------------------------------------------------- HTTP
+
+MAX_CONCURRENT_CHECKS = 2  # pairing checks at once (~1 s of CPU each); more wait for a 429
+
+
+def make_http_server(aggregator: Aggregator, host: str, port: int) -> Any:
+    """The aggregator's HTTP endpoint (a ``ThreadingHTTPServer``, not started):
+
+    - ``POST /v1/verdicts``: one ``SignedVerdict`` (at most ``MAX_SIGNED_VERDICT_BYTES``; a
+      larger ``Content-Length`` is refused unread with 413) -> 200 ``{"status": "accepted" |
+      "duplicate", "challenge_id", "verifier_index"}``, or ``{"error": message}`` with 400
+      (malformed, wrong receipt, not a verifier, bad signature), 404 (no such challenge), 409
+      (no longer open), 429 (too many checks at once), 503 (pool full, chain unreachable);
+    - ``GET /health``: ``{"status": "ok", "pending": [challenge ids with verdicts held]}``.
+    """
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from committee.messages import MAX_SIGNED_VERDICT_BYTES
+
+    checks = threading.BoundedSemaphore(MAX_CONCURRENT_CHECKS)
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gym-verifier-aggregate"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _answer(self, status: int, body: dict[str, Any]) -> None:
+            import json
+
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            if self.path.rstrip("/") == "/health":
+                self._answer(200, {"status": "ok", "pending": aggregator.pool.pending()})
+            else:
+                self._answer(404, {"error": f"no route {self.path[:100]}"})
+
+        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            if self.path.rstrip("/") != "/v1/verdicts":
+                self._answer(404, {"error": f"no route {self.path[:100]}"})
+                return
+            try:
+                length = int(self.headers.get("content-length", ""))
+            except ValueError:
+                self._answer(411, {"error": "a Content-Length is required"})
+                return
+            if not 0 < length <= MAX_SIGNED_VERDICT_BYTES:
+                self.close_connection = True
+                self._answer(413, {"error": f"a signed verdict is 1 to "
+                                            f"{MAX_SIGNED_VERDICT_BYTES} bytes, not {length}"})
+                return
+            body = self.rfile.read(length)
+            if not checks.acquire(blocking=False):
+                self._answer(429, {"error": "too many verdicts being checked; retry"})
+                return
+            try:
+                self._answer(200, aggregator.submit(body))
+            except PoolError as exc:
+                self._answer(exc.status, {"error": str(exc)})
+            except ChainError as exc:
+                self._answer(503, {"error": f"cannot read the chain: {exc}"})
+            except Exception as exc:  # a bug answers 500 and the server goes on
+                log.exception("checking a verdict failed")
+                self._answer(500, {"error": f"{type(exc).__name__}"})
+            finally:
+                checks.release()
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+__all__ = ["Aggregator", "PoolError", "Settlement", "VerdictPool", "describe", "make_http_server",
+           "run_forever"]

@@ -1,0 +1,297 @@
+"""``gym verifier``: join the verifier committee, judge challenges, aggregate verdicts.
+
+    gym verifier register [--stake 100] [--bls-key FILE] [--account N | --key-env VAR]
+    gym verifier serve --model DIR --aggregator URL [--bls-key FILE] [--interval 2]
+    gym verifier aggregate [--port 8470] [--interval 2]
+    gym verifier challenge BUNDLE.json --reason TEXT
+    gym verifier status [--json]
+
+The verifier's account (it stakes GYM and is named in signed verdicts) signs by the
+installation's rule (``contracts.signing``): ``--account N`` on the devnet, else the hex key in
+``--key-env`` (default ``GYM_VERIFIER_KEY``), else on the devnet Anvil's account 0. Its BLS key
+lives in ``--bls-key`` (default ``<data dir>/verifier/bls-key.json``, created by ``register``).
+``serve`` runs ``committee.service.VerifierService``, ``aggregate``
+``committee.aggregator.Aggregator`` behind its HTTP endpoint; docs/committee.md "Serving".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from committee.client import ChallengeState, VerifierCommittee
+from contracts.gym_token import GYM, format_gym, parse_gym
+from contracts.signing import signing_key
+from ledger.tables import CliConsole, print_table
+
+app = typer.Typer(help="The verifier committee: stake, judge challenges, aggregate verdicts.",
+                  no_args_is_help=True)
+console = CliConsole(stderr=True)
+stdout_console = CliConsole()
+
+KEY_ENV = "GYM_VERIFIER_KEY"
+DEFAULT_AGGREGATOR_PORT = 8470
+
+KeyEnv = Annotated[str, typer.Option(
+    "--key-env", help=f"Environment variable holding the account's hex key (default {KEY_ENV}).")]
+Account_ = Annotated[int | None, typer.Option(
+    "--account", help="Devnet only: sign with Anvil's public account N.")]
+BlsKey = Annotated[Path | None, typer.Option(
+    "--bls-key", help="The verifier's BLS key file (default: <data dir>/verifier/bls-key.json).",
+    dir_okay=False)]
+
+
+@app.callback()
+def verifier() -> None:
+    """The verifier committee: stake, judge challenges, aggregate verdicts."""
+
+
+def _runtime(ctx: typer.Context) -> Any:
+    if ctx.obj is None:
+        raise typer.BadParameter("gym verifier needs the chain configuration: run it as `gym ...`")
+    return ctx.obj
+
+
+def _lookup(ctx: typer.Context, name: str) -> Any:
+    lookup = ctx.meta.get(name)
+    if lookup is None:
+        raise typer.BadParameter(f"gym verifier needs {name}: run it as `gym verifier ...`")
+    return lookup()
+
+
+def _key(rt: Any, key_env: str, account: int | None) -> str:
+    return signing_key(rt.contract.w3.eth.chain_id, key_env, os.environ.get(key_env) or None,
+                       account)
+
+
+def open_committee(ctx: typer.Context, key: str | None = None) -> VerifierCommittee:
+    """The deployment's VerifierCommittee (``key``: to send transactions)."""
+    rt = _runtime(ctx)
+    address = os.environ.get("GYM_VERIFIER_COMMITTEE") or _lookup(ctx, "committee_address")
+    return VerifierCommittee(rt.contract.w3, address, key, from_block=rt.chain.deployment_block)
+
+
+def _bls_path(ctx: typer.Context, given: Path | None) -> Path:
+    return given if given is not None else Path(_lookup(ctx, "data_dir")) / "verifier" / \
+        "bls-key.json"
+
+
+@app.command()
+def register(
+    ctx: typer.Context,
+    stake: Annotated[str, typer.Option(help="GYM to stake (at least the committee's minimum).")
+                     ] = "100",
+    bls_key: BlsKey = None,
+    key_env: KeyEnv = KEY_ENV,
+    account: Account_ = None,
+) -> None:
+    """Stake GYM and register a BLS key (created in --bls-key when the file does not exist)
+    with its proof of possession. Prints the verifier's slot index."""
+    from committee import keyfile
+
+    amount = parse_gym(stake, "--stake", typer.BadParameter)
+    rt = _runtime(ctx)
+    committee = open_committee(ctx, _key(rt, key_env, account))
+    path = _bls_path(ctx, bls_key)
+    sk, created = keyfile.load_or_create(path)
+    if created:
+        console.print(f"created a BLS key in {path} (mode 0600: it signs for your stake)")
+    minimum = committee.min_stake()
+    if amount < minimum:
+        raise typer.BadParameter(f"the committee's minimum stake is {format_gym(minimum)} GYM",
+                                 param_hint="--stake")
+    with console.status(f"registering {committee.account.address} with "
+                        f"{format_gym(amount)} GYM"):
+        index = committee.register(sk, amount)
+    console.print(f"verifier {committee.account.address} registered at slot {index}, staking "
+                  f"{format_gym(amount)} GYM", highlight=False)
+    print(index)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The committee: its verifiers and its challenges with their verdicts."""
+    committee = open_committee(ctx)
+    slots = committee.slots()
+    challenges = [committee.challenge(i + 1, with_evidence=False)
+                  for i in range(committee.challenge_count())]
+    if as_json:
+        print(json.dumps({
+            "committee": committee.address, "active_stake": committee.active_stake(),
+            "appeal_window": committee.appeal_window(),
+            "verifiers": [{"index": s.index, "verifier": s.verifier, "stake": s.stake,
+                           "state": ("free", "active", "unbonding")[s.state]} for s in slots],
+            "challenges": [{"id": c.challenge_id, "status": c.status.label,
+                            "verdict": c.verdict, "operator": c.operator,
+                            "challenger": c.challenger, "signers": c.signers,
+                            "settled_at": c.settled_at, "receipt_hash": "0x" + c.receipt_hash.hex()}
+                           for c in challenges]}, indent=1))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"VerifierCommittee {committee.address}: active stake "
+                        f"{format_gym(committee.active_stake())} GYM")
+    for column in ("slot", "verifier", "stake (GYM)", "state"):
+        table.add_column(column)
+    for s in slots:
+        table.add_row(str(s.index), s.verifier, format_gym(s.stake),
+                      ("free", "active", "unbonding")[s.state])
+    print_table(table, stdout_console)
+    table = Table(title="challenges")
+    for column in ("id", "operator", "status", "verdict", "signers"):
+        table.add_column(column)
+    for c in challenges:
+        verdict = {0: "-", 1: "upheld", 2: "rejected"}.get(c.verdict, str(c.verdict))
+        table.add_row(str(c.challenge_id), c.operator, c.status.label, verdict,
+                      ",".join(map(str, c.signers)) or "-")
+    print_table(table, stdout_console)
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Option(help="The model the receipts name (a checkpoint "
+                                             "directory), to re-run their prefill.",
+                                        exists=True, file_okay=False)],
+    aggregator: Annotated[str, typer.Option(help="The aggregator's URL, e.g. "
+                                                 "http://127.0.0.1:8470.")],
+    bls_key: BlsKey = None,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between polls.")] = 2.0,
+    state: Annotated[Path | None, typer.Option(
+        help="Where decisions and the block cursor are kept (default: next to the BLS key).",
+        dir_okay=False)] = None,
+    once: Annotated[bool, typer.Option("--once", help="Poll once and exit.")] = False,
+    key_env: KeyEnv = KEY_ENV,
+    account: Account_ = None,
+) -> None:
+    """Watch the committee's challenges; judge each with the full receipt verification
+    (`gym verify receipt --model`); sign the verdict with the BLS key and send it to the
+    aggregator. Stops on SIGINT/SIGTERM."""
+    from functools import partial
+
+    from committee import keyfile
+    from committee.service import VerifierService, evidence_judge, post_verdict
+    from inference_node.verify import check_receipt_bundle, load_verifier_model
+
+    rt = _runtime(ctx)
+    committee = open_committee(ctx, _key(rt, key_env, account))
+    path = _bls_path(ctx, bls_key)
+    sk = keyfile.load(path)
+    registry = _lookup(ctx, "node_registry_address")
+    with console.status(f"loading {model}"):
+        loaded = load_verifier_model(model)
+
+    def check(bundle: dict) -> Any:
+        return check_receipt_bundle(bundle, rt, registry=registry, model_dir=model, loaded=loaded)
+
+    service = VerifierService(
+        committee, sk, judge_challenge=evidence_judge(rt.content, check),
+        send=partial(post_verdict, aggregator),
+        state_file=state or path.with_name(f"state-{committee.address.lower()}.json"),
+        report=lambda line: console.print(line, highlight=False, markup=False))
+    index, address = service.identity()
+    console.print(f"verifier {address} (slot {index}) judging challenges of committee "
+                  f"{committee.address}; verdicts to {aggregator}", highlight=False)
+    stop = _stop_event()
+    while True:
+        service.tick()
+        if once or stop.wait(interval):
+            break
+    console.print("verifier stopped")
+
+
+@app.command()
+def aggregate(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")
+                    ] = DEFAULT_AGGREGATOR_PORT,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between settlement passes.")
+                        ] = 2.0,
+    finalize: Annotated[bool, typer.Option(help="Also finalize settled challenges when their "
+                                                "appeal window is over, and claim the signers' "
+                                                "rewards.")] = True,
+    key_env: KeyEnv = KEY_ENV,
+    account: Account_ = None,
+) -> None:
+    """Collect signed verdicts over HTTP (POST /v1/verdicts), check each against the
+    committee, and settle a challenge with one aggregate signature once signers hold two
+    thirds of the stake. Stops on SIGINT/SIGTERM."""
+    from committee.aggregator import Aggregator, make_http_server, run_forever
+
+    rt = _runtime(ctx)
+    committee = open_committee(ctx, _key(rt, key_env, account))
+    agg = Aggregator(committee, finalize=finalize,
+                     report=lambda line: console.print(line, highlight=False, markup=False))
+    server = make_http_server(agg, host, port)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    console.print(f"aggregating verdicts for committee {committee.address} on "
+                  f"http://{host}:{server.server_address[1]} (sender "
+                  f"{committee.account.address})", highlight=False)
+    stop = _stop_event()
+    try:
+        run_forever(agg, interval, stop)
+    finally:
+        server.shutdown()
+    console.print("aggregator stopped")
+
+
+@app.command()
+def challenge(
+    ctx: typer.Context,
+    bundle_file: Annotated[Path, typer.Argument(
+        help="The receipt bundle to challenge (as for `gym verify receipt`).", exists=True,
+        dir_okay=False)],
+    reason: Annotated[str, typer.Option(help="Why the receipt is wrong (stored with the "
+                                             "evidence).")],
+    key_env: KeyEnv = KEY_ENV,
+    account: Account_ = None,
+) -> None:
+    """Open a committee challenge against the node that signed a receipt, bonding the
+    committee's challenge bond (returned with a share of the node's slash if the verifiers
+    uphold it, forfeited to them if they reject it). Prints the challenge id."""
+    from committee.challenges import open_committee_challenge
+    from inference_node.challenges import challenged_receipt
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.registry import NodeRegistry
+    from inference_node.verify import read_bundle
+
+    challenged = challenged_receipt(read_bundle(bundle_file), what=str(bundle_file))
+    rt = _runtime(ctx)
+    committee = open_committee(ctx, _key(rt, key_env, account))
+    registry = NodeRegistry(rt.contract.w3, _lookup(ctx, "node_registry_address"),
+                            from_block=rt.chain.deployment_block)
+    here = ReceiptDomain(rt.contract.w3.eth.chain_id, rt.contract.address.lower())
+    bond = committee.challenge_bond()
+    with console.status(f"opening the challenge (bond {format_gym(bond)} GYM)"):
+        opened = open_committee_challenge(challenged, reason, committee=committee,
+                                          registry=registry, content=rt.content, domain=here)
+    console.print(f"committee challenge {opened.id} opened against operator {opened.operator} "
+                  f"(receipt 0x{opened.receipt_hash.hex()}, evidence {opened.evidence_cid}, "
+                  f"bond {format_gym(bond)} GYM)", highlight=False)
+    print(opened.id)
+
+
+__all__ = ["GYM", "app"]
