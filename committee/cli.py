@@ -181,13 +181,18 @@ def serve(
     state: Annotated[Path | None, typer.Option(
         help="Where decisions and the block cursor are kept (default: next to the BLS key).",
         dir_okay=False)] = None,
+    audit_rate: Annotated[int, typer.Option(
+        min=0, max=10_000, help="Random audits: basis points of every registered node's newly "
+                                "anchored receipts to fetch and check (0: off); a failed one "
+                                "opens a committee challenge, bonded by this account.")] = 500,
     once: Annotated[bool, typer.Option("--once", help="Poll once and exit.")] = False,
     key_env: KeyEnv = KEY_ENV,
     account: Account_ = None,
 ) -> None:
     """Watch the committee's challenges; judge each with the full receipt verification
     (`gym verify receipt --model`); sign the verdict with the BLS key and send it to the
-    aggregator. Stops on SIGINT/SIGTERM."""
+    aggregator. Also audit the nodes' anchored receipts at random (--audit-rate), with
+    randomness fixed by a block mined after each anchor. Stops on SIGINT/SIGTERM."""
     from functools import partial
 
     from committee import keyfile
@@ -213,12 +218,70 @@ def serve(
     index, address = service.identity()
     console.print(f"verifier {address} (slot {index}) judging challenges of committee "
                   f"{committee.address}; verdicts to {aggregator}", highlight=False)
+    auditor = None
+    if audit_rate:
+        auditor = _auditor(rt, committee, check, audit_rate,
+                           path.with_name(f"audit-{committee.address.lower()}.json"))
+        console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts",
+                      highlight=False)
     stop = _stop_event()
     while True:
         service.tick()
+        if auditor is not None:
+            auditor.tick()
         if once or stop.wait(interval):
             break
     console.print("verifier stopped")
+
+
+class _PersistentAuditor:
+    """``committee.audits.Auditor`` with its cursor kept in ``cursor_file``, printing every
+    finding but the verified ones."""
+
+    def __init__(self, auditor: Any, cursor_file: Path) -> None:
+        self.auditor, self.cursor_file = auditor, cursor_file
+
+    def tick(self) -> None:
+        from committee.audits import VERIFIED
+
+        result = self.auditor.run_once()
+        checked = sum(1 for f in result.findings if f.outcome == VERIFIED)
+        for f in result.findings:
+            if f.outcome != VERIFIED:
+                opened = f" -> challenge {f.challenge_id}" if f.challenge_id else ""
+                console.print(f"audit of log {f.log_id} leaf {f.leaf}: {f.outcome} "
+                              f"{f.reason} {f.detail[:200]}{opened}", highlight=False,
+                              markup=False)
+        if checked:
+            console.print(f"audit: {checked} sampled receipts verified", highlight=False)
+        tmp = self.cursor_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.auditor.cursor.to_json()))
+        tmp.replace(self.cursor_file)
+
+
+def _auditor(rt: Any, committee: VerifierCommittee, check: Any, rate_bps: int,
+             cursor_file: Path) -> _PersistentAuditor:
+    from committee.audits import AuditCursor, Auditor
+    from committee.challenges import open_committee_challenge
+    from inference_node.challenges import challenged_receipt
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.registry import NodeRegistry
+
+    registry = NodeRegistry(rt.contract.w3, committee.value("registry"),
+                            from_block=rt.chain.deployment_block)
+    here = ReceiptDomain(rt.contract.w3.eth.chain_id, rt.contract.address.lower())
+
+    def open_challenge(bundle: dict, reason: str) -> int:
+        return open_committee_challenge(challenged_receipt(bundle), f"random audit: {reason}",
+                                        committee=committee, registry=registry,
+                                        content=rt.content, domain=here).id
+
+    cursor = (AuditCursor.from_json(cursor_file.read_bytes()) if cursor_file.exists()
+              else None)
+    return _PersistentAuditor(Auditor(rt.contract, registry, rt.content,
+                                      from_block=rt.chain.deployment_block, check=check,
+                                      open_challenge=open_challenge, rate_bps=rate_bps,
+                                      cursor=cursor), cursor_file)
 
 
 @app.command()

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+import committee.cli
 import contracts
 import contracts.cli
 import devnet.ipfs_cli
@@ -60,6 +61,7 @@ trainer.gradient.cli.register(trainer.cli.train_app)
 app.add_typer(trainer.cli.train_app, name="train")
 app.add_typer(trainer.adapters.cli.app, name="adapter")
 app.add_typer(inference_node.cli.app, name="node")
+app.add_typer(committee.cli.app, name="verifier")
 app.command(name="eval")(trainer.cli.eval_library)
 
 
@@ -108,6 +110,8 @@ def root(
     # Commands outside `gym gov` that need the DAO (the dashboard) build it on demand.
     ctx.meta["governance_runtime"] = lambda: governance_runtime(settings, ctx.obj)
     ctx.meta["node_registry_address"] = lambda: deployed_address(settings, "NodeRegistry")
+    ctx.meta["committee_address"] = lambda: deployed_address(settings, "VerifierCommittee")
+    ctx.meta["data_dir"] = lambda: settings.data_dir
 
 
 @app.command(name="audit")

@@ -16,7 +16,10 @@ that owns that hop (named in its heading), and the printing:
    vote, queue, execute, and check the curated library's on-chain root
    (``governance.devnet_curation``);
 6. inference node: serve the curated library, ask it a question, grade the answer, verify the
-   receipt (``inference_node.demo``);
+   receipt, forge one and challenge it before the verifier committee (``inference_node.demo``);
+7. verifier committee: three verifiers judge that challenge and one against the honest
+   receipt; one aggregate signature settles each on chain, the appeal window passes, the
+   node's stake and the bonds move (``committee.demo``);
 
 then stop the devnet it started (unless ``keep``).
 """
@@ -45,7 +48,7 @@ NODE_KEY = ANVIL_DEV_KEYS[4]  # not the demo's publisher (account 0) nor its vot
 def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, train: bool = True,
              sft: bool = False, node: bool = True) -> None:
     """Run every step (see the module docstring); ``train``, ``sft`` and ``node`` switch steps
-    4, 4b and 6; ``keep`` leaves the devnet running."""
+    4, 4b and 6-7; ``keep`` leaves the devnet running."""
     console.rule("1. devnet")
     with console.status("starting Anvil and deploying the contracts"):
         up = devnet_up(settings)
@@ -83,12 +86,24 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
                description=curate_what)
 
         if node:
+            from eth_account import Account
+
+            from committee.demo import committee_challenger, demo_committee
+            from governance.devnet_time import advance_time
             from inference_node.demo import demo_node
             from trainer.backends import default_model_dir
 
             console.rule("6. inference node")
-            demo_node(settings, rt, console, library_log_id=up.deployment.curated_log_id,
-                      curated=True, model_dir=default_model_dir(), node_key=NODE_KEY)
+            committee = up.deployment.contracts["VerifierCommittee"].address
+            outcome = demo_node(settings, rt, console,
+                                library_log_id=up.deployment.curated_log_id, curated=True,
+                                model_dir=default_model_dir(), node_key=NODE_KEY,
+                                challenger=committee_challenger(committee))
+            console.rule("7. verifier committee")
+            demo_committee(settings, rt, console, outcome=outcome,
+                           model_dir=default_model_dir(), committee_address=committee,
+                           node_operator=Account.from_key(NODE_KEY).address,
+                           advance_time=advance_time)
     finally:
         if up.started_anvil and not keep:
             devnet_down(settings)

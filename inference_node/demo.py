@@ -39,6 +39,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,15 @@ ANCHOR_INTERVAL_S = 2
 CHALLENGER_KEY = devnet_account_key(5)  # a public devnet key: the auditor who challenges
 
 
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What the node step leaves: the honest receipt's bundle and the forged one, caught and
+    challenged (``inference_node.forgery.Caught``)."""
+
+    bundle: dict
+    caught: Any
+
+
 def _graded(answer: str, finish_reason: str) -> str:
     """Whether the demo's answer is right (``trainer.verifiers.math_verify`` against 33)."""
     from trainer.verifiers import final_answer, math_verify
@@ -68,7 +79,8 @@ def _graded(answer: str, finish_reason: str) -> str:
 
 
 def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, console: Any, *,
-                    registry: str, model_dir: Path, node_key: str) -> None:
+                    registry: str, model_dir: Path, node_key: str,
+                    challenger: Callable[[Any, str], Any] | None) -> Any:
     """Step 6 of the module doc: the node forges one answer, the verifier catches it, and a
     challenger opens a challenge against the node with that evidence."""
     from inference_node.forgery import FORGED_TEXT, catch_and_challenge, forge_answer
@@ -84,22 +96,26 @@ def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, c
                               ledger_rt.chain.deployment_block)
         forged = forge_answer(receipt, bundle, node_key=node_key, model=model,
                               tokenizer=tokenizer, model_dir=model_dir, texts=texts)
-    challenger = NodeRegistry(ledger_rt.contract.w3, registry, CHALLENGER_KEY,
-                              from_block=ledger_rt.chain.deployment_block)
+    through = (challenger(ledger_rt, registry) if challenger is not None else
+               NodeRegistry(ledger_rt.contract.w3, registry, CHALLENGER_KEY,
+                            from_block=ledger_rt.chain.deployment_block))
     domain = ReceiptDomain.from_json(bundle["domain"])
     with console.status("verifying the forged receipt (gym verify receipt --model)"):
         caught = catch_and_challenge(
             forged, verify=lambda b: check_receipt_bundle(b, ledger_rt, registry=registry,
                                                           model_dir=model_dir,
                                                           loaded=(model, tokenizer)),
-            registry=challenger, content=ledger_rt.content, domain=domain)
+            registry=through, content=ledger_rt.content, domain=domain)
     console.print(f"[red]forged receipt FAILS[/red]: {caught.failure}", highlight=False)
+    judge = ("the verifier committee judges it" if challenger is not None
+             else "governance judges it: gym gov propose-slash")
     console.print(f"challenge {caught.challenge.id} opened against node operator "
                   f"{caught.challenge.operator} with evidence {caught.challenge.evidence_cid} "
-                  "(governance judges it: gym gov propose-slash)", highlight=False)
+                  f"({judge})", highlight=False)
+    return caught
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -113,11 +129,11 @@ def _registry_address(deployment_file: Path) -> str:
                         "`gym devnet up --redeploy`") from None
 
 
-def _node_env(settings: Any, key: str, registry: str) -> dict[str, str]:
-    """The demo's own environment, its settings spelled out (they may not come from it)."""
+def gym_env(settings: Any, **extra: str) -> dict[str, str]:
+    """The environment of a `gym` subprocess of the demo: its own, with the demo's settings
+    spelled out (they may not come from it), and ``extra``."""
     env = {**os.environ, "GYM_DATA_DIR": str(settings.data_dir),
-           "GYM_DEPLOYMENT_FILE": str(settings.deployment_file), "GYM_NODE_KEY": key,
-           "GYM_NODE_REGISTRY": registry}
+           "GYM_DEPLOYMENT_FILE": str(settings.deployment_file), **extra}
     for name, value in (("GYM_RPC_URL", settings.rpc_url), ("GYM_DB_URL", settings.db_url),
                         ("GYM_IPFS_API", settings.ipfs_api)):
         if value:
@@ -142,11 +158,15 @@ def _wait_health(proc: subprocess.Popen, url: str, log_file: Path, until, timeou
 
 
 def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: int,
-              curated: bool, model_dir: str | Path, node_key: str) -> None:
+              curated: bool, model_dir: str | Path, node_key: str,
+              challenger: Callable[[Any, str], Any] | None = None) -> DemoOutcome:
     """Serve log ``library_log_id`` with the model in ``model_dir``, ask, verify, stop (see the
     module docstring). ``settings``: the devnet's settings (``data_dir``, ``deployment_file``,
     ``rpc_url``, ``db_url``, ``ipfs_api``); ``ledger_rt``: the ``ledger.runtime.LedgerRuntime``
-    built from them; ``node_key``: the node's signing key (hex), holding GYM to stake."""
+    built from them; ``node_key``: the node's signing key (hex), holding GYM to stake;
+    ``challenger(ledger_rt, registry_address)``: what the forged receipt's challenge is opened
+    through (anything with ``operator_of_signer`` and ``challenge``, e.g. the committee's
+    ``CommitteeChallenger``); default: the NodeRegistry, from Anvil account 5."""
     from eth_account import Account
     from openai import OpenAI
 
@@ -158,7 +178,7 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
     address = Account.from_key(key).address
     registry = _registry_address(Path(settings.deployment_file))
     expected_size = ledger_rt.contract.log_info(library_log_id).size
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_file = Path(settings.data_dir) / "node-demo.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +189,7 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
     if curated:
         command.append("--curated")
     with open(log_file, "wb") as log:
-        proc = subprocess.Popen(command, env=_node_env(settings, key, registry), stdout=log,
+        proc = subprocess.Popen(command, env=gym_env(settings, GYM_NODE_KEY=key, GYM_NODE_REGISTRY=registry), stdout=log,
                                 stderr=subprocess.STDOUT)
     try:
         with console.status(f"starting `gym node serve` on {url} (node key {address})"):
@@ -223,8 +243,9 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
         print_table(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
                                          f"{Path(model_dir).name}"), console)
         console.print("[green]receipt verified[/green]")
-        _dishonest_node(bundle, receipt, settings, ledger_rt, console, registry=registry,
-                        model_dir=Path(model_dir), node_key=key)
+        caught = _dishonest_node(bundle, receipt, settings, ledger_rt, console,
+                                 registry=registry, model_dir=Path(model_dir), node_key=key,
+                                 challenger=challenger)
 
         with console.status("stopping the node (SIGTERM)"):
             proc.send_signal(signal.SIGTERM)
@@ -234,6 +255,7 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
                             + log_file.read_text(errors="replace")[-2000:])
         console.print("node stopped gracefully: in-flight requests answered, receipt log "
                       "anchored")
+        return DemoOutcome(bundle, caught)
     finally:
         if proc.poll() is None:
             proc.kill()
