@@ -316,7 +316,7 @@ def make_http_server(aggregator: Aggregator, host: str, port: int) -> Any:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gym-verifier-aggregate"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
 
         def _answer(self, status: int, body: dict[str, Any]) -> None:
@@ -329,13 +329,13 @@ def make_http_server(aggregator: Aggregator, host: str, port: int) -> Any:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        def do_GET(self) -> None:
             if self.path.rstrip("/") == "/health":
                 self._answer(200, {"status": "ok", "pending": aggregator.pool.pending()})
             else:
                 self._answer(404, {"error": f"no route {self.path[:100]}"})
 
-        def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        def do_POST(self) -> None:
             if self.path.rstrip("/") != "/v1/verdicts":
                 self._answer(404, {"error": f"no route {self.path[:100]}"})
                 return

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
-from committee.client import ChallengeState, VerifierCommittee
+from committee.client import VerifierCommittee
 from contracts.gym_token import GYM, format_gym, parse_gym
 from contracts.signing import signing_key
 from ledger.tables import CliConsole, print_table

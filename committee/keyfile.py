@@ -20,7 +20,7 @@ def create(path: Path) -> SecretKey:
     """A fresh key written to ``path`` (which must not exist; mode 0600)."""
     sk = SecretKey.generate()
     path.parent.mkdir(parents=True, exist_ok=True)
-    document = {"type": KEY_TYPE, "v": 1, "sk": "0x%064x" % sk.value, "pk1": g1_to_json(sk.pk1())}
+    document = {"type": KEY_TYPE, "v": 1, "sk": f"0x{sk.value:064x}", "pk1": g1_to_json(sk.pk1())}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(document, out, indent=1)

@@ -1,6 +1,7 @@
 """`gym demo` runs the flow on embedded defaults (devnet, two anchored checkpoints, an audit,
 a Training-Free GRPO run published and audited, a DAO curation, an inference node answering
-from the curated library with a verified receipt) and leaves nothing running."""
+from the curated library with a verified receipt, a forged receipt slashed and a false
+challenge rejected by the verifier committee) and leaves nothing running."""
 
 import re
 
@@ -41,6 +42,10 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert re.search(r"(right|wrong): the (answer is 33|final answer reads)", result.stdout)
     assert "receipt verified" in result.stdout
     assert "node stopped gracefully" in result.stdout
+    assert "7. verifier committee" in result.stdout
+    assert re.search(r"challenge 1 settled upheld: sampling, signed by verifiers \[", result.stdout)
+    assert "challenge 2 settled rejected" in result.stdout
+    assert "(slashed)" in result.stdout and "settled on chain" in result.stdout
     assert running_anvil(gym_env.data_dir) is None
 
 
