@@ -81,6 +81,7 @@ class Decision:
     detail: str
     signed: dict | None = None  # the SignedVerdict's JSON, when one was signed
     delivered: bool = False
+    opened: dict | None = None  # the ChallengeOpened event (to judge an abstention again)
 
 
 class VerifierService:
@@ -163,12 +164,11 @@ class VerifierService:
     def _retry_abstentions(self, skip: set[int]) -> None:
         if not self.retry_abstain:
             return
-        waiting = [cid for cid, d in self.decisions.items()
-                   if d.outcome == ABSTAIN_OUTCOME and cid not in skip]
-        for challenge_id in waiting:
-            found = self.committee.opened(challengeId=challenge_id)
-            if found:
-                self._decide(found[0])
+        waiting = [d.opened for cid, d in sorted(self.decisions.items())
+                   if d.outcome == ABSTAIN_OUTCOME and cid not in skip and d.opened]
+        for opened in waiting:
+            self._decide(OpenedChallenge(**{**opened,
+                                            "receipt_hash": bytes.fromhex(opened["receipt_hash"])}))
 
     def _decide(self, opened: OpenedChallenge) -> None:
         challenge_id = opened.challenge_id
@@ -185,7 +185,8 @@ class VerifierService:
         except ChainError as exc:
             self._report(f"challenge {challenge_id}: cannot read it now ({exc})")
             return
-        decision = Decision(judgement.outcome, judgement.reason, judgement.detail[:2000])
+        decision = Decision(judgement.outcome, judgement.reason, judgement.detail[:2000],
+                            opened={**vars(opened), "receipt_hash": opened.receipt_hash.hex()})
         verdict = judgement.verdict(challenge_id, opened.receipt_hash)
         if verdict is not None:
             index, address = self.identity()

@@ -5,6 +5,8 @@ aggregator finalizes and claims; token balances move as docs/committee.md says."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from eth_account import Account
 from eth_utils import keccak
@@ -175,3 +177,101 @@ def test_a_rejected_challenge_forfeits_the_bond_and_no_quorum_settles_nothing(wo
     assert _balance(token, CHALLENGER_KEY) == challenger_before - 2 * 10 * GYM  # two bonds out
     gained = [_balance(token, key) - b for key, b in zip(VERIFIER_KEYS, before)]
     assert gained == [5 * GYM, 5 * GYM, 0]  # the forfeited bond, split between the signers
+
+
+def test_the_aggregators_http_endpoint_bounds_and_answers(world):
+    import threading
+
+    import httpx
+
+    from committee.aggregator import make_http_server
+
+    _, _, _, client, _ = world
+    challenge_id, digest = _challenge(client, 1)
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    server = make_http_server(aggregator, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        post = lambda body: httpx.post(f"{url}/v1/verdicts", content=body, timeout=30)
+        assert post(b"x" * 5000).status_code == 413
+        junk = post(b'{"type": "gym-signed-verdict"}')
+        assert junk.status_code == 400 and "error" in junk.json()
+        upheld = Verdict(challenge_id, digest, UPHELD, reason_bytes("sampling"))
+        assert post(_signed(client, 0, Verdict(7, digest, UPHELD, reason_bytes("x")))
+                    ).status_code == 404
+        ok = post(_signed(client, 1, upheld))
+        assert ok.status_code == 200 and ok.json() == {
+            "status": "accepted", "challenge_id": challenge_id, "verifier_index": 1}
+        assert post(_signed(client, 1, upheld)).json()["status"] == "duplicate"
+        assert httpx.get(f"{url}/health").json() == {"status": "ok", "pending": [challenge_id]}
+        assert httpx.get(f"{url}/nope").status_code == 404
+    finally:
+        server.shutdown()
+
+
+def test_the_verifier_service_signs_delivers_retries_and_remembers(world, tmp_path):
+    from committee.judge import Judgement
+    from committee.service import VerifierService
+
+    _, _, _, client, _ = world
+    challenge_id, _ = _challenge(client, 1)
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    judged: list[int] = []
+    outcomes = iter([Judgement("abstain", "", "content store unreachable"),
+                     Judgement("upheld", "sampling", "token 0")])
+
+    def judge_challenge(opened):
+        judged.append(opened.challenge_id)
+        return next(outcomes)
+
+    attempts: list[int] = []
+
+    def send(signed):
+        attempts.append(signed.verdict.challenge_id)
+        if len(attempts) == 1:
+            raise OSError("aggregator down")
+        return aggregator.submit(signed.to_bytes())
+
+    state = tmp_path / "state.json"
+    service = VerifierService(client(VERIFIER_KEYS[0]), BLS[0], judge_challenge=judge_challenge,
+                              send=send, state_file=state, report=lambda line: None)
+    assert service.identity() == (0, Account.from_key(VERIFIER_KEYS[0]).address)
+    service.tick()  # abstains: nothing signed
+    assert judged == [challenge_id] and attempts == []
+    service.tick()  # judged again: upheld and signed, the first delivery fails
+    assert judged == [challenge_id] * 2 and attempts == [challenge_id]
+    assert not service.decisions[challenge_id].delivered
+    # a restart: the decision comes back from the state file and is delivered, not re-judged
+    again = VerifierService(client(VERIFIER_KEYS[0]), BLS[0], judge_challenge=judge_challenge,
+                            send=send, state_file=state, report=lambda line: None)
+    again.tick()
+    assert judged == [challenge_id] * 2 and attempts == [challenge_id] * 2
+    assert again.decisions[challenge_id].delivered
+    held = aggregator.pool.signatures(challenge_id)
+    message = (UPHELD, reason_bytes("sampling"))
+    assert list(held) == [message] and list(held[message]) == [0]
+    # another key than the registered one is refused before anything is signed
+    with pytest.raises(Exception, match="another BLS key"):
+        VerifierService(client(VERIFIER_KEYS[0]), BLS[1], judge_challenge=judge_challenge,
+                        send=send).identity()
+
+
+def test_a_bls_key_file_is_private_never_overwritten_and_checked(tmp_path):
+    from committee import keyfile
+    from committee.bls import BLSError
+
+    path = tmp_path / "v" / "bls-key.json"
+    sk, created = keyfile.load_or_create(path)
+    assert created and path.stat().st_mode & 0o777 == 0o600
+    assert keyfile.load_or_create(path) == (sk, False)
+    with pytest.raises(FileExistsError):
+        keyfile.create(path)
+    doc = json.loads(path.read_text())
+    doc["pk1"] = ["0x1", "0x2"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BLSError, match="pk1 is not the public key"):
+        keyfile.load(path)
+    path.write_text("[]")
+    with pytest.raises(BLSError, match="not a gym-bls-key"):
+        keyfile.load(path)
