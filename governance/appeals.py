@@ -154,8 +154,8 @@ def plan_reverse(challenge: CommitteeChallenge, reason: str, *, committee_addres
          f"at the earliest in {_span(needed)}"),
         (f"Effect: the outcome becomes {flipped}; each signer is slashed {slash}, to the DAO "
          "timelock"),
-        f"Action: VerifierCommittee {committee_address}.reverse({cid}) (callable only by the "
-        "DAO timelock)",
+        (f"Action: VerifierCommittee {committee_address}.reverse({cid}) (callable only by "
+         "the DAO timelock)"),
     ])
     return ReverseProposal(to_checksum_address(committee_address), cid, text)
 
@@ -199,7 +199,7 @@ def build_appeal_window(committee: VerifierCommittee, timelock_address: str, sec
         f"- appeal window: {format_duration(current)} -> {format_duration(seconds)}",
         ("It applies to every settlement not yet finalized: reverse and finalize compare the "
          "time with settledAt plus the window at that moment."),
-        f"Action: VerifierCommittee {committee.address}.setAppealWindow({seconds}) (callable "
-        "only by the DAO timelock)",
+        (f"Action: VerifierCommittee {committee.address}.setAppealWindow({seconds}) "
+         "(callable only by the DAO timelock)"),
     ])
     return AppealWindowProposal(committee.address, current, seconds, text)

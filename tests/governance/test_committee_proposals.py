@@ -22,7 +22,7 @@ from governance.errors import CommitteeProposalError, GovernanceError, Parameter
 from governance.proposals import ActionDecoder, parse_duration
 
 sys.path.insert(0, str(Path(__file__).parent))  # the slash tests' DAO client and vote helper
-from test_params_and_slash import make_client, pass_and_execute  # noqa: E402
+from test_params_and_slash import make_client, pass_and_execute
 
 COMMITTEE = "0x" + "44" * 20
 DAY = 86400
@@ -77,8 +77,8 @@ def test_reversals_that_could_not_execute_are_refused_before_anything_is_sent(de
                                                      "VerifierCommittee has none"):
         client.build_reverse(99, "wrong")
     open_id, digest = world.open(1)
-    with pytest.raises(CommitteeProposalError, match=f"no committee challenge 99: the "
-                                                     f"VerifierCommittee has 1 challenge "):
+    with pytest.raises(CommitteeProposalError, match="no committee challenge 99: the "
+                                                     "VerifierCommittee has 1 challenge "):
         client.build_reverse(99, "wrong")
     with pytest.raises(CommitteeProposalError, match=f"committee challenge {open_id} is open, not "
                                                      "settled: no verdict is settled yet"):
@@ -206,8 +206,8 @@ def test_reverse_and_appeal_window_through_the_cli(ledger_devnet, deployment, wo
     shown = json.loads(gym("gov", "show", "2", "--json").stdout)
     assert [(a["contract"], a["function"], a["summary"]) for a in shown["actions"]] == [
         ("VerifierCommittee", "reverse",
-         f"VerifierCommittee: reverse committee challenge {challenge_id} (its settled verdict "
-         "flips; the verifiers that signed it are slashed)")]
+         (f"VerifierCommittee: reverse committee challenge {challenge_id} (its settled "
+          "verdict flips; the verifiers that signed it are slashed)"))]
     assert f"reverse committee challenge {challenge_id}" in gym("gov", "list").stdout
     executed = carry("2")
     slash = world.client().value("verifierSlash")
