@@ -53,7 +53,8 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
 
 
 def governance_runtime(settings: GymSettings, ledger_rt: LedgerRuntime) -> GovernanceRuntime:
-    """The DAO's dependencies: the ledger's, plus the governor, token, timelock and registry."""
+    """The DAO's dependencies: the ledger's, plus the governor, token, timelock, registry and
+    committee."""
 
     def config() -> GovernanceConfig:
         deployment = Deployment.load(settings.deployment_file)
@@ -73,6 +74,8 @@ def governance_runtime(settings: GymSettings, ledger_rt: LedgerRuntime) -> Gover
             curated_log_id=deployment.curated_log_id,
             node_registry_address=(deployment.contracts["NodeRegistry"].address
                                    if "NodeRegistry" in deployment.contracts else None),
+            committee_address=(deployment.contracts["VerifierCommittee"].address
+                               if "VerifierCommittee" in deployment.contracts else None),
         )
 
     return GovernanceRuntime(ledger_rt, config)

@@ -5,7 +5,8 @@
 lists and shows proposals with their state and tallies, votes directly or relays EIP-712
 ``castVoteBySig`` ballots, cancels pending proposals, proposes governance-parameter changes
 (``governance.proposals``: voting delay/period, threshold, quorum, timelock delay) and node
-slashing (``NodeRegistry.slash`` on an open challenge), decodes every action for display, and
+slashing (``NodeRegistry.slash`` on an open challenge), VerifierCommittee reversals and its
+appeal window (``governance.appeals``), decodes every action for display, and
 queues and executes through the timelock. Custom errors of the
 governor, timelock and ledger are decoded into one readable line (``GovernorRevertError``).
 ``governance.devnet_time`` moves the devnet's timestamp clock (``gym devnet mine``).

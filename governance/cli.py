@@ -18,10 +18,14 @@ to the chain's now, which on the devnet runs ahead of the wall clock once time w
     gym gov cancel ID               # the proposer withdraws a Pending proposal
     gym gov propose-params --voting-period 600 --quorum-percent 5 [--timelock-delay 120 ...]
     gym gov propose-slash 0xOPERATOR --amount 50 --reason TEXT [--challenge 1]
+    gym gov propose-appeal-window 1d [--description TEXT]   # the committee's appeal window
+    gym gov propose-reverse 3 --reason TEXT   # reverse committee challenge 3's settlement
     gym devnet mine --seconds 301   # devnet: end the voting period / the timelock delay
 
 The NodeRegistry that ``propose-slash`` targets is the deployment's; ``GYM_NODE_REGISTRY``
-names another.
+names another. ``propose-reverse`` and ``propose-appeal-window`` target the deployment's
+VerifierCommittee; ``propose-reverse`` is refused when the challenge's appeal window would end
+before the proposal could execute (voting delay + voting period + timelock delay from now).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from contracts.gym_token import format_gym, parse_gym
 from governance.client import GovernanceClient, Proposal, ProposalState, VoteType
 from governance.devnet_time import DEVNET_CHAIN_ID, utc
 from governance.errors import GovernanceError, ParameterError
-from governance.proposals import format_parameter
+from governance.proposals import format_duration, format_parameter, parse_duration
 from governance.runtime import runtime_of
 from ledger.evm import TxResult
 from ledger.tables import print_table
@@ -130,14 +134,25 @@ def _print_effects(client: GovernanceClient, proposal: Proposal) -> None:
             f"{name.replace('_', ' ')} {format_parameter(name, value)}"
             for name, value in vars(params).items()), highlight=False)
     for action in actions:
+        if action.function == "reverse" and action.contract == "VerifierCommittee":
+            challenge = client.committee_challenge(action.args["challengeId"])
+            slots = {slot.index: slot for slot in client.committee_slots()}
+            stakes = ", ".join(f"slot {i} ({slots[i].verifier}) {format_gym(slots[i].stake)}"
+                               for i in challenge.signers if i in slots)
+            console.print(f"committee challenge {challenge.challenge_id}: "
+                          f"{challenge.status.label}; signers' stakes now {stakes}",
+                          highlight=False)
+        if action.function == "setAppealWindow":
+            console.print("committee appeal window now "
+                          f"{format_duration(client.committee.appeal_window())}", highlight=False)
         if action.function == "slash":
             node = client.node(action.args["operator"])
             console.print(f"node {node.operator}: stake now {format_gym(node.stake)}",
                           highlight=False)
 
 
-app = typer.Typer(help="The DAO: propose curations, parameter changes and slashing; vote, "
-                       "queue, execute, cancel.",
+app = typer.Typer(help="The DAO: propose curations, parameter changes, slashing and "
+                       "committee reversals; vote, queue, execute, cancel.",
                   no_args_is_help=True)
 
 AccountOption = Annotated[int | None, typer.Option(
@@ -236,6 +251,40 @@ def propose_slash(
     client = runtime_of(ctx).client(account)
     plan = client.build_slash(node, parse_gym(amount, "--amount", ParameterError), reason,
                               challenge_id=challenge, beneficiary=beneficiary)
+    proposal_id, tx = client.propose(plan)
+    _print_proposed(client, plan.description, proposal_id, tx)
+
+
+@app.command("propose-reverse")
+def propose_reverse(
+    ctx: typer.Context,
+    challenge: Annotated[int, typer.Argument(help="The committee challenge id.")],
+    reason: Annotated[str, typer.Option(help="Why the settlement is wrong (voters read it).")],
+    account: AccountOption = None,
+) -> None:
+    """Propose to reverse a VerifierCommittee settlement (slashes the verifiers that signed).
+
+    Refused before anything is sent: an unknown challenge, one that is not Settled, and one
+    whose appeal window ends before a proposal made now could execute (voting delay + voting
+    period + timelock delay): raise the window first with propose-appeal-window.
+    """
+    client = runtime_of(ctx).client(account)
+    plan = client.build_reverse(challenge, reason)
+    proposal_id, tx = client.propose(plan)
+    _print_proposed(client, plan.description, proposal_id, tx)
+
+
+@app.command("propose-appeal-window")
+def propose_appeal_window(
+    ctx: typer.Context,
+    window: Annotated[str, typer.Argument(
+        metavar="SECONDS_OR_DURATION", help="Seconds, or a duration: 30s, 5m, 2h, 1d, 1h30m.")],
+    description: Annotated[str, typer.Option(help="Why the change is wanted.")] = "",
+    account: AccountOption = None,
+) -> None:
+    """Propose to set the VerifierCommittee's appeal window (at most MAX_APPEAL_WINDOW)."""
+    client = runtime_of(ctx).client(account)
+    plan = client.build_appeal_window(parse_duration(window, "the appeal window"), description)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
 

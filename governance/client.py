@@ -39,7 +39,14 @@ from eth_account.messages import encode_typed_data
 from eth_utils import to_checksum_address
 from web3 import Web3
 
+from committee.client import CommitteeChallenge, VerifierCommittee, VerifierSlot
 from contracts.gym_token import format_gym
+from governance.appeals import (
+    AppealWindowProposal,
+    ReverseProposal,
+    build_appeal_window,
+    build_reverse,
+)
 from governance.curation import CurationProposal, SourcedLeaf, build_curation, document_cid_of
 from governance.devnet_time import advance_time, ensure_time_after, is_devnet, utc
 from governance.errors import (
@@ -116,7 +123,9 @@ class GovernanceClient:
     ``private_key`` signs transactions unless a call passes its own ``key``; reads need none.
     ``from_block`` is where event scans start (the deployment block). ``node_registry_address``
     (optional) is the NodeRegistry whose nodes ``build_slash`` proposes to slash; its ABI
-    defaults to the project's build of ``NodeRegistry``.
+    defaults to the project's build of ``NodeRegistry``. ``committee_address`` (optional) is
+    the VerifierCommittee whose settlements ``build_reverse`` proposes to reverse and whose
+    appeal window ``build_appeal_window`` sets, read through ``committee.client``.
     """
 
     def __init__(self, w3: Web3, governor_address: str, governor_abi: list[dict],
@@ -125,6 +134,8 @@ class GovernanceClient:
                  curated_log_id: int, private_key: str | None = None, from_block: int = 0,
                  node_registry_address: str | None = None,
                  node_registry_abi: list[dict] | None = None,
+                 committee_address: str | None = None,
+                 committee_abi: list[dict] | None = None,
                  key_source: Callable[[], str | None] | None = None):
         self.w3 = w3
         self.governor = w3.eth.contract(address=to_checksum_address(governor_address),
@@ -143,8 +154,14 @@ class GovernanceClient:
             self.registry = NodeRegistry(w3, node_registry_address, from_block=from_block,
                                          abi=node_registry_abi)
         registry_abi = self.registry.contract.abi if self.registry is not None else []
+        self.committee = None
+        if committee_address is not None:
+            self.committee = VerifierCommittee(w3, committee_address, from_block=from_block,
+                                               abi=committee_abi)
+        committee_abi = self.committee.abi if self.committee is not None else []
         self.evm = EvmConnection(w3, [governor_abi, ledger.abi, token_abi, timelock_abi or [],
-                                      registry_abi], format_value=format_revert_value,
+                                      registry_abi, committee_abi],
+                                 format_value=format_revert_value,
                                  own_errors=(GovernanceError,))
         known = {self.governor.address: ("GymGovernor", governor_abi),
                  self.timelock_address: ("TimelockController", timelock_abi or _MIN_DELAY_ABI),
@@ -152,6 +169,8 @@ class GovernanceClient:
                  ledger.address: ("ExperienceLedger", ledger.abi)}
         if self.registry is not None:
             known[self.registry.address] = ("NodeRegistry", registry_abi)
+        if self.committee is not None:
+            known[self.committee.address] = ("VerifierCommittee", committee_abi)
         self.decoder = ActionDecoder(known)
 
     @property
@@ -203,7 +222,8 @@ class GovernanceClient:
                                    f"{format_gym(threshold)}: {remedy}")
 
     def propose(self, proposal: ProposalPlan, key: str | None = None) -> tuple[int, TxResult]:
-        """Submit ``proposal`` (a ``CurationProposal``, ``ParamsProposal`` or ``SlashProposal``);
+        """Submit ``proposal`` (a ``CurationProposal``, ``ParamsProposal``, ``SlashProposal``,
+        ``ReverseProposal`` or ``AppealWindowProposal``);
         returns its id and the transaction."""
         signer = self._signer(key)
         self.check_can_propose(signer.address, "hold GYM and delegate (`gym gov delegate`)")
@@ -284,6 +304,39 @@ class GovernanceClient:
         with self.rpc_errors():
             return build_slash(self._registry(), self.timelock_address, operator, amount, reason,
                                challenge_id=challenge_id, beneficiary=beneficiary)
+
+    # -- the verifier committee -------------------------------------------------------------
+
+    def _committee(self) -> VerifierCommittee:
+        if self.committee is None:
+            raise GovernanceError("no VerifierCommittee is known to this client: the deployment "
+                                  "names none (run `gym devnet up --redeploy`)")
+        return self.committee
+
+    def committee_challenge(self, challenge_id: int) -> CommitteeChallenge:
+        """Committee challenge ``challenge_id`` (status ``NONE`` when it does not exist)."""
+        with self.rpc_errors():
+            return self._committee().challenge(challenge_id)
+
+    def committee_slots(self) -> list[VerifierSlot]:
+        """Every verifier slot of the committee, index 0 up."""
+        with self.rpc_errors():
+            return self._committee().slots()
+
+    def build_reverse(self, challenge_id: int, reason: str) -> ReverseProposal:
+        """A proposal that reverses committee challenge ``challenge_id``'s settlement
+        (``governance.appeals.build_reverse``: ``CommitteeProposalError`` when it does not
+        exist, is not Settled, or its appeal window ends before a proposal made now executes)."""
+        with self.rpc_errors():
+            return build_reverse(self._committee(), self.timelock_address,
+                                 self.governance_parameters(), self.now(), challenge_id, reason)
+
+    def build_appeal_window(self, seconds: int, description: str = "") -> AppealWindowProposal:
+        """A proposal that sets the committee's appeal window to ``seconds`` (refused above
+        ``MAX_APPEAL_WINDOW()`` or when it changes nothing)."""
+        with self.rpc_errors():
+            return build_appeal_window(self._committee(), self.timelock_address, seconds,
+                                       description)
 
     # -- reading proposals --------------------------------------------------------------------
 

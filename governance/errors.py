@@ -26,6 +26,12 @@ class SlashError(GovernanceError, ValueError):
     """A slashing proposal cannot be built: unknown node, amount above its stake, bad challenge."""
 
 
+class CommitteeProposalError(GovernanceError, ValueError):
+    """A VerifierCommittee proposal (reverse a settlement, set the appeal window) cannot be
+    built: no such challenge, not settled, an appeal window that ends too soon, a value out of
+    range."""
+
+
 class NotProposerError(GovernanceError, PermissionError):
     """Only a proposal's proposer may do this (cancel it)."""
 

@@ -29,6 +29,7 @@ The planners are pure: the client (``GovernanceClient.build_params_change`` and
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any, Protocol
@@ -67,6 +68,28 @@ def format_duration(seconds: int) -> str:
             parts.append(f"{rest // size} {unit}")
             rest %= size
     return f"{seconds} s ({' '.join(parts)})"
+
+
+_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_DURATION_PART = re.compile(r"(\d+)\s*(d|h|min|m|sec|s)")
+
+
+def parse_duration(text: str, what: str = "a duration") -> int:
+    """Seconds in ``text``: a number of seconds (``300``) or amounts with units, ``30s``,
+    ``5m``/``5min``, ``2h``, ``1d``, combined as in ``1h30m``; ``ParameterError`` otherwise.
+
+    >>> parse_duration("300"), parse_duration("5m"), parse_duration("1d 2h"), parse_duration("1h30m")
+    (300, 300, 93600, 5400)
+    """
+    raw = str(text).strip().lower()
+    if raw.isdigit():
+        return int(raw)
+    compact = raw.replace(" ", "")
+    parts = _DURATION_PART.findall(compact)
+    if not compact or not parts or "".join(n + u for n, u in parts) != compact:
+        raise ParameterError(f"{what} is seconds (300) or a duration such as 30s, 5m, 2h, 1d or "
+                             f"1h30m, not {text!r}")
+    return sum(int(number) * _DURATION_UNITS[unit] for number, unit in parts)
 
 
 def _call(signature: str, types: list[str], args: list) -> bytes:
@@ -396,6 +419,15 @@ class ActionDecoder:
             summary = (f"{contract}: slash node {a['operator']} by {amount} for challenge "
                        f"#{a['challengeId']}, paying {self.name_of(a['beneficiary'])}")
             return summary, f"slash {amount}"
+        if function == "reverse" and contract == "VerifierCommittee":
+            cid = a["challengeId"]
+            summary = (f"{contract}: reverse committee challenge {cid} (its settled verdict "
+                       "flips; the verifiers that signed it are slashed)")
+            return summary, f"reverse committee challenge {cid}"
+        if function == "setAppealWindow":
+            value = format_duration(a["appealWindow_"] if "appealWindow_" in a
+                                    else next(iter(a.values())))
+            return f"{contract}: set the appeal window to {value}", f"appeal window -> {value}"
         if function == "resolveChallenge":
             verdict = "uphold" if a["upheld"] else "dismiss"
             summary = f"{contract}: {verdict} challenge #{a['challengeId']} without slashing"

@@ -89,6 +89,17 @@ def _meaning(name: str, v: dict[str, Any]) -> str:
         "NodeRegistryZeroAmount": lambda: "the amount must be more than zero",
         "NodeRegistryInvalidBeneficiary":
             lambda: f"slashed GYM cannot be paid to {v['beneficiary']}",
+        "CommitteeAppealWindowOver":
+            lambda: f"the appeal window of committee challenge {v['challengeId']} ended at "
+                    f"{v['windowEnds']} (it is {v['timestamp']}): its settlement can no longer "
+                    "be reversed",
+        "CommitteeAppealWindowTooLong":
+            lambda: f"an appeal window of {v['appealWindow']} s is above the committee's maximum "
+                    f"{v['maxAppealWindow']} s",
+        "CommitteeNotGovernance":
+            lambda: f"{v['caller']} is not the committee's governance: only the DAO timelock "
+                    "reverses settlements and sets the appeal window, by an executed proposal",
+        "CommitteeUnknownChallenge": lambda: f"no committee challenge {v['challengeId']}",
         "ExperienceLedgerNotLogOwner":
             lambda: f"{v['caller']} does not own log {v['logId']} (the owner is {v['owner']})",
     }

@@ -33,7 +33,7 @@ ALLOWED = {
     "contracts": set(),
     "trainer": {"ledger"},
     "inference_node": {"ledger", "contracts", "trainer"},
-    "governance": {"ledger", "contracts", "inference_node"},
+    "governance": {"ledger", "contracts", "inference_node", "committee"},
     "committee": {"ledger", "contracts", "inference_node"},
     "devnet": set(PACKAGES),
 }

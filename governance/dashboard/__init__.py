@@ -5,6 +5,8 @@
 - ``curation``: a proposal's calldata decoded back into its proposed leaves, and each leaf
   verified without trusting the proposer (entry fetched by CID and re-hashed, inclusion proof
   checked against the root the ExperienceLedger anchored).
+- ``committee``: the VerifierCommittee's verifiers and latest challenges (verdict, reason,
+  appeal window, what finalizing moved), read through ``committee.client``, bounded.
 - ``ballots``: EIP-712 ballots for the voter's wallet (``eth_signTypedData_v4``), relayed by
   the server (``castVoteBySig``; with a reason, ``castVoteWithReasonAndParamsBySig``).
 - ``transactions``: unsigned delegate / propose / queue / execute transactions for the

@@ -1,6 +1,7 @@
 """The JSON API the page's script calls, and the devnet's ``/rpc`` proxy.
 
-Reads: ``/health``, ``/api/proposals[/{id}]``, ``/api/proposals/{id}/verify`` (422 when a
+Reads: ``/health``, ``/api/proposals[/{id}]``, ``/api/committee`` (verifiers and the latest
+challenges of the VerifierCommittee), ``/api/proposals/{id}/verify`` (422 when a
 proposed leaf fails), ``/api/proposals/{id}/ballot`` (typed data to sign),
 ``/api/accounts/{address}``. Writes, each behind the Origin and CSRF checks:
 ``/api/proposals/{id}/relay`` (a signed ballot, relayed), ``/api/delegate``,
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse
 from governance.client import VoteType
 from governance.dashboard import rpc_proxy
 from governance.dashboard.ballots import ballot_for_wallet, check_voting_power, relay_ballot
+from governance.dashboard.committee import committee_json
 from governance.dashboard.errors import DashboardInputError
 from governance.dashboard.pages import Runtime, indexed_proposal
 from governance.dashboard.protocol import (
@@ -143,6 +145,12 @@ def queue(rt: Runtime, proposal_id: str, body: SenderRequest) -> dict:
 @router.post("/api/proposals/{proposal_id}/execute")
 def execute(rt: Runtime, proposal_id: str, body: SenderRequest) -> dict:
     return execute_tx(rt.client, body.sender, indexed_proposal(rt, proposal_id).proposal_id)
+
+
+@router.get("/api/committee")
+def committee(rt: Runtime) -> dict:
+    """The VerifierCommittee: parameters, verifiers, the latest challenges (newest first)."""
+    return committee_json(rt.client)
 
 
 @router.get("/api/accounts/{address}")

@@ -24,6 +24,10 @@ class DashboardInputError(GovernanceError, ValueError):
     """A request carried a malformed value (address, proposal id, signature, ...)."""
 
 
+class NoCommitteeError(GovernanceError, LookupError):
+    """The deployment has no VerifierCommittee: the Committee page has nothing to show."""
+
+
 class UnknownProposalError(GovernanceError, LookupError):
     """No proposal of the indexed governor has this id."""
 
@@ -34,7 +38,7 @@ def http_status(exc: Exception) -> int:
         return 413 if exc.reason == "too_large" else 400
     if isinstance(exc, VotingPowerError | NotDevnetError):
         return 403
-    if isinstance(exc, UnknownProposalError | NotFoundError):
+    if isinstance(exc, UnknownProposalError | NoCommitteeError | NotFoundError):
         return 404
     if isinstance(exc, GovernorRevertError):
         return 404 if exc.name == "GovernorNonexistentProposal" else 409

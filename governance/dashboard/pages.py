@@ -1,5 +1,6 @@
-"""Server-rendered pages: the proposal list, one proposal with its verified entries, and the
-curated library as the chain holds it."""
+"""Server-rendered pages: the proposal list, one proposal with its verified entries, the
+curated library as the chain holds it, and the verifier committee (its verifiers and
+challenges)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from fastapi.templating import Jinja2Templates
 
 from contracts.gym_token import format_gym
 from governance.client import ProposalState
+from governance.dashboard.committee import committee_json
 from governance.dashboard.curation import check_curated_leaves
 from governance.dashboard.errors import DashboardInputError, UnknownProposalError
 from governance.dashboard.indexer import IndexedProposal
 from governance.dashboard.runtime import DashboardRuntime
 from governance.dashboard.views import SUPPORT_LABELS, proposal_view, when
+from governance.proposals import format_duration
 from ledger.rfc9162 import root as merkle_root
 
 router = APIRouter()
@@ -94,3 +97,12 @@ def library(request: Request, rt: Runtime) -> HTMLResponse:
     root_ok = recomputed == info.root and len(leaves) == info.size
     return _render(request, rt, "library.html",
                    {"info": info, "rows": rows, "recomputed": recomputed, "root_ok": root_ok})
+
+
+@router.get("/committee", response_class=HTMLResponse)
+def committee_page(request: Request, rt: Runtime) -> HTMLResponse:
+    """The verifier committee: its verifiers with their stakes, and its latest challenges with
+    the settled verdict, the appeal window and, once finalized, what moved."""
+    rt.indexer.sync()
+    return _render(request, rt, "committee.html", {"c": committee_json(rt.client),
+                                                   "duration": format_duration})

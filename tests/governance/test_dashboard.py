@@ -84,7 +84,8 @@ class Devnet:
             d.contracts["GymToken"].address, load_artifact("GymToken").abi, ledger,
             d.contracts["TimelockController"].address, load_artifact("TimelockController").abi,
             curated_log_id=d.curated_log_id, private_key=ANVIL_DEV_KEYS[0],
-            from_block=d.deployment_block)
+            from_block=d.deployment_block,
+            committee_address=d.contracts["VerifierCommittee"].address)
 
 
 @pytest.fixture(scope="module")
@@ -618,3 +619,65 @@ def test_the_indexer_reads_only_new_blocks_and_starts_over_when_the_chain_change
     dash.net.rpc("anvil_mine", [hex(new_head - head + 1)])
     indexer.sync()
     assert indexer.proposals() == []
+
+
+@pytest.mark.anvil
+def test_the_committee_page_shows_the_verifiers_and_a_finalized_settlement(dash):
+    from committee_world import CHALLENGER_KEY, VERIFIER_KEYS, VERIFIER_STAKE, committee_world
+
+    from contracts.gym_token import GYM
+
+    world = committee_world(dash.net.deployment)
+    first, digest = world.open(1)
+    world.settle(first, digest, signers=(0, 2), reason="sampling")
+    second, _ = world.open(2)  # stays open
+    committee = world.client(ANVIL_DEV_KEYS[0])
+    settled_at = committee.challenge(first).settled_at
+    window = committee.appeal_window()
+    dash.advance(window + 1)
+    committee.finalize(first)
+
+    data = dash.http.get("/api/committee").json()
+    assert data["address"] == world.address and data["appeal_window"] == window
+    assert data["governance"] == dash.client.timelock_address
+    assert [(v["index"], v["address"], v["stake"], v["state"]) for v in data["verifiers"]] == [
+        (i, Account.from_key(key).address, str(VERIFIER_STAKE), "active")
+        for i, key in enumerate(VERIFIER_KEYS)]
+    assert data["challenge_count"] == 2 and data["shown"] == 2
+    newest, oldest = data["challenges"]
+    assert (newest["id"], newest["status"], newest["verdict"], newest["settled_at"],
+            newest["finalized"]) == (second, "open", None, None, None)
+    challenger = Account.from_key(CHALLENGER_KEY).address
+    assert {k: oldest[k] for k in ("id", "operator", "challenger", "status", "verdict", "reason",
+                                   "signers", "signers_count", "settled_at",
+                                   "appeal_window_end", "reversed")} == {
+        "id": first, "operator": world.operator, "challenger": challenger,
+        "status": "finalized", "verdict": "upheld", "reason": "sampling", "signers": [0, 2],
+        "signers_count": 2, "settled_at": settled_at, "appeal_window_end": settled_at + window,
+        "reversed": None}
+    # the node's 50 GYM: 20 % to the challenger with its 10 GYM bond, the rest to 2 signers
+    assert oldest["finalized"] == {"upheld": True, "node_slashed": str(50 * GYM),
+                                   "to_challenger": str(20 * GYM),
+                                   "reward_share": str(20 * GYM), "to_governance": "0"}
+
+    page = dash.http.get("/committee")
+    assert page.status_code == 200
+    text = page.text
+    assert '<a href="/committee">Committee</a>' in text
+    row = re.search(rf'<tr data-challenge-id="{first}">(.*?)</tr>', text, re.DOTALL).group(1)
+    for shown in ("finalized", "upheld", "(sampling)", "slots 0, 2", "node slashed 50 GYM",
+                  "to the challenger 20 GYM", "reward share 20 GYM per signer", world.operator):
+        assert shown in row, (shown, row)
+    assert '<tr data-index="2">' in text and "100 GYM" in text
+
+
+@pytest.mark.anvil
+def test_the_committee_page_says_plainly_when_there_is_no_committee(dash):
+    committee, dash.runtime.client.committee = dash.runtime.client.committee, None
+    try:
+        answer = dash.http.get("/api/committee")
+        assert answer.status_code == 404
+        assert "no VerifierCommittee" in error_of(answer)["message"]
+        assert dash.http.get("/committee").status_code == 404
+    finally:
+        dash.runtime.client.committee = committee

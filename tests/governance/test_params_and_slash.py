@@ -161,7 +161,7 @@ def open_challenge(node: Node, key: str = CHALLENGER_KEY, evidence: str = "bafye
 
 
 def make_client(deployment: Deployment, key: str = ANVIL_DEV_KEYS[0], *,
-                with_registry: bool = True) -> GovernanceClient:
+                with_registry: bool = True, with_committee: bool = True) -> GovernanceClient:
     w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
     ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
                             load_artifact("ExperienceLedger").abi, key)
@@ -172,7 +172,10 @@ def make_client(deployment: Deployment, key: str = ANVIL_DEV_KEYS[0], *,
         load_artifact("TimelockController").abi, curated_log_id=deployment.curated_log_id,
         private_key=key, from_block=deployment.deployment_block,
         node_registry_address=(deployment.contracts["NodeRegistry"].address if with_registry
-                               else None))
+                               else None),
+        committee_address=(deployment.contracts["VerifierCommittee"].address
+                           if with_committee and "VerifierCommittee" in deployment.contracts
+                           else None))
 
 
 @pytest.fixture

@@ -1,0 +1,87 @@
+"""A VerifierCommittee with settled challenges on a deployed devnet, for the governance tests
+(reversal proposals, the dashboard's Committee page): three verifiers register with BLS keys
+(account 0 funds them), a node registers, a challenger bonds challenges, and the verifiers'
+signed verdicts are aggregated into a settlement, as tests/committee/test_client.py does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eth_account import Account
+from eth_utils import keccak
+from gym_helpers import send
+from web3 import Web3
+
+from committee import UPHELD, SecretKey, SignedVerdict, Verdict, reason_bytes
+from committee.aggregator import Aggregator
+from committee.client import VerifierCommittee
+from contracts import load_artifact
+from contracts.devnet_accounts import ANVIL_DEV_KEYS, devnet_account_key
+from contracts.gym_token import GYM
+from devnet.deploy import Deployment
+from ledger.chain import LedgerContract
+
+OPERATOR_KEY = ANVIL_DEV_KEYS[4]  # holds 1,000 GYM; runs the node
+SIGNER_KEY = devnet_account_key(6)  # signs the node's receipts
+CHALLENGER_KEY = devnet_account_key(5)
+VERIFIER_KEYS = [devnet_account_key(i) for i in (7, 8, 9)]
+BLS = [SecretKey.from_seed(f"gov-test-verifier-{i}") for i in range(3)]
+VERIFIER_STAKE = 100 * GYM
+
+
+@dataclass
+class CommitteeWorld:
+    w3: Web3
+    deployment: Deployment
+    token: object  # web3 contract
+    operator: str
+    address: str
+
+    def client(self, key: str | None = None) -> VerifierCommittee:
+        return VerifierCommittee(self.w3, self.address, key,
+                                 from_block=self.deployment.deployment_block)
+
+    def open(self, n: int) -> tuple[int, bytes]:
+        """Challenge ``n`` of a receipt the node's signer signed: (committee id, receipt hash)."""
+        digest = keccak(f"a disputed receipt {n}".encode())
+        signature = bytes(Account.from_key(SIGNER_KEY).unsafe_sign_hash(digest).signature)
+        challenge_id = self.client(CHALLENGER_KEY).open_challenge(self.operator, digest,
+                                                                  signature, f"bafy{n}")
+        return challenge_id, digest
+
+    def settle(self, challenge_id: int, digest: bytes, signers=(0, 2), verdict: int = UPHELD,
+               reason: str = "sampling") -> None:
+        """Verifiers ``signers`` sign ``verdict``; the aggregator settles it (no finalizing)."""
+        committee = self.client()
+        aggregator = Aggregator(self.client(ANVIL_DEV_KEYS[0]), finalize=False,
+                                report=lambda line: None)
+        message = Verdict(challenge_id, digest, verdict, reason_bytes(reason))
+        for index in signers:
+            aggregator.submit(SignedVerdict.create(
+                BLS[index], message, chain_id=committee.chain_id, committee=committee.address,
+                verifier_index=index,
+                verifier=Account.from_key(VERIFIER_KEYS[index]).address).to_bytes())
+        aggregator.tick()
+
+
+def committee_world(deployment: Deployment) -> CommitteeWorld:
+    """Three registered verifiers (slots 0, 1, 2, 100 GYM each) and a registered node."""
+    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+    token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
+                            abi=load_artifact("GymToken").abi)
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    for key in [CHALLENGER_KEY, *VERIFIER_KEYS]:  # account 0 funds them
+        send(w3, token.functions.transfer(Account.from_key(key).address, 150 * GYM),
+             ANVIL_DEV_KEYS[0])
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, OPERATOR_KEY)
+    log_id, _ = ledger.create_log("node receipts")
+    send(w3, token.functions.approve(registry.address, 300 * GYM), OPERATOR_KEY)
+    send(w3, registry.functions.register(Account.from_key(SIGNER_KEY).address, keccak(b"model"),
+                                         "http://127.0.0.1:9", 300 * GYM, log_id), OPERATOR_KEY)
+    world = CommitteeWorld(w3, deployment, token, Account.from_key(OPERATOR_KEY).address,
+                           deployment.contracts["VerifierCommittee"].address)
+    for key, sk in zip(VERIFIER_KEYS, BLS, strict=True):
+        world.client(key).register(sk, VERIFIER_STAKE)
+    return world
