@@ -254,7 +254,7 @@ interface IVerifierCommittee {
     ///
     /// Requirements: the challenge is open; `verdict` is 1 or 2; the set matches; the bitmap is
     /// not empty and names only active slots; signers hold ≥ 2/3 of the active stake; σ verifies
-    /// on `verdictDigest(...)` under (apk1 − non-signers, apk2).
+    /// on `verdictDigest(...)` under (apk1 − non-signers, apk2), that key not at infinity.
     ///
     /// Emits: `ChallengeSettled`.
     function settle(
