@@ -24,8 +24,10 @@ The DAO (docs/design.md "4.3 DAO") is wired so that the deployer keeps no power 
 - ``VerifierCommittee`` (docs/committee.md): deployed before the NodeRegistry, which names it
   as its ``committee`` (allowed, besides the timelock, to resolve challenges and slash), then
   bound to that registry by the deployer (``bindRegistry``, once). Its governance is the
-  timelock (appeals, the appeal window); its stakes, bond and slash amounts are fixed at
-  deployment, the appeal window is short on the devnet (``committee_appeal_window``).
+  timelock (appeals, the appeal window); its stakes, bond, slash amounts and settlement
+  timeout (after which an unsettled challenge may expire, returning the bond:
+  ``committee_settlement_timeout``) are fixed at deployment, the appeal window is short on the
+  devnet (``committee_appeal_window``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class GovernanceParams(BaseModel):
     verifier_slash: int = 20 * GYM  # taken from each signer of a reversed settlement (capped)
     challenger_share_bps: int = 2_000  # share of the node's slashed stake paid to the challenger
     committee_appeal_window: int = 300  # seconds governance may reverse a settlement (at most 7 days)
+    committee_settlement_timeout: int = 3600  # seconds until an unsettled challenge may expire
 
 
 class Deployment(BaseModel):
@@ -257,6 +260,7 @@ def deploy_all(
         "VerifierCommittee", contracts["GymToken"].address, timelock.address,
         governance.verifier_min_stake, governance.challenge_bond, governance.node_slash,
         governance.verifier_slash, governance.challenger_share_bps, governance.committee_appeal_window,
+        governance.committee_settlement_timeout,
     )
     contracts["NodeRegistry"] = deployer.deploy(
         "NodeRegistry", contracts["GymToken"].address, timelock.address,

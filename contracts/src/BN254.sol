@@ -155,31 +155,83 @@ library BN254 {
         view
         returns (bool pairingOk, bool callOk)
     {
-        uint256 g = gamma(digest, apk1, apk2, sigma);
-        G1Point memory h = hashToG1(digest);
-        G1Point memory left;
-        G1Point memory right;
+        uint256 m;
         assembly ("memory-safe") {
-            let m := mload(0x40)
-            // left = σ + γ·apk1
-            mstore(m, mload(apk1))
-            mstore(add(m, 0x20), mload(add(apk1, 0x20)))
-            mstore(add(m, 0x40), g)
-            callOk := staticcall(gas(), 0x07, m, 0x60, add(m, 0x40), 0x40)
-            mstore(m, mload(sigma))
-            mstore(add(m, 0x20), mload(add(sigma, 0x20)))
-            callOk := and(callOk, staticcall(gas(), 0x06, m, 0x80, left, 0x40))
-            // right = H(m) + γ·G1
-            mstore(m, 1)
-            mstore(add(m, 0x20), 2)
-            mstore(add(m, 0x40), g)
-            callOk := and(callOk, staticcall(gas(), 0x07, m, 0x60, add(m, 0x40), 0x40))
-            mstore(m, mload(h))
-            mstore(add(m, 0x20), mload(add(h, 0x20)))
-            callOk := and(callOk, staticcall(gas(), 0x06, m, 0x80, right, 0x40))
+            m := mload(0x40)
+            mstore(m, digest)
+            mstore(add(m, 0x20), mload(apk1))
+            mstore(add(m, 0x40), mload(add(apk1, 0x20)))
+            let x := mload(apk2)
+            let y := mload(add(apk2, 0x20))
+            mstore(add(m, 0x60), mload(x))
+            mstore(add(m, 0x80), mload(add(x, 0x20)))
+            mstore(add(m, 0xa0), mload(y))
+            mstore(add(m, 0xc0), mload(add(y, 0x20)))
+            mstore(add(m, 0xe0), mload(sigma))
+            mstore(add(m, 0x100), mload(add(sigma, 0x20)))
         }
-        if (!callOk) return (false, false);
-        return pairing2(left, negGeneratorG2(), right, apk2);
+        return verifyAt(m);
+    }
+
+    /// @notice `verify` on operands laid out in memory at `ptr`: the nine words γ hashes
+    /// (digest, apk1.x, apk1.y, apk2.x_im, apk2.x_re, apk2.y_im, apk2.y_re, σ.x, σ.y). Uses the
+    /// 0x180 bytes from `ptr + 0x120` as scratch and overwrites the digest word; allocates
+    /// nothing (callers lay the operands out at the free memory pointer). Same γ, hash to G1
+    /// and pairing as `gamma`, `hashToG1` and `pairing2`, in one pass without copies.
+    function verifyAt(uint256 ptr) internal view returns (bool pairingOk, bool callOk) {
+        assembly ("memory-safe") {
+            let g := mod(keccak256(ptr, 0x120), R)
+            let q := add(ptr, 0x120)
+            // H(m) = (hx, hy) by try-and-increment, as hashToG1; modexp reads q..q+0xc0 and
+            // writes its result over the base.
+            let hx := mod(mload(ptr), P)
+            let hy := 0
+            mstore(q, 0x20)
+            mstore(add(q, 0x20), 0x20)
+            mstore(add(q, 0x40), 0x20)
+            callOk := 1
+            for {} 1 {} {
+                let beta := addmod(mulmod(mulmod(hx, hx, P), hx, P), 3, P)
+                mstore(add(q, 0x60), beta)
+                mstore(add(q, 0x80), SQRT_EXPONENT)
+                mstore(add(q, 0xa0), P)
+                if iszero(staticcall(gas(), 0x05, q, 0xc0, add(q, 0x60), 0x20)) {
+                    callOk := 0
+                    break
+                }
+                hy := mload(add(q, 0x60))
+                if eq(mulmod(hy, hy, P), beta) { break }
+                hx := addmod(hx, 1, P)
+            }
+            if callOk {
+                // pairing input at q: left = σ + γ·apk1, −G2, right = H(m) + γ·G1, apk2
+                mstore(q, mload(add(ptr, 0x20)))
+                mstore(add(q, 0x20), mload(add(ptr, 0x40)))
+                mstore(add(q, 0x40), g)
+                callOk := staticcall(gas(), 0x07, q, 0x60, add(q, 0x40), 0x40)
+                mstore(q, mload(add(ptr, 0xe0)))
+                mstore(add(q, 0x20), mload(add(ptr, 0x100)))
+                callOk := and(callOk, staticcall(gas(), 0x06, q, 0x80, q, 0x40))
+                let r := add(q, 0xc0)
+                mstore(r, 1)
+                mstore(add(r, 0x20), 2)
+                mstore(add(r, 0x40), g)
+                callOk := and(callOk, staticcall(gas(), 0x07, r, 0x60, add(r, 0x40), 0x40))
+                mstore(r, hx)
+                mstore(add(r, 0x20), hy)
+                callOk := and(callOk, staticcall(gas(), 0x06, r, 0x80, r, 0x40))
+                mstore(add(q, 0x40), G2_X_IM)
+                mstore(add(q, 0x60), G2_X_RE)
+                mstore(add(q, 0x80), NEG_G2_Y_IM)
+                mstore(add(q, 0xa0), NEG_G2_Y_RE)
+                mstore(add(r, 0x40), mload(add(ptr, 0x60)))
+                mstore(add(r, 0x60), mload(add(ptr, 0x80)))
+                mstore(add(r, 0x80), mload(add(ptr, 0xa0)))
+                mstore(add(r, 0xa0), mload(add(ptr, 0xc0)))
+                callOk := and(callOk, staticcall(gas(), 0x08, q, 0x180, ptr, 0x20))
+                pairingOk := and(callOk, eq(mload(ptr), 1))
+            }
+        }
     }
 
     /// @dev β^((p+1)/4) mod p: a square root of β when β is a square.

@@ -17,8 +17,10 @@ import {BN254} from "./BN254.sol";
 /// challenger its bond and a share, and leaves the rest to the signers; a rejected one forfeits
 /// the bond to the signers. Signers `claim` their part.
 ///
-/// The active set is committed to by `setHash` = keccak256 of (pk1.x, pk1.y, stake) per index
-/// 0..slotCount-1, zeros for free or unbonding slots; `settle` takes the set in calldata.
+/// The active set is committed to by `setHash` = keccak256 of every index's (pk1.x, pk1.y), then
+/// every index's stake, over 0..slotCount-1 (32-byte words, zeros for free or unbonding slots):
+/// exactly the two arrays `settle` takes in calldata, concatenated. A challenge no quorum settles
+/// within `settlementTimeout` may `expire`, returning the bond.
 interface IVerifierCommittee {
     /// @notice Where a committee challenge stands.
     enum Status {
@@ -26,7 +28,8 @@ interface IVerifierCommittee {
         Open,
         Settled,
         Reversed,
-        Finalized
+        Finalized,
+        Expired
     }
 
     /// @notice Verdicts a settlement can carry (docs/committee.md "Messages").
@@ -49,11 +52,13 @@ interface IVerifierCommittee {
 
     /// @notice A committee challenge. `verdict` is the one settled (a reversal flips the outcome,
     /// not this field; see `status`). `rewardShare` is what each signer may claim once finalized.
+    /// `openedAt`: when it was opened; it may `expire` from `openedAt + settlementTimeout()`.
     struct ChallengeInfo {
         Status status;
         uint8 verdict;
         uint64 settledAt;
         uint128 signerBitmap;
+        uint64 openedAt;
         address challenger;
         uint96 bond;
         address operator;
@@ -127,6 +132,10 @@ interface IVerifierCommittee {
         uint256 toGovernance
     );
 
+    /// @notice Challenge `challengeId` expired unsettled: `bondReturned` went back to the
+    /// challenger and its NodeRegistry challenge was dismissed (when still open there).
+    event ChallengeExpired(uint256 indexed challengeId, uint256 bondReturned);
+
     /// @notice `verifier`, at `index` when `challengeId` was settled, was paid `amount`.
     event RewardClaimed(uint256 indexed challengeId, uint256 indexed index, address indexed verifier, uint256 amount);
 
@@ -185,6 +194,8 @@ interface IVerifierCommittee {
     /// @notice Slot `index` did not sign challenge `challengeId`, or its reward was claimed, or
     /// the challenge left nothing to claim.
     error CommitteeNothingToClaim(uint256 challengeId, uint256 index);
+    /// @notice Challenge `challengeId` may expire from `expiresAt`; it is `timestamp`.
+    error CommitteeNotExpired(uint256 challengeId, uint256 expiresAt, uint256 timestamp);
     /// @notice A parameter is out of range (`name`, `value`).
     error CommitteeInvalidParameter(string name, uint256 value);
 
@@ -243,7 +254,7 @@ interface IVerifierCommittee {
     ///
     /// Requirements: the challenge is open; `verdict` is 1 or 2; the set matches; the bitmap is
     /// not empty and names only active slots; signers hold ≥ 2/3 of the active stake; σ verifies
-    /// on `verdictDigest(...)` under (apk1 − non-signers, apk2).
+    /// on `verdictDigest(...)` under (apk1 − non-signers, apk2), that key not at infinity.
     ///
     /// Emits: `ChallengeSettled`.
     function settle(
@@ -256,6 +267,16 @@ interface IVerifierCommittee {
         BN254.G1Point calldata sigma,
         BN254.G2Point calldata apk2
     ) external;
+
+    /// @notice Ends open challenge `challengeId` that no quorum settled in time: the challenger
+    /// gets its bond back and the NodeRegistry challenge is dismissed (resolved not upheld) when
+    /// it is still open there. Anyone may call it. Until it is called, `settle` still works.
+    ///
+    /// Requirements: the challenge is open; `block.timestamp` ≥ `openedAt +
+    /// settlementTimeout()`.
+    ///
+    /// Emits: `ChallengeExpired` (and the registry's `ChallengeResolved`).
+    function expire(uint256 challengeId) external;
 
     /// @notice Reverses the settlement of `challengeId`: the outcome flips and every signer is
     /// slashed `verifierSlash()` (capped at its stake) to governance.
@@ -313,6 +334,9 @@ interface IVerifierCommittee {
 
     /// @notice The whole set as `settle` takes it (pk1s and stakes per index, zeros when not active).
     function activeSet() external view returns (BN254.G1Point[] memory pk1s, uint96[] memory stakes);
+
+    /// @notice Seconds after `openedAt` from which an unsettled challenge may `expire`.
+    function settlementTimeout() external view returns (uint64);
 
     /// @notice The commitment to the active set.
     function setHash() external view returns (bytes32);

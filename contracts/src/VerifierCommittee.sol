@@ -11,13 +11,15 @@ import {IVerifierCommittee} from "./IVerifierCommittee.sol";
 /// @title VerifierCommittee
 /// @notice BLS verifier committee over BN254 (see `IVerifierCommittee`, docs/committee.md).
 ///
-/// Gas notes. `settle` reads three storage words for the set (`setHash`, `apk1`), two for the
-/// challenge, and only rewrites the challenge's first word, which `openChallenge` already made
-/// nonzero; the set comes in calldata and is checked against `setHash`, so non-signers cost an
-/// ecAdd each and no storage. Every membership or stake change recomputes `setHash` over all
-/// `slotCount` slots: about 3 cold SLOADs per active slot plus the hash, ~7k gas a slot, so
-/// ~450k gas at 64 verifiers and ~0.9M at 128, paid by the verifier joining, leaving or adding
-/// stake (and by `reverse` when it ejects one), never by `settle`.
+/// Gas notes. `settle` reads six storage words: `setHash`, `apk1` (two), the active stake and
+/// bitmap (one word), and the challenge's status word and receipt hash; it rewrites only the
+/// status word, which `openChallenge` already made nonzero. The set comes in calldata and is
+/// checked against `setHash` with one copy and one keccak; signers are checked against the
+/// active bitmap, so only the non-signers' entries are read (an ecAdd each, no storage), and the
+/// signers' stake is the active stake less theirs. Every membership or stake change recomputes
+/// `setHash` over all `slotCount` slots: about 3 cold SLOADs per active slot plus the hash, ~7k
+/// gas a slot, so ~450k gas at 64 verifiers and ~0.9M at 128, paid by the verifier joining,
+/// leaving or adding stake (and by `reverse` when it ejects one), never by `settle`.
 ///
 /// Time: `DEREGISTRATION_DELAY` (14 days) exceeds `MAX_APPEAL_WINDOW` (7 days), so a verifier
 /// that signed a settlement cannot withdraw (nor free its index for someone else) before the
@@ -34,12 +36,16 @@ contract VerifierCommittee is IVerifierCommittee {
     uint64 public constant MAX_APPEAL_WINDOW = 7 days;
     /// @notice Basis points denominator of `challengerShareBps`.
     uint256 public constant BPS = 10_000;
+    /// @notice The longest settlement timeout the constructor accepts.
+    uint64 public constant MAX_SETTLEMENT_TIMEOUT = 30 days;
 
     bytes32 public constant POP_TYPEHASH =
         keccak256("GymVerifierPoP(uint256 chainId,address committee,address verifier,uint256 pkX,uint256 pkY)");
     bytes32 public constant VERDICT_TYPEHASH = keccak256(
         "GymVerdict(uint256 chainId,address committee,uint256 challengeId,bytes32 receiptHash,uint8 verdict,bytes32 reason)"
     );
+
+    uint256 private constant _P = 0x30644e72e131a029b85045b68181585d97816a916871ca8d3c208c16d87cfd47; // BN254.P
 
     uint8 private constant FREE = 0;
     uint8 private constant ACTIVE = 1;
@@ -61,6 +67,8 @@ contract VerifierCommittee is IVerifierCommittee {
     uint256 public immutable verifierSlash;
     /// @notice Share of the node's slashed stake paid to the challenger, in basis points.
     uint256 public immutable challengerShareBps;
+    /// @inheritdoc IVerifierCommittee
+    uint64 public immutable settlementTimeout;
 
     /// @notice The NodeRegistry this committee opens challenges in (bound once after deployment).
     INodeRegistry public registry;
@@ -72,8 +80,10 @@ contract VerifierCommittee is IVerifierCommittee {
     BN254.G1Point private _apk1;
     /// @notice One past the highest index ever used: the length of the set `settle` takes.
     uint256 public slotCount;
-    /// @notice Stake of the active verifiers.
-    uint256 public activeStake;
+    /// @dev Stake of the active verifiers (at most 128 uint96 stakes) and the active indices
+    /// (bit i = index i): one storage word, which `settle` reads instead of summing the set.
+    uint128 private _activeStake;
+    uint128 private _activeBitmap;
     /// @notice Stake of every verifier, active or unbonding (what this contract holds for them).
     uint256 public totalStake;
     /// @notice Bonds of challenges not yet finalized.
@@ -96,13 +106,16 @@ contract VerifierCommittee is IVerifierCommittee {
         uint64 from;
     }
 
-    /// @dev Packed so that `settle` only rewrites word 0, made nonzero by `openChallenge`.
+    /// @dev Packed so that `settle` only rewrites word 0, made nonzero by `openChallenge`, and
+    /// `expire` reads its status and `openedAt` in one word. `settle` writes word 0 whole in
+    /// assembly: keep `_W0_*` below in step with this layout.
     struct Record {
         // word 0
         uint128 signerBitmap;
         uint64 settledAt;
         Status status;
         uint8 verdict;
+        uint48 openedAt;
         // word 1
         address challenger;
         uint96 bond;
@@ -115,6 +128,11 @@ contract VerifierCommittee is IVerifierCommittee {
         uint128 rewardShare;
         uint128 claimedBitmap;
     }
+
+    // Bit offsets in a Record's word 0 (the layout above).
+    uint256 private constant _W0_SETTLED_AT = 128;
+    uint256 private constant _W0_STATUS = 192;
+    uint256 private constant _W0_VERDICT = 200;
 
     uint256 private _usedBitmap; // indices held (active or unbonding)
     mapping(uint256 index => Slot) private _slots;
@@ -137,7 +155,8 @@ contract VerifierCommittee is IVerifierCommittee {
         uint256 nodeSlash_,
         uint256 verifierSlash_,
         uint256 challengerShareBps_,
-        uint64 appealWindow_
+        uint64 appealWindow_,
+        uint64 settlementTimeout_
     ) {
         if (minVerifierStake_ == 0 || minVerifierStake_ > type(uint96).max) {
             revert CommitteeInvalidParameter("minVerifierStake", minVerifierStake_);
@@ -145,6 +164,9 @@ contract VerifierCommittee is IVerifierCommittee {
         if (challengeBond_ > type(uint96).max) revert CommitteeInvalidParameter("challengeBond", challengeBond_);
         if (challengerShareBps_ > BPS) revert CommitteeInvalidParameter("challengerShareBps", challengerShareBps_);
         if (appealWindow_ > MAX_APPEAL_WINDOW) revert CommitteeAppealWindowTooLong(appealWindow_, MAX_APPEAL_WINDOW);
+        if (settlementTimeout_ == 0 || settlementTimeout_ > MAX_SETTLEMENT_TIMEOUT) {
+            revert CommitteeInvalidParameter("settlementTimeout", settlementTimeout_);
+        }
         token = token_;
         governance = governance_;
         deployer = msg.sender;
@@ -154,6 +176,7 @@ contract VerifierCommittee is IVerifierCommittee {
         verifierSlash = verifierSlash_;
         challengerShareBps = challengerShareBps_;
         appealWindow = appealWindow_;
+        settlementTimeout = settlementTimeout_;
         setHash = keccak256("");
     }
 
@@ -201,7 +224,9 @@ contract VerifierCommittee is IVerifierCommittee {
         _indexOf[msg.sender] = index + 1;
         _keyUsed[pkHash] = true;
         _apk1 = BN254.ecAdd(_apk1, pk1);
-        activeStake += stake;
+        // casting to uint128 is safe: stake <= type(uint96).max, index < 128
+        // forge-lint: disable-next-line(unsafe-typecast,incorrect-shift)
+        (_activeStake, _activeBitmap) = (_activeStake + uint128(stake), _activeBitmap | uint128(1 << index));
         totalStake += stake;
         emit VerifierRegistered(msg.sender, index, pk1.X, pk1.Y, stake);
         _recommit();
@@ -217,7 +242,9 @@ contract VerifierCommittee is IVerifierCommittee {
         // casting to uint96 is safe: checked on the line above
         // forge-lint: disable-next-line(unsafe-typecast)
         slot.stake = uint96(stake);
-        activeStake += amount;
+        // casting to uint128 is safe: amount < stake <= type(uint96).max
+        // forge-lint: disable-next-line(unsafe-typecast)
+        _activeStake += uint128(amount);
         totalStake += amount;
         emit VerifierStakeAdded(msg.sender, index, amount, stake);
         _recommit();
@@ -273,6 +300,7 @@ contract VerifierCommittee is IVerifierCommittee {
             settledAt: 0,
             status: Status.Open,
             verdict: 0,
+            openedAt: uint48(block.timestamp),
             challenger: msg.sender,
             // casting to uint96 is safe: the constructor checks challengeBond fits
             // forge-lint: disable-next-line(unsafe-typecast)
@@ -301,9 +329,11 @@ contract VerifierCommittee is IVerifierCommittee {
         BN254.G1Point calldata sigma,
         BN254.G2Point calldata apk2
     ) external {
-        Record storage record = _records[challengeId];
+        uint256 word0 = _recordWord0(challengeId);
         {
-            Status status = record.status;
+            // casting to uint8 is safe: the status byte of word 0
+            // forge-lint: disable-next-line(unsafe-typecast)
+            Status status = Status(uint8(word0 >> _W0_STATUS));
             if (status != Status.Open) {
                 if (status == Status.None) revert CommitteeUnknownChallenge(challengeId);
                 revert CommitteeWrongStatus(challengeId, status);
@@ -312,22 +342,43 @@ contract VerifierCommittee is IVerifierCommittee {
         if (verdict != uint8(Verdict.Upheld) && verdict != uint8(Verdict.Rejected)) {
             revert CommitteeInvalidVerdict(verdict);
         }
-        uint256 signerStake;
-        uint256 active;
-        {
-            bytes32 digest = _verdictDigest(challengeId, record.receiptHash, verdict, reason);
-            bool valid;
-            (signerStake, active, valid) = _checkQuorum(digest, signerBitmap, pk1s, stakes, sigma, apk2);
-            if (!valid) revert CommitteeInvalidSignature(challengeId);
-        }
+        bytes32 digest = _verdictDigest(challengeId, _records[challengeId].receiptHash, verdict, reason);
+        // signer stake | active stake << 128, or 0 when σ does not verify
+        uint256 stakeSums = _checkSettlement(digest, signerBitmap, pk1s, stakes, sigma, apk2);
+        if (stakeSums == 0) revert CommitteeInvalidSignature(challengeId);
 
-        // casting to uint128 is safe: _scanSet refused bits at or past the set's length (<= 128)
-        // forge-lint: disable-next-line(unsafe-typecast)
-        record.signerBitmap = uint128(signerBitmap);
-        record.settledAt = uint64(block.timestamp);
-        record.status = Status.Settled;
-        record.verdict = verdict;
-        emit ChallengeSettled(challengeId, verdict, reason, signerBitmap, signerStake, active);
+        // Word 0 of an open challenge holds only its status and `openedAt`: rewrite it whole
+        // (one SSTORE) with the bitmap (below 2^128: `_checkSettlement` refused bits at or past
+        // the set's length, at most 128), settledAt, status Settled and the verdict.
+        _storeWord0(
+            challengeId,
+            (word0 & ~(uint256(0xff) << _W0_STATUS)) | signerBitmap | (block.timestamp << _W0_SETTLED_AT)
+                | (uint256(uint8(Status.Settled)) << _W0_STATUS) | (uint256(verdict) << _W0_VERDICT)
+        );
+        emit ChallengeSettled(challengeId, verdict, reason, signerBitmap, uint128(stakeSums), stakeSums >> 128);
+    }
+
+    /// @inheritdoc IVerifierCommittee
+    function expire(uint256 challengeId) external {
+        Record storage record = _records[challengeId];
+        Status status = record.status;
+        if (status != Status.Open) {
+            if (status == Status.None) revert CommitteeUnknownChallenge(challengeId);
+            revert CommitteeWrongStatus(challengeId, status);
+        }
+        uint256 expiresAt = uint256(record.openedAt) + settlementTimeout;
+        // forge-lint: disable-next-line(block-timestamp)
+        if (block.timestamp < expiresAt) revert CommitteeNotExpired(challengeId, expiresAt, block.timestamp);
+        record.status = Status.Expired;
+        uint256 bond = record.bond;
+        uint256 registryId = record.registryChallengeId;
+        openBonds -= bond;
+        emit ChallengeExpired(challengeId, bond);
+        // Governance may have resolved (or slashed for) the registry challenge directly.
+        if (registry.challengeOf(registryId).status == INodeRegistry.ChallengeStatus.Open) {
+            registry.resolveChallenge(registryId, false);
+        }
+        if (bond != 0) token.safeTransfer(record.challenger, bond);
     }
 
     /// @inheritdoc IVerifierCommittee
@@ -359,7 +410,9 @@ contract VerifierCommittee is IVerifierCommittee {
             slashed += amount;
             bool ejected;
             if (state == ACTIVE) {
-                activeStake -= amount;
+                // casting to uint128 is safe: amount <= the slot's uint96 stake
+                // forge-lint: disable-next-line(unsafe-typecast)
+                _activeStake -= uint128(amount);
                 if (amount != 0) setChanged = true;
                 if (left < minVerifierStake) {
                     _leave(index, slot);
@@ -503,6 +556,7 @@ contract VerifierCommittee is IVerifierCommittee {
             verdict: r.verdict,
             settledAt: r.settledAt,
             signerBitmap: r.signerBitmap,
+            openedAt: r.openedAt,
             challenger: r.challenger,
             bond: r.bond,
             operator: r.operator,
@@ -525,6 +579,11 @@ contract VerifierCommittee is IVerifierCommittee {
                 stakes[i] = slot.stake;
             }
         }
+    }
+
+    /// @notice Stake of the active verifiers.
+    function activeStake() external view returns (uint256) {
+        return _activeStake;
     }
 
     /// @inheritdoc IVerifierCommittee
@@ -560,7 +619,9 @@ contract VerifierCommittee is IVerifierCommittee {
     function _leave(uint256 index, Slot storage slot) private {
         slot.state = UNBONDING;
         slot.unbondingEnds = uint64(block.timestamp) + DEREGISTRATION_DELAY;
-        activeStake -= slot.stake;
+        // casting to uint128 is safe: index < 128
+        // forge-lint: disable-next-line(unsafe-typecast,incorrect-shift)
+        (_activeStake, _activeBitmap) = (_activeStake - slot.stake, _activeBitmap & ~uint128(1 << index));
         _apk1 = BN254.ecAdd(_apk1, BN254.neg(_pk1s[index]));
     }
 
@@ -571,8 +632,9 @@ contract VerifierCommittee is IVerifierCommittee {
         if (status != Status.Settled) revert CommitteeWrongStatus(challengeId, status);
     }
 
-    /// @dev Recomputes `setHash` over every slot: (pk1.x, pk1.y, stake) as 32-byte words for an
-    /// active slot, 96 zero bytes otherwise. O(slotCount) storage reads.
+    /// @dev Recomputes `setHash` over every slot: keccak256 of (pk1.x, pk1.y) for every index,
+    /// then the stake of every index, as 32-byte words, zeros for a free or unbonding slot (the
+    /// arrays `settle` takes, concatenated). O(slotCount) storage reads.
     function _recommit() private {
         uint256 n = slotCount;
         bytes memory packed = new bytes(n * 96);
@@ -586,10 +648,11 @@ contract VerifierCommittee is IVerifierCommittee {
             uint256 stake = slot.stake;
             active += stake;
             assembly ("memory-safe") {
-                let p := add(add(packed, 0x20), mul(i, 96))
+                let keys := add(packed, 0x20)
+                let p := add(keys, shl(6, i))
                 mstore(p, x)
                 mstore(add(p, 0x20), y)
-                mstore(add(p, 0x40), stake)
+                mstore(add(add(keys, shl(6, n)), shl(5, i)), stake)
             }
         }
         bytes32 h = keccak256(packed);
@@ -597,99 +660,144 @@ contract VerifierCommittee is IVerifierCommittee {
         emit SetUpdated(h, n, active);
     }
 
-    /// @dev Checks the set and the two-thirds quorum (reverting) and returns whether σ verifies
-    /// on `digest` under the signers' aggregate key (apk1 less the non-signers, apk2).
-    function _checkQuorum(
+    /// @dev Everything `settle` checks but the challenge's status and the verdict: the set in
+    /// calldata against `setHash` and the signers (reverting), the two-thirds quorum
+    /// (reverting), and whether σ verifies on `digest` under (apk1 − non-signers, apk2).
+    /// Returns the signers' stake | the active stake << 128 (each below 2^103: at most 128
+    /// uint96 stakes), or 0 when σ does not verify (a valid settlement's signers hold a nonzero
+    /// stake).
+    ///
+    /// The active stake and the active indices come from storage (`_activeStake`,
+    /// `_activeBitmap`, one word), kept in step with the set `setHash` commits to (whose active
+    /// slots are exactly those bits, whose stakes sum to that stake); so a signer must be a
+    /// bit of `_activeBitmap`, and only the non-signers' entries of the calldata set are read
+    /// (their keys subtracted from apk1, their stakes from the active stake).
+    function _checkSettlement(
         bytes32 digest,
-        uint256 signerBitmap,
+        uint256 bitmap,
         BN254.G1Point[] calldata pk1s,
         uint96[] calldata stakes,
         BN254.G1Point calldata sigma,
         BN254.G2Point calldata apk2
-    ) private view returns (uint256 signerStake, uint256 active, bool valid) {
-        BN254.G1Point memory nonSigners;
-        (nonSigners, signerStake, active) = _scanSet(signerBitmap, pk1s, stakes);
+    ) private view returns (uint256 stakeSums) {
+        uint256 m;
+        uint256 signerStake;
+        uint256 active;
+        {
+            uint256 pkOffset;
+            uint256 stakeOffset;
+            assembly ("memory-safe") {
+                pkOffset := pk1s.offset
+                stakeOffset := stakes.offset
+            }
+            (m, signerStake, active) = _quorum(bitmap, pkOffset, stakeOffset, pk1s.length, stakes.length);
+        }
         if (signerStake * 3 < active * 2) revert CommitteeBelowThreshold(signerStake, active);
-        BN254.G1Point memory apk = BN254.ecAdd(_apk1, BN254.neg(nonSigners));
-        (valid,) = BN254.verify(digest, apk, apk2, sigma);
+        bool infinity;
+        assembly ("memory-safe") {
+            mstore(m, digest)
+            infinity := iszero(or(mload(add(m, 0x20)), mload(add(m, 0x40))))
+            calldatacopy(add(m, 0x60), apk2, 0x80)
+            calldatacopy(add(m, 0xe0), sigma, 0x40)
+        }
+        // An aggregate key at infinity is refused (σ at infinity would pass for any message).
+        if (infinity) return 0;
+        (bool valid,) = BN254.verifyAt(m);
+        if (valid) stakeSums = signerStake | (active << 128);
     }
 
-    /// @dev One pass over the set in calldata: checks it against `setHash`, sums the signers'
-    /// stake and every stake, adds up the non-signers' keys. Reverts on a set that does not
-    /// match or a bitmap that names a free or unbonding slot (or none).
-    function _scanSet(uint256 bitmap, BN254.G1Point[] calldata pk1s, uint96[] calldata stakes)
+    /// @dev Sets word 0 of challenge `challengeId`'s record (see `Record`) to `word0`.
+    function _storeWord0(uint256 challengeId, uint256 word0) private {
+        Record storage record = _records[challengeId];
+        assembly ("memory-safe") {
+            sstore(record.slot, word0)
+        }
+    }
+
+    /// @dev Checks the signer bitmap against the set's length `n` and the set (`n` keys at
+    /// calldata `pkOffset`, `stakeCount` stakes at `stakeOffset`) against `setHash`, reverting.
+    /// Returns m, the free memory pointer: memory from there is not allocated (the callers
+    /// allocate nothing after this) and holds, from m + 0x120, the set as `setHash` hashes it;
+    /// `_sumNonSigners` and `BN254.verifyAt` use m..m + 0x2a0 (the nine words γ hashes, then
+    /// scratch over the copied set).
+    function _checkSet(uint256 bitmap, uint256 pkOffset, uint256 stakeOffset, uint256 n, uint256 stakeCount)
         private
         view
-        returns (BN254.G1Point memory nonSigners, uint256 signerStake, uint256 total)
+        returns (uint256 m)
     {
-        uint256 n = pk1s.length;
         if (bitmap == 0) revert CommitteeInvalidSigner(0);
         if (n < 256 && bitmap >> n != 0) revert CommitteeInvalidSigner(n + _lowestBit(bitmap >> n));
-        if (stakes.length != n) revert CommitteeSetMismatch(bytes32(0), setHash);
-        uint256 pkOffset;
-        uint256 stakeOffset;
+        if (stakeCount != n) revert CommitteeSetMismatch(bytes32(0), setHash);
+        bytes32 given;
         assembly ("memory-safe") {
-            pkOffset := pk1s.offset
-            stakeOffset := stakes.offset
+            m := mload(0x40)
+            let set := add(m, 0x120)
+            calldatacopy(set, pkOffset, shl(6, n))
+            calldatacopy(add(set, shl(6, n)), stakeOffset, shl(5, n))
+            given := keccak256(set, mul(n, 0x60))
         }
-        uint256[7] memory out = _scan(bitmap, pkOffset, stakeOffset, n);
         bytes32 committed = setHash;
-        if (bytes32(out[4]) != committed) revert CommitteeSetMismatch(bytes32(out[4]), committed);
-        if (out[5] != 0) revert CommitteeInvalidSigner(out[5] - 1);
-        if (out[6] != 0) revert BN254.BN254PrecompileFailed(0x06);
-        nonSigners = BN254.G1Point(out[0], out[1]);
-        signerStake = out[2];
-        total = out[3];
+        if (given != committed) revert CommitteeSetMismatch(given, committed);
     }
 
-    /// @dev The loop of `_scanSet` over `n` (x, y) pairs at calldata `pkOffset` and `n` stakes
-    /// at `stakeOffset`. out = [non-signers x, y, signer stake, total stake, keccak of the packed
-    /// set, first signer index naming an empty slot + 1 (0: none), precompile failure (0: none)].
-    function _scan(uint256 bitmap, uint256 pkOffset, uint256 stakeOffset, uint256 n)
+    /// @dev The set and signer checks of `_checkSettlement` (`_checkSet`, then the signers
+    /// against `_activeBitmap`) and the stakes: the signers' (the active stake less the
+    /// non-signers') and the active one. Returns `_checkSet`'s m, where apk1 − Σ non-signers'
+    /// keys is left at m + 0x20.
+    function _quorum(uint256 bitmap, uint256 pkOffset, uint256 stakeOffset, uint256 n, uint256 stakeCount)
         private
         view
-        returns (uint256[7] memory out)
+        returns (uint256 m, uint256 signerStake, uint256 active)
     {
+        m = _checkSet(bitmap, pkOffset, stakeOffset, n, stakeCount);
+        uint256 activeBitmap;
+        (active, activeBitmap) = (_activeStake, _activeBitmap);
+        uint256 inactive = bitmap & ~activeBitmap;
+        if (inactive != 0) revert CommitteeInvalidSigner(_lowestBit(inactive));
+        signerStake = active - _sumNonSigners(m, activeBitmap & ~bitmap, pkOffset, stakeOffset);
+    }
+
+    /// @dev Σ stakes of the non-signers (the bits of `nonSigners`) in the set at calldata
+    /// `pkOffset` (keys) and `stakeOffset` (stakes), already checked against `setHash`; leaves
+    /// apk1 − Σ their keys at m + 0x20 (m + 0x60 scratch). Reverts when an ecAdd fails.
+    function _sumNonSigners(uint256 m, uint256 nonSigners, uint256 pkOffset, uint256 stakeOffset)
+        private
+        view
+        returns (uint256 nonSignerStake)
+    {
+        bool failed;
         assembly ("memory-safe") {
-            // buf: the packed set, 0x60 bytes a slot; then the ecAdd scratch, whose first two
-            // words hold the running sum of the non-signers' keys (starting at (0, 0)).
-            let buf := mload(0x40)
-            let end := add(buf, mul(n, 0x60))
-            mstore(end, 0)
-            mstore(add(end, 0x20), 0)
-            let signerStake := 0
-            let total := 0
-            for { let p := buf } lt(p, end) { p := add(p, 0x60) } {
-                let x := calldataload(pkOffset)
-                let y := calldataload(add(pkOffset, 0x20))
-                let s := calldataload(stakeOffset)
-                mstore(p, x)
-                mstore(add(p, 0x20), y)
-                mstore(add(p, 0x40), s)
-                total := add(total, s)
-                switch and(bitmap, 1)
-                case 1 {
-                    signerStake := add(signerStake, s)
-                    if iszero(or(x, y)) {
-                        if iszero(mload(add(out, 0xa0))) { mstore(add(out, 0xa0), add(div(sub(p, buf), 0x60), 1)) }
-                    }
+            let acc := add(m, 0x20)
+            mstore(acc, sload(_apk1.slot))
+            mstore(add(acc, 0x20), sload(add(_apk1.slot, 1)))
+            for {} nonSigners {} {
+                // skip eight indices at a time while none is a non-signer
+                if iszero(and(nonSigners, 0xff)) {
+                    nonSigners := shr(8, nonSigners)
+                    pkOffset := add(pkOffset, 0x200)
+                    stakeOffset := add(stakeOffset, 0x100)
+                    continue
                 }
-                default {
-                    if or(x, y) {
-                        mstore(add(end, 0x40), x)
-                        mstore(add(end, 0x60), y)
-                        if iszero(staticcall(gas(), 0x06, end, 0x80, end, 0x40)) { mstore(add(out, 0xc0), 1) }
-                    }
+                if and(nonSigners, 1) {
+                    nonSignerStake := add(nonSignerStake, calldataload(stakeOffset))
+                    // acc += −pk (a key in the committed set is a curve point, y in 1..P−1)
+                    mstore(add(acc, 0x40), calldataload(pkOffset))
+                    mstore(add(acc, 0x60), sub(_P, calldataload(add(pkOffset, 0x20))))
+                    if iszero(staticcall(gas(), 0x06, acc, 0x80, acc, 0x40)) { failed := 1 }
                 }
-                bitmap := shr(1, bitmap)
+                nonSigners := shr(1, nonSigners)
                 pkOffset := add(pkOffset, 0x40)
                 stakeOffset := add(stakeOffset, 0x20)
             }
-            mstore(out, mload(end))
-            mstore(add(out, 0x20), mload(add(end, 0x20)))
-            mstore(add(out, 0x40), signerStake)
-            mstore(add(out, 0x60), total)
-            mstore(add(out, 0x80), keccak256(buf, mul(n, 0x60)))
+        }
+        if (failed) revert BN254.BN254PrecompileFailed(0x06);
+    }
+
+    /// @dev Word 0 of challenge `challengeId`'s record (see `Record`).
+    function _recordWord0(uint256 challengeId) private view returns (uint256 word0) {
+        Record storage record = _records[challengeId];
+        assembly ("memory-safe") {
+            word0 := sload(record.slot)
         }
     }
 

@@ -494,6 +494,107 @@ contract VerifierCommitteeTest is CommitteeFixture {
         _assertSolvent();
     }
 
+    // ------------------------------------------------------------------ expiry
+
+    function test_expire_tooEarlyRefused_thenReturnsBondAndDismisses() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 openedAt = block.timestamp;
+        uint256 id = _open(_receipt(1));
+        assertEq(uint256(committee.challengeOf(id).openedAt), openedAt, "openedAt recorded");
+        assertEq(uint256(committee.settlementTimeout()), TIMEOUT, "timeout");
+        uint256 expiresAt = openedAt + TIMEOUT;
+        vm.warp(expiresAt - 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(IVerifierCommittee.CommitteeNotExpired.selector, id, expiresAt, expiresAt - 1)
+        );
+        committee.expire(id);
+
+        vm.warp(expiresAt);
+        uint256 carolBefore = token.balanceOf(carol);
+        vm.expectEmit(true, false, false, true, address(committee));
+        emit IVerifierCommittee.ChallengeExpired(id, BOND);
+        vm.prank(address(0xBEEF)); // anyone
+        committee.expire(id);
+        assertEq(token.balanceOf(carol) - carolBefore, BOND, "bond back to the challenger");
+        assertEq(uint256(committee.challengeOf(id).status), uint256(IVerifierCommittee.Status.Expired), "expired");
+        assertEq(
+            uint256(registry.challengeOf(1).status), uint256(INodeRegistry.ChallengeStatus.Dismissed), "dismissed"
+        );
+        assertEq(registry.nodeOf(alice).stake, NODE_STAKE, "node not slashed");
+        assertEq(committee.openBonds(), 0, "no open bond");
+        _assertSolvent();
+    }
+
+    function test_expire_thenSettleExpireAndFinalizeRefused() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 id = _open(_receipt(1));
+        bytes memory data = _settleCall(id, UPHELD, SAMPLING, 0x7);
+        vm.warp(block.timestamp + TIMEOUT);
+        committee.expire(id);
+        bytes memory expired = abi.encodeWithSelector(
+            IVerifierCommittee.CommitteeWrongStatus.selector, id, IVerifierCommittee.Status.Expired
+        );
+        vm.expectRevert(expired);
+        _call(data);
+        vm.expectRevert(expired);
+        committee.expire(id);
+        vm.expectRevert(expired);
+        committee.finalize(id);
+        vm.expectRevert(abi.encodeWithSelector(IVerifierCommittee.CommitteeUnknownChallenge.selector, 9));
+        committee.expire(9);
+        _assertSolvent();
+    }
+
+    /// @dev Until someone calls `expire`, a late quorum may still settle; a settled challenge
+    /// no longer expires.
+    function test_expire_settledRefused_lateSettleAllowed() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 id = _open(_receipt(1));
+        vm.warp(block.timestamp + TIMEOUT + 1);
+        _settle(id, UPHELD, SAMPLING, 0x7);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IVerifierCommittee.CommitteeWrongStatus.selector, id, IVerifierCommittee.Status.Settled
+            )
+        );
+        committee.expire(id);
+    }
+
+    /// @dev Governance resolved the registry challenge itself: `expire` still returns the bond
+    /// and leaves the registry alone.
+    function test_expire_afterGovernanceResolvedRegistryChallenge() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 id = _open(_receipt(1));
+        vm.prank(dao);
+        registry.resolveChallenge(1, true);
+        vm.warp(block.timestamp + TIMEOUT);
+        uint256 carolBefore = token.balanceOf(carol);
+        committee.expire(id);
+        assertEq(token.balanceOf(carol) - carolBefore, BOND, "bond back");
+        assertEq(uint256(registry.challengeOf(1).status), uint256(INodeRegistry.ChallengeStatus.Upheld), "untouched");
+        _assertSolvent();
+    }
+
+    function test_constructor_settlementTimeoutBounded() public {
+        uint64 maxTimeout = committee.MAX_SETTLEMENT_TIMEOUT();
+        vm.expectRevert(
+            abi.encodeWithSelector(IVerifierCommittee.CommitteeInvalidParameter.selector, "settlementTimeout", 0)
+        );
+        new VerifierCommittee(token, dao, MIN_VERIFIER_STAKE, BOND, NODE_SLASH, VERIFIER_SLASH, SHARE_BPS, WINDOW, 0);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IVerifierCommittee.CommitteeInvalidParameter.selector, "settlementTimeout", uint256(maxTimeout) + 1
+            )
+        );
+        new VerifierCommittee(
+            token, dao, MIN_VERIFIER_STAKE, BOND, NODE_SLASH, VERIFIER_SLASH, SHARE_BPS, WINDOW, maxTimeout + 1
+        );
+        VerifierCommittee ok = new VerifierCommittee(
+            token, dao, MIN_VERIFIER_STAKE, BOND, NODE_SLASH, VERIFIER_SLASH, SHARE_BPS, WINDOW, maxTimeout
+        );
+        assertEq(uint256(ok.settlementTimeout()), maxTimeout, "at the bound");
+    }
+
     function test_registry_onlyCommitteeOrGovernanceJudges() public {
         _registerMany(3, MIN_VERIFIER_STAKE);
         _open(_receipt(1));
@@ -556,11 +657,7 @@ contract VerifierCommitteeTest is CommitteeFixture {
     // ------------------------------------------------------------------ helpers
 
     function _hashSet(BN254.G1Point[] memory pk1s, uint96[] memory stakes) internal pure returns (bytes32) {
-        bytes memory packed;
-        for (uint256 i; i < pk1s.length; ++i) {
-            packed = abi.encodePacked(packed, pk1s[i].X, pk1s[i].Y, uint256(stakes[i]));
-        }
-        return keccak256(packed);
+        return _setCommitment(pk1s, stakes);
     }
 
     function _assertSolvent() internal view {
@@ -575,17 +672,20 @@ contract VerifierCommitteeTest is CommitteeFixture {
 /// @notice Execution gas of one `settle` with a two-thirds quorum of 16 and of 64 verifiers
 /// (`forge test --match-contract VerifierCommitteeGas -vv` prints them; benchmarks/
 /// bench_committee_gas.py runs this and compares with EigenLayer's BLSSignatureChecker).
-/// Measured as in ExperienceLedgerGas.t.sol: gasleft() around the call, the committee's
-/// account warm and its storage cold, as at the start of a transaction.
+/// Measured as in ExperienceLedgerGas.t.sol (gas() around the call, the committee's account warm
+/// and its storage cold, as at the start of a transaction) but with a bare CALL on the calldata
+/// in place: Solidity's `.call(data)` first copies `data` within this test's large memory, which
+/// added ~1k (16) and ~5k (64) of the test's own gas to earlier figures.
 ///
 /// The issue's target (< 150,000 at 64 verifiers) is not met: the check docs/committee.md fixes
 /// costs 131k in precompiles alone (pairing of two pairs 113,000, two ecMul 12,000, hash to G1
-/// ~2,700, an ecAdd per non-signer), plus five cold storage reads (set hash, apk1, the
-/// challenge's status word and receipt hash) and the status write. The assertion below is a
-/// regression ceiling over the figures measured when this was written (see docs/committee.md).
+/// ~2,700, an ecAdd per non-signer), plus six cold storage reads (set hash, apk1, the active
+/// stake and bitmap, the challenge's status word and receipt hash), the status write and the
+/// event (~18k). The assertion below is a regression ceiling over the figures measured when this
+/// was written (see docs/committee.md).
 contract VerifierCommitteeGasTest is CommitteeFixture {
-    uint256 internal constant CEILING_16 = 165_000;
-    uint256 internal constant CEILING_64 = 190_000;
+    uint256 internal constant CEILING_16 = 158_000;
+    uint256 internal constant CEILING_64 = 168_000;
 
     function test_gas_settle16() public {
         assertLe(_measureSettle(16), CEILING_16, "settle execution gas at 16 verifiers");
@@ -601,14 +701,21 @@ contract VerifierCommitteeGasTest is CommitteeFixture {
         uint256 quorum = (2 * n + 2) / 3; // ceil(2n/3)
         uint256 bitmap = (1 << quorum) - 1;
         bytes memory data = _settleCall(id, UPHELD, SAMPLING, bitmap);
-        vm.cool(address(committee));
-        require(address(committee).code.length > 0, "no code");
-        uint256 before = gasleft();
-        (bool ok, bytes memory ret) = address(committee).call(data);
-        gasUsed = before - gasleft();
+        address target = address(committee);
+        vm.cool(target);
+        require(target.code.length > 0, "no code");
+        // A bare CALL on `data` in place: Solidity's `.call(data)` would first copy `data` in
+        // this contract's (large) memory, which is the test's gas, not the committee's.
+        bool ok;
+        assembly ("memory-safe") {
+            let before := gas()
+            ok := call(gas(), target, 0, add(data, 0x20), mload(data), 0, 0)
+            gasUsed := sub(before, gas())
+        }
         if (!ok) {
             assembly ("memory-safe") {
-                revert(add(ret, 0x20), mload(ret))
+                returndatacopy(0, 0, returndatasize())
+                revert(0, returndatasize())
             }
         }
         log(string.concat("settle execution gas, signers/verifiers ", _str(quorum), "/", _str(n)), gasUsed);
@@ -619,7 +726,7 @@ contract VerifierCommitteeGasTest is CommitteeFixture {
 /// @notice GYM held by the committee always equals verifier stakes (active and unbonding) + bonds
 /// of unfinalized challenges + finalized, unclaimed rewards; the counters match the slots and
 /// records they summarise, and `setHash` the active set, across random register / addStake /
-/// deregister / withdraw / open / settle / reverse / finalize / claim / time sequences.
+/// deregister / withdraw / open / settle / reverse / finalize / claim / expire / time sequences.
 contract VerifierCommitteeInvariantTest is CommitteeFixture {
     VerifierCommitteeHandler internal handler;
 
@@ -632,7 +739,7 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
             token.approve(address(committee), type(uint256).max);
         }
         targetContract(address(handler));
-        bytes4[] memory selectors = new bytes4[](10);
+        bytes4[] memory selectors = new bytes4[](11);
         selectors[0] = VerifierCommitteeHandler.register.selector;
         selectors[1] = VerifierCommitteeHandler.addStake.selector;
         selectors[2] = VerifierCommitteeHandler.deregister.selector;
@@ -643,6 +750,7 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
         selectors[7] = VerifierCommitteeHandler.finalize.selector;
         selectors[8] = VerifierCommitteeHandler.claim.selector;
         selectors[9] = VerifierCommitteeHandler.warp.selector;
+        selectors[10] = VerifierCommitteeHandler.expire.selector;
         targetSelector(FuzzSelector({addr: address(handler), selectors: selectors}));
     }
 
@@ -667,18 +775,14 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
             IVerifierCommittee.ChallengeInfo memory c = committee.challengeOf(id);
             if (c.status == IVerifierCommittee.Status.Finalized) {
                 unclaimed += uint256(c.rewardShare) * (_popcount(c.signerBitmap) - _popcount(c.claimedBitmap));
-            } else {
+            } else if (c.status != IVerifierCommittee.Status.Expired) {
                 bonds += c.bond;
             }
         }
-        assertEq(committee.openBonds(), bonds, "openBonds = bonds of unfinalized challenges");
+        assertEq(committee.openBonds(), bonds, "openBonds = bonds of challenges neither finalized nor expired");
         assertEq(committee.unclaimedRewards(), unclaimed, "unclaimedRewards = unclaimed shares");
         (BN254.G1Point[] memory pk1s, uint96[] memory stakes) = committee.activeSet();
-        bytes memory packed;
-        for (uint256 i; i < pk1s.length; ++i) {
-            packed = abi.encodePacked(packed, pk1s[i].X, pk1s[i].Y, uint256(stakes[i]));
-        }
-        assertEq(committee.setHash(), keccak256(packed), "setHash commits to the active set");
+        assertEq(committee.setHash(), _setCommitment(pk1s, stakes), "setHash commits to the active set");
     }
 
     /// @dev Not a property of the committee: shows (under -vv) that sequences reach every stage.
@@ -688,5 +792,6 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
         log("finalized", handler.finalized());
         log("claimed", handler.claimed());
         log("withdrawn", handler.withdrawn());
+        log("expired", handler.expired());
     }
 }

@@ -118,6 +118,14 @@ def test_up_wires_the_dao(gym_env):
     assert registry.functions.minStake().call() == params.node_min_stake == 100 * 10**18
     assert registry.functions.totalStaked().call() == 0
 
+    committee = w3.eth.contract(address=deployment.contracts["VerifierCommittee"].address,
+                                abi=load_artifact("VerifierCommittee").abi)
+    assert registry.functions.committee().call() == committee.address
+    assert committee.functions.registry().call() == registry.address
+    assert committee.functions.governance().call() == timelock.address
+    assert committee.functions.appealWindow().call() == params.committee_appeal_window == 300
+    assert committee.functions.settlementTimeout().call() == params.committee_settlement_timeout == 3600
+
 
 def test_a_passed_proposal_runs_through_the_timelock(gym_env):
     """Smoke of the wiring on a real chain: propose, vote, queue, execute a settings change.

@@ -11,8 +11,8 @@ import {Vm} from "../utils/Vm.sol";
 
 /// @notice Drives the committee through random register / addStake / deregister / withdraw /
 /// openChallenge / settle (always with a valid two-thirds aggregate, signed in place) / reverse
-/// / finalize / claim sequences and time jumps. Calls that the state makes meaningless return
-/// early instead of reverting, so that every sequence keeps going.
+/// / finalize / claim / expire sequences and time jumps. Calls that the state makes meaningless
+/// return early instead of reverting, so that every sequence keeps going.
 contract VerifierCommitteeHandler {
     Vm private constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
 
@@ -40,6 +40,7 @@ contract VerifierCommitteeHandler {
     uint256 public finalized;
     uint256 public claimed;
     uint256 public withdrawn;
+    uint256 public expired;
     /// @dev Forge does not carry a vm.warp from one invariant call to the next: every call
     /// warps to this clock first.
     uint256 private _now;
@@ -206,6 +207,21 @@ contract VerifierCommitteeHandler {
         while ((open >> index) & 1 == 0) ++index;
         committee.claim(id, index);
         ++claimed;
+    }
+
+    /// @dev Expires an open challenge, moving the clock to its expiry first when needed.
+    function expire(uint256 idSeed) external step {
+        uint256 id = _pick(idSeed);
+        if (id == 0) return;
+        IVerifierCommittee.ChallengeInfo memory c = committee.challengeOf(id);
+        if (c.status != IVerifierCommittee.Status.Open) return;
+        uint256 ends = uint256(c.openedAt) + committee.settlementTimeout();
+        if (block.timestamp < ends) {
+            _now = ends;
+            vm.warp(_now);
+        }
+        committee.expire(id);
+        ++expired;
     }
 
     function warp(uint256 seconds_) external step {

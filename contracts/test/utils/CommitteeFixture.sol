@@ -27,6 +27,7 @@ abstract contract CommitteeFixture is GymTest {
     uint256 internal constant VERIFIER_SLASH = 20e18;
     uint256 internal constant SHARE_BPS = 2_000;
     uint64 internal constant WINDOW = 1 days;
+    uint64 internal constant TIMEOUT = 2 days;
     uint256 internal constant NODE_STAKE = 1_000e18;
     uint256 internal constant BALANCE = 1_000_000e18;
     uint256 internal constant ALICE_SIGNER_KEY = 0x5161;
@@ -54,7 +55,7 @@ abstract contract CommitteeFixture is GymTest {
         // nonce 1: the committee; nonce 2: the token it is given.
         address tokenAt = _createAddress(address(this), 2);
         committee = new VerifierCommittee(
-            IERC20(tokenAt), dao, MIN_VERIFIER_STAKE, BOND, NODE_SLASH, VERIFIER_SLASH, SHARE_BPS, WINDOW
+            IERC20(tokenAt), dao, MIN_VERIFIER_STAKE, BOND, NODE_SLASH, VERIFIER_SLASH, SHARE_BPS, WINDOW, TIMEOUT
         );
         address[] memory holders = new address[](66);
         uint256[] memory amounts = new uint256[](66);
@@ -190,6 +191,18 @@ abstract contract CommitteeFixture is GymTest {
 
     function _str(uint256 i) internal pure returns (string memory) {
         return vm.toString(i);
+    }
+
+    /// @dev The set commitment (docs/committee.md "Contract"): keccak256 of every (pk1.x, pk1.y),
+    /// then every stake, as 32-byte words.
+    function _setCommitment(BN254.G1Point[] memory pk1s, uint96[] memory stakes) internal pure returns (bytes32) {
+        bytes memory keys;
+        bytes memory amounts;
+        for (uint256 i; i < pk1s.length; ++i) {
+            keys = abi.encodePacked(keys, pk1s[i].X, pk1s[i].Y);
+            amounts = abi.encodePacked(amounts, uint256(stakes[i]));
+        }
+        return keccak256(abi.encodePacked(keys, amounts));
     }
 
     function _popcount(uint256 x) internal pure returns (uint256 c) {
