@@ -275,3 +275,25 @@ def test_a_bls_key_file_is_private_never_overwritten_and_checked(tmp_path):
     path.write_text("[]")
     with pytest.raises(BLSError, match="not a gym-bls-key"):
         keyfile.load(path)
+
+
+def test_a_challenge_nobody_settles_expires_and_returns_the_bond(world):
+    w3, token, _, client, _ = world
+    reader = client()
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    before = _balance(token, CHALLENGER_KEY)
+    challenge_id, digest = _challenge(client, 1)
+    info = reader.challenge(challenge_id)
+    assert info.opened_at > 0 and _balance(token, CHALLENGER_KEY) == before - info.bond
+    # one verifier of three signs: no quorum; the others abstain (send nothing)
+    aggregator.submit(_signed(client, 0, Verdict(challenge_id, digest, REJECTED)))
+    aggregator.tick()
+    with pytest.raises(ContractRevertError, match="CommitteeNotExpired"):
+        client(ANVIL_DEV_KEYS[0]).expire(challenge_id)
+    from governance.devnet_time import advance_time
+
+    advance_time(w3, reader.settlement_timeout() + 1)
+    aggregator.tick()
+    assert reader.challenge(challenge_id).status == ChallengeState.EXPIRED
+    assert _balance(token, CHALLENGER_KEY) == before  # the whole bond back
+    assert aggregator.pool.pending() == []
