@@ -8,27 +8,24 @@ from __future__ import annotations
 import json
 
 import pytest
+from committee_world import (
+    BLS,
+    CHALLENGER_KEY,
+    OPERATOR_KEY,
+    VERIFIER_KEYS,
+    VERIFIER_STAKE,
+    committee_world,
+)
 from eth_account import Account
-from eth_utils import keccak
-from gym_helpers import send
-from web3 import Web3
 
 from committee import REJECTED, UPHELD, SecretKey, SignedVerdict, Verdict, g1_to_ints, reason_bytes
 from committee.aggregator import Aggregator, PoolError
-from committee.client import ChallengeState, VerifierCommittee
+from committee.client import ChallengeState
 from contracts import load_artifact
-from contracts.devnet_accounts import ANVIL_DEV_KEYS, devnet_account_key
+from contracts.devnet_accounts import ANVIL_DEV_KEYS
 from contracts.gym_token import GYM
 from devnet.deploy import Deployment
-from ledger.chain import LedgerContract
 from ledger.evm import ContractRevertError
-
-OPERATOR_KEY = ANVIL_DEV_KEYS[4]  # holds 1,000 GYM; runs the node
-SIGNER_KEY = devnet_account_key(6)  # signs the node's receipts
-CHALLENGER_KEY = devnet_account_key(5)
-VERIFIER_KEYS = [devnet_account_key(i) for i in (7, 8, 9)]
-BLS = [SecretKey.from_seed(f"test-verifier-{i}") for i in range(3)]
-STAKE = 100 * GYM
 
 pytestmark = pytest.mark.anvil
 
@@ -41,35 +38,12 @@ def _balance(token, key_or_address: str) -> int:
 
 @pytest.fixture
 def world(ledger_devnet):
+    """Three verifiers (slots 0-2, ``BLS`` keys), a registered node, and its NodeRegistry."""
     deployment = Deployment.load(ledger_devnet.gym.deployment_file)
-    w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
-    token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
-                            abi=load_artifact("GymToken").abi)
-    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
-                               abi=load_artifact("NodeRegistry").abi)
-    for key in [CHALLENGER_KEY, *VERIFIER_KEYS]:  # account 0 funds them
-        send(w3, token.functions.transfer(Account.from_key(key).address, 200 * GYM),
-             ANVIL_DEV_KEYS[0])
-    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
-                            load_artifact("ExperienceLedger").abi, OPERATOR_KEY)
-    log_id, _ = ledger.create_log("node receipts")
-    send(w3, token.functions.approve(registry.address, 300 * GYM), OPERATOR_KEY)
-    send(w3, registry.functions.register(Account.from_key(SIGNER_KEY).address, keccak(b"model"),
-                                         "http://127.0.0.1:9", 300 * GYM, log_id), OPERATOR_KEY)
-    address = deployment.contracts["VerifierCommittee"].address
-
-    def client(key: str | None = None) -> VerifierCommittee:
-        return VerifierCommittee(w3, address, key, from_block=deployment.deployment_block)
-
-    indices = [client(key).register(sk, STAKE) for key, sk in zip(VERIFIER_KEYS, BLS)]
-    return w3, token, registry, client, indices
-
-
-def _challenge(client, n: int) -> tuple[int, bytes]:
-    digest = keccak(f"a disputed receipt {n}".encode())
-    signature = bytes(Account.from_key(SIGNER_KEY).unsafe_sign_hash(digest).signature)
-    operator = Account.from_key(OPERATOR_KEY).address
-    return client(CHALLENGER_KEY).open_challenge(operator, digest, signature, f"bafy{n}"), digest
+    cw = committee_world(deployment)
+    registry = cw.w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                                  abi=load_artifact("NodeRegistry").abi)
+    return cw.w3, cw.token, registry, cw.client, cw
 
 
 def _signed(client, index: int, verdict: Verdict, sk: SecretKey | None = None,
@@ -84,17 +58,17 @@ def _signed(client, index: int, verdict: Verdict, sk: SecretKey | None = None,
 
 
 def test_register_settle_finalize_claim_upheld(world):
-    w3, token, registry, client, indices = world
-    assert indices == [0, 1, 2]
+    w3, token, registry, client, cw = world
     reader = client()
+    assert [reader.index_of(Account.from_key(k).address) for k in VERIFIER_KEYS] == [0, 1, 2]
     slots = reader.slots()
     assert [s.active for s in slots] == [True] * 3 and g1_to_ints(slots[1].pk1) == g1_to_ints(BLS[1].pk1())
-    assert reader.active_stake() == 3 * STAKE
+    assert reader.active_stake() == 3 * VERIFIER_STAKE
     with pytest.raises(ContractRevertError, match="CommitteeAlreadyRegistered"):
-        client(VERIFIER_KEYS[0]).register(SecretKey.from_seed("another"), STAKE)
+        client(VERIFIER_KEYS[0]).register(SecretKey.from_seed("another"), VERIFIER_STAKE)
 
     challenger_before = _balance(token, CHALLENGER_KEY)
-    challenge_id, digest = _challenge(client, 1)
+    challenge_id, digest = cw.open(1)
     info = reader.challenge(challenge_id, with_evidence=True)
     assert info.status == ChallengeState.OPEN and info.receipt_hash == digest
     assert info.evidence_cid == "bafy1" and info.bond == 10 * GYM
@@ -152,12 +126,12 @@ def test_register_settle_finalize_claim_upheld(world):
 
 
 def test_a_rejected_challenge_forfeits_the_bond_and_no_quorum_settles_nothing(world):
-    w3, token, _, client, _ = world
+    w3, token, _, client, cw = world
     reader = client()
     aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
     challenger_before = _balance(token, CHALLENGER_KEY)
-    first, digest1 = _challenge(client, 1)
-    second, digest2 = _challenge(client, 2)
+    first, digest1 = cw.open(1)
+    second, digest2 = cw.open(2)
     rejected = Verdict(first, digest1, REJECTED)
     for index in (0, 1):
         aggregator.submit(_signed(client, index, rejected))
@@ -186,8 +160,8 @@ def test_the_aggregators_http_endpoint_bounds_and_answers(world):
 
     from committee.aggregator import make_http_server
 
-    _, _, _, client, _ = world
-    challenge_id, digest = _challenge(client, 1)
+    _, _, _, client, cw = world
+    challenge_id, digest = cw.open(1)
     aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
     server = make_http_server(aggregator, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -214,8 +188,8 @@ def test_the_verifier_service_signs_delivers_retries_and_remembers(world, tmp_pa
     from committee.judge import Judgement
     from committee.service import VerifierService
 
-    _, _, _, client, _ = world
-    challenge_id, _ = _challenge(client, 1)
+    _, _, _, client, cw = world
+    challenge_id, _ = cw.open(1)
     aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
     judged: list[int] = []
     outcomes = iter([Judgement("abstain", "", "content store unreachable"),
@@ -278,11 +252,11 @@ def test_a_bls_key_file_is_private_never_overwritten_and_checked(tmp_path):
 
 
 def test_a_challenge_nobody_settles_expires_and_returns_the_bond(world):
-    w3, token, _, client, _ = world
+    w3, token, _, client, cw = world
     reader = client()
     aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
     before = _balance(token, CHALLENGER_KEY)
-    challenge_id, digest = _challenge(client, 1)
+    challenge_id, digest = cw.open(1)
     info = reader.challenge(challenge_id)
     assert info.opened_at > 0 and _balance(token, CHALLENGER_KEY) == before - info.bond
     # one verifier of three signs: no quorum; the others abstain (send nothing)
