@@ -53,13 +53,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry;
-# 4: VerifierCommittee, and a NodeRegistry that names it (its constructor changed)
-MANIFEST_VERSION = 4
+# 4: VerifierCommittee, and a NodeRegistry that names it (its constructor changed);
+# 5: a VerifierCommittee with a settlement timeout (`expire`; its constructor changed)
+MANIFEST_VERSION = 5
 # What an older manifest lacks, by its version (said when asking for a redeploy).
 _MISSING_SINCE = {
     1: "the DAO contracts, the curated library, the NodeRegistry and the VerifierCommittee",
     2: "the NodeRegistry and the VerifierCommittee",
     3: "the VerifierCommittee",
+    4: "the VerifierCommittee's settlement timeout",
 }
 CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "VerifierCommittee",
                   "NodeRegistry")
