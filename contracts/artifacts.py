@@ -4,11 +4,15 @@ A build is *stale* when a source file it was compiled from has changed since: fo
 the keccak256 of every source in the artifact's metadata, and we compare it with the file on
 disk. That is exact (no dependence on file times, which a fresh clone does not preserve) and
 covers imported libraries too.
+
+``GYM_CONTRACTS_OUT`` names another build output directory (read at each load): an
+installation that keeps its build elsewhere, and tests that must not touch the shared one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +72,7 @@ def load_artifact(name: str, out_dir: Path | None = None, check_fresh: bool = Tr
     Raises ``BuildMissingError`` when there is no artifact and ``BuildStaleError`` when any
     source it was compiled from changed since; both name the command to run.
     """
-    out_dir = out_dir or OUT_DIR
+    out_dir = out_dir or Path(os.environ.get("GYM_CONTRACTS_OUT") or OUT_DIR)
     matches = sorted(out_dir.glob(f"*.sol/{name}.json"))
     if not matches:
         raise BuildMissingError(

@@ -80,15 +80,12 @@ def test_missing_binary_names_the_setup_command(monkeypatch, tmp_path):
 
 
 def test_gym_reports_a_missing_build_without_traceback(gym_env, tmp_path):
-    """The CLI path: a stale/missing build is one line and exit code 1."""
-    backup = tmp_path / "out-backup"
-    shutil.copytree(OUT_DIR, backup)
-    try:
-        shutil.rmtree(OUT_DIR / "ExperienceLedger.sol")
-        result = gym_env.run("devnet", "up")
-    finally:
-        shutil.rmtree(OUT_DIR)
-        shutil.copytree(backup, OUT_DIR)
+    """The CLI path: a stale/missing build is one line and exit code 1. (On a copy of the
+    build, named by GYM_CONTRACTS_OUT: tests on the other worker read the real one.)"""
+    out = tmp_path / "out"
+    shutil.copytree(OUT_DIR, out)
+    shutil.rmtree(out / "ExperienceLedger.sol")
+    result = gym_env.run("devnet", "up", extra_env={"GYM_CONTRACTS_OUT": str(out)})
     assert result.returncode == 1
     assert result.stderr.strip().startswith("error: no build output for contract ExperienceLedger")
     assert "make contracts" in result.stderr and "Traceback" not in result.stderr
