@@ -38,6 +38,7 @@ stdout_console = CliConsole()
 
 KEY_ENV = "GYM_VERIFIER_KEY"
 DEFAULT_AGGREGATOR_PORT = 8470
+STATUS_CHALLENGES = 200  # the latest challenges `status` shows
 
 KeyEnv = Annotated[str, typer.Option(
     "--key-env", help=f"Environment variable holding the account's hex key (default {KEY_ENV}).")]
@@ -120,11 +121,12 @@ def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """The committee: its verifiers and its challenges with their verdicts."""
+    """The committee: its verifiers and its latest 200 challenges with their verdicts."""
     committee = open_committee(ctx)
     slots = committee.slots()
-    challenges = [committee.challenge(i + 1, with_evidence=False)
-                  for i in range(committee.challenge_count())]
+    count = committee.challenge_count()
+    challenges = [committee.challenge(i) for i in range(max(1, count - STATUS_CHALLENGES + 1),
+                                                        count + 1)]
     if as_json:
         print(json.dumps({
             "committee": committee.address, "active_stake": committee.active_stake(),
@@ -204,8 +206,7 @@ def serve(
     path = _bls_path(ctx, bls_key)
     sk = keyfile.load(path)
     registry = _lookup(ctx, "node_registry_address")
-    with console.status(f"loading {model}"):
-        loaded = load_verifier_model(model)
+    loaded: Any = None
 
     def check(bundle: dict) -> Any:
         return check_receipt_bundle(bundle, rt, registry=registry, model_dir=model, loaded=loaded)
@@ -215,7 +216,9 @@ def serve(
         send=partial(post_verdict, aggregator),
         state_file=state or path.with_name(f"state-{committee.address.lower()}.json"),
         report=lambda line: console.print(line, highlight=False, markup=False))
-    index, address = service.identity()
+    index, address = service.identity()  # before the model loads: a wrong key fails at once
+    with console.status(f"loading {model}"):
+        loaded = load_verifier_model(model)
     console.print(f"verifier {address} (slot {index}) judging challenges of committee "
                   f"{committee.address}; verdicts to {aggregator}", highlight=False)
     auditor = None
