@@ -8,7 +8,9 @@ with the EVM precompiles 0x06-0x08, and both read ``tests/vectors/bls_committee.
 - Keys: ``sk`` in ``[1, r-1]``; ``pk1 = sk·G1``, ``pk2 = sk·G2``. ``SecretKey.generate()``
   draws from ``secrets``; ``SecretKey.from_seed(seed)`` is ``keccak256(seed) mod r`` (rehashed
   in the ~2^-254 case that it is 0), for tests and vectors only.
-- ``hash_to_g1(digest)``: EigenLayer's ``BN254.hashToG1`` try-and-increment, bit for bit.
+- ``hash_to_g1(digest)``: EigenLayer's ``BN254.hashToG1`` try-and-increment, bit for bit;
+  ``hash_to_g1_hint(digest)`` the square roots that let ``settle`` check that point with no
+  modexp (``hash_to_g1_hinted`` is that check).
 - ``sign``: ``σ = sk·H(m)``. Aggregation adds points.
 - ``verify(σ, apk1, apk2, m)``: with ``γ = gamma(m, σ, apk1, apk2)``, the one two-pair check
   ``e(σ + γ·apk1, −G2) · e(H(m) + γ·G1, apk2) = 1`` (two Miller loops, one final
@@ -128,6 +130,41 @@ def hash_to_g1(digest: bytes) -> G1Point:
         if y * y % P == beta:
             return (FQ(x), FQ(y), FQ.one())
         x = (x + 1) % P
+
+
+def hash_to_g1_hint(digest: bytes) -> list[int]:
+    """What the contract's ``settle`` takes in place of square roots taken on chain
+    (``BN254.hashToG1Hinted``, docs/committee.md "Hash to G1"): one word per try-and-increment
+    candidate ``x_j`` up to the one ``hash_to_g1`` takes. A skipped candidate gets ``z`` with
+    ``z² = −β_j`` (its ``β_j = x_j³ + 3`` then has no root: ``−1`` has none since ``p ≡ 3 mod
+    4``); the last gets ``hash_to_g1``'s ``y``."""
+    if not isinstance(digest, bytes) or len(digest) != 32:
+        raise BLSError(f"a message digest is 32 bytes, not {digest!r:.80}")
+    x = int.from_bytes(digest, "big") % P
+    hint = []
+    while True:
+        beta = (x * x * x + 3) % P
+        y = pow(beta, _SQRT_EXPONENT, P)
+        if y * y % P == beta:
+            return [*hint, y]
+        hint.append(pow(P - beta, _SQRT_EXPONENT, P))
+        x = (x + 1) % P
+
+
+def hash_to_g1_hinted(digest: bytes, hint: Sequence[int]) -> tuple[int, int] | None:
+    """The contract's check of a hint (``BN254.hashToG1Hinted``): the affine H(digest) it
+    proves, or None. Either root of the last candidate is accepted, as on chain."""
+    x = int.from_bytes(digest, "big") % P
+    for position, word in enumerate(hint):
+        if type(word) is not int or not 0 <= word < 2**256:
+            return None
+        beta = (x * x * x + 3) % P
+        if position == len(hint) - 1:
+            return (x, word) if word < P and word * word % P == beta else None
+        if word * word % P != (P - beta) % P:
+            return None
+        x = (x + 1) % P
+    return None
 
 
 def sign(sk: SecretKey, digest: bytes) -> G1Point:

@@ -28,6 +28,7 @@ from committee.bls import (
     g2_to_json,
     gamma,
     hash_to_g1,
+    hash_to_g1_hint,
     int_to_hex,
     sign,
 )
@@ -80,7 +81,8 @@ def build_vectors() -> dict[str, Any]:
     pk2s = [sk.pk2() for sk in sks]
     keys = [{"seed": seed(i), "sk": int_to_hex(sk.value), "pk1": g1_to_json(pk1s[i]),
              "pk2": g2_to_json(pk2s[i])} for i, sk in enumerate(sks)]
-    hashes = [{"digest": "0x" + d.hex(), "point": g1_to_json(hash_to_g1(d))} for d in HASH_DIGESTS]
+    hashes = [{"digest": "0x" + d.hex(), "point": g1_to_json(hash_to_g1(d)),
+               "hint": [int_to_hex(w) for w in hash_to_g1_hint(d)]} for d in HASH_DIGESTS]
     pops = []
     for i in range(3):
         verifier = verifier_address(i)
@@ -104,7 +106,8 @@ def build_vectors() -> dict[str, Any]:
                          "digest": "0x" + digest.hex(), "signers": signers,
                          "sigma": g1_to_json(sigma), "apk1": g1_to_json(apk1),
                          "apk2": g2_to_json(apk2),
-                         "gamma": int_to_hex(gamma(digest, sigma, apk1, apk2))})
+                         "gamma": int_to_hex(gamma(digest, sigma, apk1, apk2)),
+                         "hash_hint": [int_to_hex(w) for w in hash_to_g1_hint(digest)]})
     return {"curve": "bn254", "keys": keys, "hash_to_g1": hashes, "pop": pops,
             "verdict": verdicts, "g2_generator": g2_to_json(G2)}
 

@@ -176,16 +176,16 @@ library BN254 {
     /// @notice `verify` on operands laid out in memory at `ptr`: the nine words γ hashes
     /// (digest, apk1.x, apk1.y, apk2.x_im, apk2.x_re, apk2.y_im, apk2.y_re, σ.x, σ.y). Uses the
     /// 0x180 bytes from `ptr + 0x120` as scratch and overwrites the digest word; allocates
-    /// nothing (callers lay the operands out at the free memory pointer). Same γ, hash to G1
-    /// and pairing as `gamma`, `hashToG1` and `pairing2`, in one pass without copies.
+    /// nothing (callers lay the operands out at the free memory pointer). Hashes to G1 as
+    /// `hashToG1` (modexp), then checks as `verifyHashedAt`.
     function verifyAt(uint256 ptr) internal view returns (bool pairingOk, bool callOk) {
+        uint256 hx;
+        uint256 hy;
         assembly ("memory-safe") {
-            let g := mod(keccak256(ptr, 0x120), R)
             let q := add(ptr, 0x120)
             // H(m) = (hx, hy) by try-and-increment, as hashToG1; modexp reads q..q+0xc0 and
             // writes its result over the base.
-            let hx := mod(mload(ptr), P)
-            let hy := 0
+            hx := mod(mload(ptr), P)
             mstore(q, 0x20)
             mstore(add(q, 0x20), 0x20)
             mstore(add(q, 0x40), 0x20)
@@ -203,34 +203,96 @@ library BN254 {
                 if eq(mulmod(hy, hy, P), beta) { break }
                 hx := addmod(hx, 1, P)
             }
-            if callOk {
-                // pairing input at q: left = σ + γ·apk1, −G2, right = H(m) + γ·G1, apk2
-                mstore(q, mload(add(ptr, 0x20)))
-                mstore(add(q, 0x20), mload(add(ptr, 0x40)))
-                mstore(add(q, 0x40), g)
-                callOk := staticcall(gas(), 0x07, q, 0x60, add(q, 0x40), 0x40)
-                mstore(q, mload(add(ptr, 0xe0)))
-                mstore(add(q, 0x20), mload(add(ptr, 0x100)))
-                callOk := and(callOk, staticcall(gas(), 0x06, q, 0x80, q, 0x40))
-                let r := add(q, 0xc0)
-                mstore(r, 1)
-                mstore(add(r, 0x20), 2)
-                mstore(add(r, 0x40), g)
-                callOk := and(callOk, staticcall(gas(), 0x07, r, 0x60, add(r, 0x40), 0x40))
-                mstore(r, hx)
-                mstore(add(r, 0x20), hy)
-                callOk := and(callOk, staticcall(gas(), 0x06, r, 0x80, r, 0x40))
-                mstore(add(q, 0x40), G2_X_IM)
-                mstore(add(q, 0x60), G2_X_RE)
-                mstore(add(q, 0x80), NEG_G2_Y_IM)
-                mstore(add(q, 0xa0), NEG_G2_Y_RE)
-                mstore(add(r, 0x40), mload(add(ptr, 0x60)))
-                mstore(add(r, 0x60), mload(add(ptr, 0x80)))
-                mstore(add(r, 0x80), mload(add(ptr, 0xa0)))
-                mstore(add(r, 0xa0), mload(add(ptr, 0xc0)))
-                callOk := and(callOk, staticcall(gas(), 0x08, q, 0x180, ptr, 0x20))
-                pairingOk := and(callOk, eq(mload(ptr), 1))
+        }
+        if (callOk) (pairingOk, callOk) = verifyHashedAt(ptr, hx, hy);
+    }
+
+    /// @notice H(digest) from a hint instead of square roots computed on chain (docs/committee.md
+    /// "Hash to G1"): the hint is the `hintLength` words at calldata `hintOffset`, one per
+    /// try-and-increment candidate x_j = (digest mod p) + j. Each word but the last is a z with
+    /// z² = −β_j (β_j = x_j³ + 3), which proves β_j has no square root (−1 has none, p ≡ 3 mod
+    /// 4, and β_j ≠ 0: G1 has odd order, so no point has y = 0); the last is a y < p with
+    /// y² = β_k, so H = (x_k, y) with k the first candidate that is a square, as `hashToG1`
+    /// finds it. Either root of β_k is taken: −σ on −H is the same verdict. `ok` is false when
+    /// the hint is empty or a word fails its equation.
+    function hashToG1Hinted(bytes32 digest, uint256 hintOffset, uint256 hintLength)
+        internal
+        pure
+        returns (uint256 x, uint256 y, bool ok)
+    {
+        assembly ("memory-safe") {
+            let p := P
+            x := mod(digest, p)
+            let last := add(hintOffset, shl(5, sub(hintLength, 1)))
+            for { let h := hintOffset } hintLength { h := add(h, 0x20) } {
+                let beta := addmod(mulmod(mulmod(x, x, p), x, p), 3, p)
+                let w := calldataload(h)
+                if eq(h, last) {
+                    ok := and(lt(w, p), eq(mulmod(w, w, p), beta))
+                    y := w
+                    break
+                }
+                if iszero(eq(mulmod(w, w, p), sub(p, beta))) { break }
+                x := addmod(x, 1, p)
             }
+        }
+    }
+
+    /// @notice The hint `hashToG1Hinted` takes for `digest` (for tests and off-chain callers:
+    /// a modexp per candidate).
+    function hashToG1Hint(bytes32 digest) internal view returns (uint256[] memory hint) {
+        uint256 x = uint256(digest) % P;
+        uint256[] memory words = new uint256[](256);
+        uint256 k;
+        while (true) {
+            uint256 beta = addmod(mulmod(mulmod(x, x, P), x, P), 3, P);
+            uint256 y = _sqrtCandidate(beta);
+            if (mulmod(y, y, P) == beta) {
+                words[k++] = y;
+                break;
+            }
+            words[k++] = _sqrtCandidate(P - beta);
+            x = addmod(x, 1, P);
+        }
+        hint = new uint256[](k);
+        for (uint256 i; i < k; ++i) {
+            hint[i] = words[i];
+        }
+    }
+
+    /// @notice The pairing check of `verifyAt` with H(m) = (hx, hy) already known (a point on
+    /// the curve): γ from the nine words at `ptr`, then
+    /// e(σ + γ·apk1, −G2) · e(H(m) + γ·G1, apk2) = 1. Same memory use as `verifyAt`.
+    function verifyHashedAt(uint256 ptr, uint256 hx, uint256 hy) internal view returns (bool pairingOk, bool callOk) {
+        assembly ("memory-safe") {
+            let g := mod(keccak256(ptr, 0x120), R)
+            let q := add(ptr, 0x120)
+            // pairing input at q: left = σ + γ·apk1, −G2, right = H(m) + γ·G1, apk2
+            mstore(q, mload(add(ptr, 0x20)))
+            mstore(add(q, 0x20), mload(add(ptr, 0x40)))
+            mstore(add(q, 0x40), g)
+            callOk := staticcall(gas(), 0x07, q, 0x60, add(q, 0x40), 0x40)
+            mstore(q, mload(add(ptr, 0xe0)))
+            mstore(add(q, 0x20), mload(add(ptr, 0x100)))
+            callOk := and(callOk, staticcall(gas(), 0x06, q, 0x80, q, 0x40))
+            let r := add(q, 0xc0)
+            mstore(r, 1)
+            mstore(add(r, 0x20), 2)
+            mstore(add(r, 0x40), g)
+            callOk := and(callOk, staticcall(gas(), 0x07, r, 0x60, add(r, 0x40), 0x40))
+            mstore(r, hx)
+            mstore(add(r, 0x20), hy)
+            callOk := and(callOk, staticcall(gas(), 0x06, r, 0x80, r, 0x40))
+            mstore(add(q, 0x40), G2_X_IM)
+            mstore(add(q, 0x60), G2_X_RE)
+            mstore(add(q, 0x80), NEG_G2_Y_IM)
+            mstore(add(q, 0xa0), NEG_G2_Y_RE)
+            mstore(add(r, 0x40), mload(add(ptr, 0x60)))
+            mstore(add(r, 0x60), mload(add(ptr, 0x80)))
+            mstore(add(r, 0x80), mload(add(ptr, 0xa0)))
+            mstore(add(r, 0xa0), mload(add(ptr, 0xc0)))
+            callOk := and(callOk, staticcall(gas(), 0x08, q, 0x180, ptr, 0x20))
+            pairingOk := and(callOk, eq(mload(ptr), 1))
         }
     }
 

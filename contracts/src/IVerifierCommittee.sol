@@ -17,10 +17,12 @@ import {BN254} from "./BN254.sol";
 /// challenger its bond and a share, and leaves the rest to the signers; a rejected one forfeits
 /// the bond to the signers. Signers `claim` their part.
 ///
-/// The active set is committed to by `setHash` = keccak256 of every index's (pk1.x, pk1.y), then
-/// every index's stake, over 0..slotCount-1 (32-byte words, zeros for free or unbonding slots):
-/// exactly the two arrays `settle` takes in calldata, concatenated. A challenge no quorum settles
-/// within `settlementTimeout` may `expire`, returning the bond.
+/// The active set is committed to by `setHash` = keccak256 of `activeSet()`: a header (apk1.x,
+/// apk1.y, the active stake, the active bitmap; 32-byte words) then every index's pk1.x, pk1.y
+/// (32 bytes each) and stake (12 bytes) over 0..slotCount-1, zeros for free or unbonding slots.
+/// A challenge is judged by the set of the moment it opened (`ChallengeOpened.setHash`; the
+/// `SetUpdated` event of that commitment carries its bytes), which `settle` takes in calldata,
+/// until `openedAt + settlementTimeout`; after that it may only `expire`, returning the bond.
 interface IVerifierCommittee {
     /// @notice Where a committee challenge stands.
     enum Status {
@@ -48,6 +50,19 @@ interface IVerifierCommittee {
         uint64 unbondingEnds;
         uint8 state;
         BN254.G1Point pk1;
+    }
+
+    /// @notice What `settle` checks a verdict with. `set` is the set the challenge opened with
+    /// (`activeSet()` then; it hashes to the `setHash` of its `ChallengeOpened`); `nonSigners` lists the active indices not in the signer bitmap, one byte
+    /// each, in any order; `sigma` is the aggregate signature and `apk2` the signers' aggregate
+    /// G2 key; `hashHint` proves H(verdictDigest(...)) with no square root taken on chain
+    /// (`BN254.hashToG1Hinted`, docs/committee.md "Hash to G1").
+    struct SettlementProof {
+        bytes set;
+        bytes nonSigners;
+        BN254.G1Point sigma;
+        BN254.G2Point apk2;
+        uint256[] hashHint;
     }
 
     /// @notice A committee challenge. `verdict` is the one settled (a reversal flips the outcome,
@@ -91,30 +106,30 @@ interface IVerifierCommittee {
         address indexed verifier, uint256 indexed challengeId, uint256 amount, uint256 stake, bool ejected
     );
 
-    /// @notice The active set changed: its new commitment, number of slots and active stake.
-    event SetUpdated(bytes32 setHash, uint256 slotCount, uint256 activeStake);
+    /// @notice The active set changed: its new commitment, number of slots and active stake,
+    /// and the set itself (`activeSet()`), from which a later `settle` of a challenge opened
+    /// under this commitment takes it.
+    event SetUpdated(bytes32 setHash, uint256 slotCount, uint256 activeStake, bytes set);
 
     /// @notice `challenger` opened challenge `challengeId` (NodeRegistry challenge
-    /// `registryChallengeId`) against `operator`'s receipt, bonding `bond`. Verifiers watch this.
+    /// `registryChallengeId`) against `operator`'s receipt, bonding `bond`, while the active
+    /// set's commitment was `setHash`: that set judges it. Verifiers watch this.
     event ChallengeOpened(
         uint256 indexed challengeId,
         uint256 indexed registryChallengeId,
         address indexed operator,
         address challenger,
         bytes32 receiptHash,
+        bytes32 setHash,
         uint256 bond,
         string evidenceCid
     );
 
-    /// @notice Challenge `challengeId` was settled with `verdict` and `reason`, signed by the
-    /// verifiers in `signerBitmap` holding `signerStake` of `activeStake`.
+    /// @notice Challenge `challengeId` was settled with `verdict` and `reason`, signed by
+    /// verifiers holding `signerStake` of `activeStake` (who they are: `challengeOf`'s
+    /// `signerBitmap`).
     event ChallengeSettled(
-        uint256 indexed challengeId,
-        uint8 verdict,
-        bytes32 reason,
-        uint256 signerBitmap,
-        uint256 signerStake,
-        uint256 activeStake
+        uint256 indexed challengeId, uint8 verdict, bytes32 reason, uint256 signerStake, uint256 activeStake
     );
 
     /// @notice Governance reversed the settlement of `challengeId`; `slashed` went to it.
@@ -176,11 +191,21 @@ interface IVerifierCommittee {
     error CommitteeWrongStatus(uint256 challengeId, Status status);
     /// @notice `verdict` is neither 1 (upheld) nor 2 (rejected).
     error CommitteeInvalidVerdict(uint8 verdict);
-    /// @notice The set in calldata hashes to `given`, the committed set is `committed`.
-    error CommitteeSetMismatch(bytes32 given, bytes32 committed);
     /// @notice The signer bitmap is empty, or names `index`, a free or unbonding slot (or one
     /// past the set).
     error CommitteeInvalidSigner(uint256 index);
+    /// @notice `nonSigners` lists `index`, which is not an active slot outside the signer bitmap
+    /// (or is listed twice).
+    error CommitteeInvalidNonSigner(uint256 index);
+    /// @notice `nonSigners` leaves out `index`, an active slot outside the signer bitmap.
+    error CommitteeMissingNonSigner(uint256 index);
+    /// @notice The hash-to-G1 hint does not prove H(digest) (docs/committee.md "Hash to G1").
+    error CommitteeInvalidHashHint();
+    /// @notice The challenge was not opened on `receiptHash` with the set hashing to `setHash`
+    /// (its `ChallengeOpened` names both).
+    error CommitteeNotOpenedWith(bytes32 receiptHash, bytes32 setHash);
+    /// @notice Challenge `challengeId` could be settled until `deadline`; it is `timestamp`.
+    error CommitteeSettlementClosed(uint256 challengeId, uint256 deadline, uint256 timestamp);
     /// @notice Signers hold `signerStake` of `activeStake`: less than two thirds.
     error CommitteeBelowThreshold(uint256 signerStake, uint256 activeStake);
     /// @notice The aggregate signature does not verify on the verdict digest.
@@ -246,26 +271,25 @@ interface IVerifierCommittee {
         external
         returns (uint256 challengeId);
 
-    /// @notice Settles open challenge `challengeId` with `verdict` and `reason`, signed by the
-    /// verifiers in `signerBitmap` (bit i = index i). `pk1s` and `stakes` are the whole set
-    /// (index 0..slotCount-1, zeros for free or unbonding slots) and must hash to `setHash()`;
-    /// `sigma` is the aggregate signature and `apk2` the signers' aggregate G2 key. Moves no
-    /// tokens.
+    /// @notice Settles open challenge `challengeId`, whose receipt hash is `receiptHash`, with
+    /// `verdict` and `reason`, signed by the verifiers in `signerBitmap` (bit i = index i), as
+    /// `proof` shows (`SettlementProof`). Moves no tokens.
     ///
-    /// Requirements: the challenge is open; `verdict` is 1 or 2; the set matches; the bitmap is
-    /// not empty and names only active slots; signers hold ≥ 2/3 of the active stake; σ verifies
-    /// on `verdictDigest(...)` under (apk1 − non-signers, apk2), that key not at infinity.
+    /// Requirements: the challenge is open and `openedAt + settlementTimeout()` has not come;
+    /// `receiptHash` is its receipt hash and `proof.set` the set it opened with; `verdict` is 1
+    /// or 2; the bitmap is not empty and names only active slots of that set; `nonSigners`
+    /// names every other active slot once; signers hold ≥ 2/3 of that set's active stake; the
+    /// hint holds; σ verifies on `verdictDigest(...)` under (apk1 − non-signers, apk2), that key
+    /// not at infinity.
     ///
     /// Emits: `ChallengeSettled`.
     function settle(
         uint256 challengeId,
+        bytes32 receiptHash,
         uint8 verdict,
         bytes32 reason,
         uint256 signerBitmap,
-        BN254.G1Point[] calldata pk1s,
-        uint96[] calldata stakes,
-        BN254.G1Point calldata sigma,
-        BN254.G2Point calldata apk2
+        SettlementProof calldata proof
     ) external;
 
     /// @notice Ends open challenge `challengeId` that no quorum settled in time: the challenger
@@ -332,8 +356,10 @@ interface IVerifierCommittee {
     /// @notice Committee challenge `challengeId`.
     function challengeOf(uint256 challengeId) external view returns (ChallengeInfo memory);
 
-    /// @notice The whole set as `settle` takes it (pk1s and stakes per index, zeros when not active).
-    function activeSet() external view returns (BN254.G1Point[] memory pk1s, uint96[] memory stakes);
+    /// @notice The set as `settle` takes it and `setHash` commits to: apk1.x, apk1.y, the active
+    /// stake, the active bitmap, then (pk1.x, pk1.y, stake) per index 0..slotCount-1 (zeros when
+    /// not active), 32-byte words.
+    function activeSet() external view returns (bytes memory);
 
     /// @notice Seconds after `openedAt` from which an unsettled challenge may `expire`.
     function settlementTimeout() external view returns (uint64);

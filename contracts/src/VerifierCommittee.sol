@@ -36,14 +36,20 @@ contract VerifierCommittee is IVerifierCommittee {
     uint64 public constant MAX_APPEAL_WINDOW = 7 days;
     /// @notice Basis points denominator of `challengerShareBps`.
     uint256 public constant BPS = 10_000;
-    /// @notice The longest settlement timeout the constructor accepts.
-    uint64 public constant MAX_SETTLEMENT_TIMEOUT = 30 days;
+    /// @notice The longest settlement timeout the constructor accepts: a challenge settles
+    /// against the set it opened with, so a signer that deregistered after the opening must
+    /// still be slashable when the appeal window ends (see `settle`).
+    uint64 public constant MAX_SETTLEMENT_TIMEOUT = DEREGISTRATION_DELAY - MAX_APPEAL_WINDOW;
 
     bytes32 public constant POP_TYPEHASH =
         keccak256("GymVerifierPoP(uint256 chainId,address committee,address verifier,uint256 pkX,uint256 pkY)");
     bytes32 public constant VERDICT_TYPEHASH = keccak256(
         "GymVerdict(uint256 chainId,address committee,uint256 challengeId,bytes32 receiptHash,uint8 verdict,bytes32 reason)"
     );
+
+    /// @dev Bytes of the set's header (apk1, active stake, active bitmap) and of one entry.
+    uint256 private constant _SET_HEADER = 0x80;
+    uint256 private constant _SET_ENTRY = 0x4c;
 
     uint256 private constant _P = 0x30644e72e131a029b85045b68181585d97816a916871ca8d3c208c16d87cfd47; // BN254.P
 
@@ -80,10 +86,8 @@ contract VerifierCommittee is IVerifierCommittee {
     BN254.G1Point private _apk1;
     /// @notice One past the highest index ever used: the length of the set `settle` takes.
     uint256 public slotCount;
-    /// @dev Stake of the active verifiers (at most 128 uint96 stakes) and the active indices
-    /// (bit i = index i): one storage word, which `settle` reads instead of summing the set.
-    uint128 private _activeStake;
-    uint128 private _activeBitmap;
+    /// @dev Stake of the active verifiers (at most 128 uint96 stakes).
+    uint256 private _activeStake;
     /// @notice Stake of every verifier, active or unbonding (what this contract holds for them).
     uint256 public totalStake;
     /// @notice Bonds of challenges not yet finalized.
@@ -106,13 +110,17 @@ contract VerifierCommittee is IVerifierCommittee {
         uint64 from;
     }
 
-    /// @dev Packed so that `settle` only rewrites word 0, made nonzero by `openChallenge`, and
-    /// `expire` reads its status and `openedAt` in one word. `settle` writes word 0 whole in
-    /// assembly: keep `_W0_*` below in step with this layout.
+    /// @dev Packed so that `settle` reads and rewrites only word 0, made nonzero by
+    /// `openChallenge`, and `expire` reads its status and `openedAt` in one word. While a
+    /// challenge is open, word 0's low 192 bits (`signerBitmap`, `settledAt`) hold the first 24
+    /// bytes of keccak256(receiptHash ‖ setHash at opening), the challenge's binding: `settle`
+    /// checks the receipt hash and the set in calldata against it, so it reads neither word 3
+    /// nor `setHash`, and overwrites it. `settle` reads and writes word 0 whole in assembly:
+    /// keep `_W0_*` below in step with this layout.
     struct Record {
         // word 0
-        uint128 signerBitmap;
-        uint64 settledAt;
+        uint128 signerBitmap; // while open: bits 64..191 of the binding
+        uint64 settledAt; // while open: bits 192..255 of the binding
         Status status;
         uint8 verdict;
         uint48 openedAt;
@@ -133,6 +141,9 @@ contract VerifierCommittee is IVerifierCommittee {
     uint256 private constant _W0_SETTLED_AT = 128;
     uint256 private constant _W0_STATUS = 192;
     uint256 private constant _W0_VERDICT = 200;
+    uint256 private constant _W0_OPENED_AT = 208;
+    /// @dev Word 0's bits that hold the binding >> 64 while a challenge is open (see `Record`).
+    uint256 private constant _W0_BINDING_MASK = (1 << 192) - 1;
 
     uint256 private _usedBitmap; // indices held (active or unbonding)
     mapping(uint256 index => Slot) private _slots;
@@ -177,7 +188,7 @@ contract VerifierCommittee is IVerifierCommittee {
         challengerShareBps = challengerShareBps_;
         appealWindow = appealWindow_;
         settlementTimeout = settlementTimeout_;
-        setHash = keccak256("");
+        setHash = keccak256(new bytes(_SET_HEADER));
     }
 
     /// @notice Binds the NodeRegistry, whose `committee()` must be this contract. Deployer only, once.
@@ -224,9 +235,7 @@ contract VerifierCommittee is IVerifierCommittee {
         _indexOf[msg.sender] = index + 1;
         _keyUsed[pkHash] = true;
         _apk1 = BN254.ecAdd(_apk1, pk1);
-        // casting to uint128 is safe: stake <= type(uint96).max, index < 128
-        // forge-lint: disable-next-line(unsafe-typecast,incorrect-shift)
-        (_activeStake, _activeBitmap) = (_activeStake + uint128(stake), _activeBitmap | uint128(1 << index));
+        _activeStake += stake;
         totalStake += stake;
         emit VerifierRegistered(msg.sender, index, pk1.X, pk1.Y, stake);
         _recommit();
@@ -242,9 +251,7 @@ contract VerifierCommittee is IVerifierCommittee {
         // casting to uint96 is safe: checked on the line above
         // forge-lint: disable-next-line(unsafe-typecast)
         slot.stake = uint96(stake);
-        // casting to uint128 is safe: amount < stake <= type(uint96).max
-        // forge-lint: disable-next-line(unsafe-typecast)
-        _activeStake += uint128(amount);
+        _activeStake += amount;
         totalStake += amount;
         emit VerifierStakeAdded(msg.sender, index, amount, stake);
         _recommit();
@@ -294,10 +301,16 @@ contract VerifierCommittee is IVerifierCommittee {
         if (address(registry_) == address(0)) revert CommitteeRegistryNotBound();
         uint256 registryId = registry_.challenge(operator, receiptHash, nodeSignature, evidenceCid);
         uint256 bond = challengeBond;
+        bytes32 set = setHash;
+        // the binding's first 24 bytes, for `settle` (see `Record`)
+        uint256 binding = uint256(keccak256(abi.encode(receiptHash, set))) >> 64;
         challengeId = ++challengeCount;
         _records[challengeId] = Record({
-            signerBitmap: 0,
-            settledAt: 0,
+            // casting to uint128 and uint64 is safe: the binding's low 128 bits, then 64 more
+            // forge-lint: disable-next-line(unsafe-typecast)
+            signerBitmap: uint128(binding),
+            // forge-lint: disable-next-line(unsafe-typecast)
+            settledAt: uint64(binding >> 128),
             status: Status.Open,
             verdict: 0,
             openedAt: uint48(block.timestamp),
@@ -314,22 +327,24 @@ contract VerifierCommittee is IVerifierCommittee {
             claimedBitmap: 0
         });
         openBonds += bond;
-        emit ChallengeOpened(challengeId, registryId, operator, msg.sender, receiptHash, bond, evidenceCid);
+        emit ChallengeOpened(challengeId, registryId, operator, msg.sender, receiptHash, set, bond, evidenceCid);
         if (bond != 0) token.safeTransferFrom(msg.sender, address(this), bond);
     }
 
     /// @inheritdoc IVerifierCommittee
     function settle(
         uint256 challengeId,
+        bytes32 receiptHash,
         uint8 verdict,
         bytes32 reason,
         uint256 signerBitmap,
-        BN254.G1Point[] calldata pk1s,
-        uint96[] calldata stakes,
-        BN254.G1Point calldata sigma,
-        BN254.G2Point calldata apk2
+        SettlementProof calldata proof
     ) external {
-        uint256 word0 = _recordWord0(challengeId);
+        Record storage record = _records[challengeId];
+        uint256 word0;
+        assembly ("memory-safe") {
+            word0 := sload(record.slot)
+        }
         {
             // casting to uint8 is safe: the status byte of word 0
             // forge-lint: disable-next-line(unsafe-typecast)
@@ -339,23 +354,30 @@ contract VerifierCommittee is IVerifierCommittee {
                 revert CommitteeWrongStatus(challengeId, status);
             }
         }
+        {
+            uint256 deadline = (word0 >> _W0_OPENED_AT) + settlementTimeout;
+            // forge-lint: disable-next-line(block-timestamp)
+            if (block.timestamp >= deadline) revert CommitteeSettlementClosed(challengeId, deadline, block.timestamp);
+        }
         if (verdict != uint8(Verdict.Upheld) && verdict != uint8(Verdict.Rejected)) {
             revert CommitteeInvalidVerdict(verdict);
         }
-        bytes32 digest = _verdictDigest(challengeId, _records[challengeId].receiptHash, verdict, reason);
         // signer stake | active stake << 128, or 0 when σ does not verify
-        uint256 stakeSums = _checkSettlement(digest, signerBitmap, pk1s, stakes, sigma, apk2);
+        uint256 stakeSums = _verifySettlement(
+            _verdictDigest(challengeId, receiptHash, verdict, reason), receiptHash, word0, signerBitmap, proof
+        );
         if (stakeSums == 0) revert CommitteeInvalidSignature(challengeId);
 
-        // Word 0 of an open challenge holds only its status and `openedAt`: rewrite it whole
-        // (one SSTORE) with the bitmap (below 2^128: `_checkSettlement` refused bits at or past
-        // the set's length, at most 128), settledAt, status Settled and the verdict.
-        _storeWord0(
-            challengeId,
-            (word0 & ~(uint256(0xff) << _W0_STATUS)) | signerBitmap | (block.timestamp << _W0_SETTLED_AT)
-                | (uint256(uint8(Status.Settled)) << _W0_STATUS) | (uint256(verdict) << _W0_VERDICT)
-        );
-        emit ChallengeSettled(challengeId, verdict, reason, signerBitmap, uint128(stakeSums), stakeSums >> 128);
+        // Rewrite word 0 whole (one SSTORE): the bitmap (below 2^128: `_verifySettlement`
+        // refused bits outside the active bitmap, which has 128) over the binding's bits,
+        // settledAt, status Settled and the verdict; `openedAt` stays.
+        word0 = (word0 & ~(_W0_BINDING_MASK | (uint256(0xff) << _W0_STATUS))) | signerBitmap
+            | (block.timestamp << _W0_SETTLED_AT) | (uint256(uint8(Status.Settled)) << _W0_STATUS)
+            | (uint256(verdict) << _W0_VERDICT);
+        assembly ("memory-safe") {
+            sstore(record.slot, word0)
+        }
+        emit ChallengeSettled(challengeId, verdict, reason, uint128(stakeSums), stakeSums >> 128);
     }
 
     /// @inheritdoc IVerifierCommittee
@@ -410,9 +432,7 @@ contract VerifierCommittee is IVerifierCommittee {
             slashed += amount;
             bool ejected;
             if (state == ACTIVE) {
-                // casting to uint128 is safe: amount <= the slot's uint96 stake
-                // forge-lint: disable-next-line(unsafe-typecast)
-                _activeStake -= uint128(amount);
+                _activeStake -= amount;
                 if (amount != 0) setChanged = true;
                 if (left < minVerifierStake) {
                     _leave(index, slot);
@@ -551,11 +571,12 @@ contract VerifierCommittee is IVerifierCommittee {
     /// @inheritdoc IVerifierCommittee
     function challengeOf(uint256 challengeId) external view returns (ChallengeInfo memory) {
         Record storage r = _records[challengeId];
+        bool open = r.status == Status.Open; // word 0 then holds part of the receipt hash
         return ChallengeInfo({
             status: r.status,
             verdict: r.verdict,
-            settledAt: r.settledAt,
-            signerBitmap: r.signerBitmap,
+            settledAt: open ? 0 : r.settledAt,
+            signerBitmap: open ? 0 : r.signerBitmap,
             openedAt: r.openedAt,
             challenger: r.challenger,
             bond: r.bond,
@@ -568,17 +589,8 @@ contract VerifierCommittee is IVerifierCommittee {
     }
 
     /// @inheritdoc IVerifierCommittee
-    function activeSet() external view returns (BN254.G1Point[] memory pk1s, uint96[] memory stakes) {
-        uint256 n = slotCount;
-        pk1s = new BN254.G1Point[](n);
-        stakes = new uint96[](n);
-        for (uint256 i; i < n; ++i) {
-            Slot memory slot = _slots[i];
-            if (slot.state == ACTIVE) {
-                pk1s[i] = _pk1s[i];
-                stakes[i] = slot.stake;
-            }
-        }
+    function activeSet() external view returns (bytes memory set) {
+        (set,) = _packSet();
     }
 
     /// @notice Stake of the active verifiers.
@@ -597,14 +609,25 @@ contract VerifierCommittee is IVerifierCommittee {
         return keccak256(abi.encode(POP_TYPEHASH, block.chainid, address(this), verifier, pkX, pkY));
     }
 
+    /// @dev keccak256(abi.encode(VERDICT_TYPEHASH, chainid, this, challengeId, receiptHash,
+    /// verdict, reason)), hashed in scratch memory past the free memory pointer (nothing allocated).
     function _verdictDigest(uint256 challengeId, bytes32 receiptHash, uint8 verdict, bytes32 reason)
         private
         view
-        returns (bytes32)
+        returns (bytes32 digest)
     {
-        return keccak256(
-            abi.encode(VERDICT_TYPEHASH, block.chainid, address(this), challengeId, receiptHash, verdict, reason)
-        );
+        bytes32 typehash = VERDICT_TYPEHASH;
+        assembly ("memory-safe") {
+            let p := mload(0x40)
+            mstore(p, typehash)
+            mstore(add(p, 0x20), chainid())
+            mstore(add(p, 0x40), address())
+            mstore(add(p, 0x60), challengeId)
+            mstore(add(p, 0x80), receiptHash)
+            mstore(add(p, 0xa0), verdict)
+            mstore(add(p, 0xc0), reason)
+            digest := keccak256(p, 0xe0)
+        }
     }
 
     function _activeSlot(address verifier) private view returns (uint256 index, Slot storage slot) {
@@ -619,9 +642,7 @@ contract VerifierCommittee is IVerifierCommittee {
     function _leave(uint256 index, Slot storage slot) private {
         slot.state = UNBONDING;
         slot.unbondingEnds = uint64(block.timestamp) + DEREGISTRATION_DELAY;
-        // casting to uint128 is safe: index < 128
-        // forge-lint: disable-next-line(unsafe-typecast,incorrect-shift)
-        (_activeStake, _activeBitmap) = (_activeStake - slot.stake, _activeBitmap & ~uint128(1 << index));
+        _activeStake -= slot.stake;
         _apk1 = BN254.ecAdd(_apk1, BN254.neg(_pk1s[index]));
     }
 
@@ -632,13 +653,22 @@ contract VerifierCommittee is IVerifierCommittee {
         if (status != Status.Settled) revert CommitteeWrongStatus(challengeId, status);
     }
 
-    /// @dev Recomputes `setHash` over every slot: keccak256 of (pk1.x, pk1.y) for every index,
-    /// then the stake of every index, as 32-byte words, zeros for a free or unbonding slot (the
-    /// arrays `settle` takes, concatenated). O(slotCount) storage reads.
+    /// @dev Recomputes `setHash` over every slot (`_packSet`). O(slotCount) storage reads.
     function _recommit() private {
+        (bytes memory set, uint256 active) = _packSet();
+        bytes32 h = keccak256(set);
+        setHash = h;
+        emit SetUpdated(h, slotCount, active, set);
+    }
+
+    /// @dev The set `setHash` commits to (docs/committee.md "The set"): a 128-byte header
+    /// (apk1.x, apk1.y, the active stake, the active bitmap, 32-byte words) then, for every
+    /// index 0..slotCount-1, a 76-byte entry: pk1.x and pk1.y (32 bytes each) and the stake
+    /// (12 bytes, a uint96), zeros for a free or unbonding slot. Also returns the active stake.
+    function _packSet() private view returns (bytes memory set, uint256 active) {
         uint256 n = slotCount;
-        bytes memory packed = new bytes(n * 96);
-        uint256 active;
+        set = new bytes(_SET_HEADER + n * _SET_ENTRY);
+        uint256 bitmap;
         for (uint256 i; i < n; ++i) {
             Slot memory slot = _slots[i];
             if (slot.state != ACTIVE) continue;
@@ -647,158 +677,189 @@ contract VerifierCommittee is IVerifierCommittee {
             uint256 y = pk.Y;
             uint256 stake = slot.stake;
             active += stake;
+            bitmap |= 1 << i;
             assembly ("memory-safe") {
-                let keys := add(packed, 0x20)
-                let p := add(keys, shl(6, i))
-                mstore(p, x)
-                mstore(add(p, 0x20), y)
-                mstore(add(add(keys, shl(6, n)), shl(5, i)), stake)
+                let e := add(add(set, 0xa0), mul(i, 0x4c))
+                // the stake's word covers the entry's last 32 bytes (its first 20, zeros, in
+                // y's place), then x and y
+                mstore(add(e, 0x2c), stake)
+                mstore(e, x)
+                mstore(add(e, 0x20), y)
             }
         }
-        bytes32 h = keccak256(packed);
-        setHash = h;
-        emit SetUpdated(h, n, active);
+        BN254.G1Point memory apk = _apk1;
+        assembly ("memory-safe") {
+            mstore(add(set, 0x20), mload(apk))
+            mstore(add(set, 0x40), mload(add(apk, 0x20)))
+            mstore(add(set, 0x60), active)
+            mstore(add(set, 0x80), bitmap)
+        }
     }
 
-    /// @dev Everything `settle` checks but the challenge's status and the verdict: the set in
-    /// calldata against `setHash` and the signers (reverting), the two-thirds quorum
-    /// (reverting), and whether σ verifies on `digest` under (apk1 − non-signers, apk2).
-    /// Returns the signers' stake | the active stake << 128 (each below 2^103: at most 128
-    /// uint96 stakes), or 0 when σ does not verify (a valid settlement's signers hold a nonzero
-    /// stake).
+    /// @dev Everything `settle` checks but the challenge, its receipt hash and the verdict,
+    /// reverting on a malformed call: `set` against `setHash`; the signer bitmap against the
+    /// set's active bitmap; `nonSigners` (one byte per index) against the active indices not in
+    /// the bitmap, each exactly once, in any order; the two-thirds quorum; the hash hint
+    /// (`BN254.hashToG1Hinted`, inlined). Returns the signers' stake | the active stake << 128
+    /// (each below 2^103: at most 128 uint96 stakes), or 0 when σ does not verify on `digest`
+    /// under (apk1 − Σ non-signers' pk1, apk2), or that key is at infinity (a valid
+    /// settlement's signers hold a nonzero stake).
     ///
-    /// The active stake and the active indices come from storage (`_activeStake`,
-    /// `_activeBitmap`, one word), kept in step with the set `setHash` commits to (whose active
-    /// slots are exactly those bits, whose stakes sum to that stake); so a signer must be a
-    /// bit of `_activeBitmap`, and only the non-signers' entries of the calldata set are read
-    /// (their keys subtracted from apk1, their stakes from the active stake).
-    function _checkSettlement(
+    /// One assembly block, for gas (docs/committee.md "Gas"); a failed check leaves an error
+    /// code and its value for `_refuseSettlement`. The proof's fields are read from its ABI head
+    /// (offsets of `set` and `nonSigners`, σ, apk2, the offset of `hashHint`) without
+    /// Solidity's bounds checks: whatever the offsets point at, the set must hash to
+    /// `setHash`, each listed non-signer must be one, each hint word must satisfy its equation
+    /// and the points must pass the pairing, so a malformed proof only fails one of those
+    /// checks (reads past the calldata give zeros).
+    ///
+    /// Memory, from the free memory pointer m (nothing is allocated): m..m + 0x120 the nine
+    /// words γ hashes (the signers' apk1 is summed in place at m + 0x20, with m + 0x60..m + 0xa0
+    /// as the ecAdd operand), the set copied from m + 0x120, whose first 0x180 bytes the
+    /// pairing then takes as scratch (`BN254.verifyHashedAt`), once the set is read; H(digest)
+    /// at m + 0x2a0.
+    function _verifySettlement(
         bytes32 digest,
+        bytes32 receiptHash,
+        uint256 word0,
         uint256 bitmap,
-        BN254.G1Point[] calldata pk1s,
-        uint96[] calldata stakes,
-        BN254.G1Point calldata sigma,
-        BN254.G2Point calldata apk2
+        SettlementProof calldata proof
     ) private view returns (uint256 stakeSums) {
         uint256 m;
-        uint256 signerStake;
+        uint256 err;
+        uint256 info;
         uint256 active;
-        {
-            uint256 pkOffset;
-            uint256 stakeOffset;
-            assembly ("memory-safe") {
-                pkOffset := pk1s.offset
-                stakeOffset := stakes.offset
-            }
-            (m, signerStake, active) = _quorum(bitmap, pkOffset, stakeOffset, pk1s.length, stakes.length);
-        }
-        if (signerStake * 3 < active * 2) revert CommitteeBelowThreshold(signerStake, active);
-        bool infinity;
-        assembly ("memory-safe") {
-            mstore(m, digest)
-            infinity := iszero(or(mload(add(m, 0x20)), mload(add(m, 0x40))))
-            calldatacopy(add(m, 0x60), apk2, 0x80)
-            calldatacopy(add(m, 0xe0), sigma, 0x40)
-        }
-        // An aggregate key at infinity is refused (σ at infinity would pass for any message).
-        if (infinity) return 0;
-        (bool valid,) = BN254.verifyAt(m);
-        if (valid) stakeSums = signerStake | (active << 128);
-    }
-
-    /// @dev Sets word 0 of challenge `challengeId`'s record (see `Record`) to `word0`.
-    function _storeWord0(uint256 challengeId, uint256 word0) private {
-        Record storage record = _records[challengeId];
-        assembly ("memory-safe") {
-            sstore(record.slot, word0)
-        }
-    }
-
-    /// @dev Checks the signer bitmap against the set's length `n` and the set (`n` keys at
-    /// calldata `pkOffset`, `stakeCount` stakes at `stakeOffset`) against `setHash`, reverting.
-    /// Returns m, the free memory pointer: memory from there is not allocated (the callers
-    /// allocate nothing after this) and holds, from m + 0x120, the set as `setHash` hashes it;
-    /// `_sumNonSigners` and `BN254.verifyAt` use m..m + 0x2a0 (the nine words γ hashes, then
-    /// scratch over the copied set).
-    function _checkSet(uint256 bitmap, uint256 pkOffset, uint256 stakeOffset, uint256 n, uint256 stakeCount)
-        private
-        view
-        returns (uint256 m)
-    {
-        if (bitmap == 0) revert CommitteeInvalidSigner(0);
-        if (n < 256 && bitmap >> n != 0) revert CommitteeInvalidSigner(n + _lowestBit(bitmap >> n));
-        if (stakeCount != n) revert CommitteeSetMismatch(bytes32(0), setHash);
-        bytes32 given;
         assembly ("memory-safe") {
             m := mload(0x40)
-            let set := add(m, 0x120)
-            calldatacopy(set, pkOffset, shl(6, n))
-            calldatacopy(add(set, shl(6, n)), stakeOffset, shl(5, n))
-            given := keccak256(set, mul(n, 0x60))
-        }
-        bytes32 committed = setHash;
-        if (given != committed) revert CommitteeSetMismatch(given, committed);
-    }
-
-    /// @dev The set and signer checks of `_checkSettlement` (`_checkSet`, then the signers
-    /// against `_activeBitmap`) and the stakes: the signers' (the active stake less the
-    /// non-signers') and the active one. Returns `_checkSet`'s m, where apk1 − Σ non-signers'
-    /// keys is left at m + 0x20.
-    function _quorum(uint256 bitmap, uint256 pkOffset, uint256 stakeOffset, uint256 n, uint256 stakeCount)
-        private
-        view
-        returns (uint256 m, uint256 signerStake, uint256 active)
-    {
-        m = _checkSet(bitmap, pkOffset, stakeOffset, n, stakeCount);
-        uint256 activeBitmap;
-        (active, activeBitmap) = (_activeStake, _activeBitmap);
-        uint256 inactive = bitmap & ~activeBitmap;
-        if (inactive != 0) revert CommitteeInvalidSigner(_lowestBit(inactive));
-        signerStake = active - _sumNonSigners(m, activeBitmap & ~bitmap, pkOffset, stakeOffset);
-    }
-
-    /// @dev Σ stakes of the non-signers (the bits of `nonSigners`) in the set at calldata
-    /// `pkOffset` (keys) and `stakeOffset` (stakes), already checked against `setHash`; leaves
-    /// apk1 − Σ their keys at m + 0x20 (m + 0x60 scratch). Reverts when an ecAdd fails.
-    function _sumNonSigners(uint256 m, uint256 nonSigners, uint256 pkOffset, uint256 stakeOffset)
-        private
-        view
-        returns (uint256 nonSignerStake)
-    {
-        bool failed;
-        assembly ("memory-safe") {
-            let acc := add(m, 0x20)
-            mstore(acc, sload(_apk1.slot))
-            mstore(add(acc, 0x20), sload(add(_apk1.slot, 1)))
-            for {} nonSigners {} {
-                // skip eight indices at a time while none is a non-signer
-                if iszero(and(nonSigners, 0xff)) {
-                    nonSigners := shr(8, nonSigners)
-                    pkOffset := add(pkOffset, 0x200)
-                    stakeOffset := add(stakeOffset, 0x100)
-                    continue
+            let left // active non-signers not listed yet
+            {
+                let s := add(m, 0x120)
+                let o := add(proof, calldataload(proof)) // set: length word, then bytes
+                let length := calldataload(o)
+                calldatacopy(s, add(o, 0x20), length)
+                info := keccak256(s, length)
+                // the binding of (receiptHash, this set) against the challenge's (see `Record`)
+                mstore(0, receiptHash)
+                mstore(0x20, info)
+                let binding := shr(64, keccak256(0, 0x40))
+                active := mload(add(s, 0x40))
+                let activeBitmap := mload(add(s, 0x60))
+                left := and(activeBitmap, not(bitmap))
+                switch eq(binding, and(word0, _W0_BINDING_MASK))
+                case 0 { err := _ERR_SET }
+                default {
+                    // the committed set: a header, an entry per index below slotCount with a
+                    // valid key (y in 1..P−1) where the active bitmap has a bit
+                    info := and(bitmap, not(activeBitmap))
+                    if or(iszero(bitmap), info) { err := _ERR_SIGNER }
                 }
-                if and(nonSigners, 1) {
-                    nonSignerStake := add(nonSignerStake, calldataload(stakeOffset))
-                    // acc += −pk (a key in the committed set is a curve point, y in 1..P−1)
-                    mstore(add(acc, 0x40), calldataload(pkOffset))
-                    mstore(add(acc, 0x60), sub(_P, calldataload(add(pkOffset, 0x20))))
-                    if iszero(staticcall(gas(), 0x06, acc, 0x80, acc, 0x40)) { failed := 1 }
+            }
+            if iszero(err) {
+                // acc = −apk1, plus each non-signer's key, negated back after the loop: the
+                // signers' apk1 (keys are added as the set has them; (0, 0) stays itself)
+                let acc := add(m, 0x20)
+                let p := _P
+                mstore(acc, mload(add(m, 0x120)))
+                mstore(add(acc, 0x20), mod(sub(p, mload(add(m, 0x140))), p))
+                let e := add(proof, calldataload(add(proof, 0x20))) // nonSigners
+                let end := add(add(e, 0x20), calldataload(e))
+                let stake := 0
+                let ok := 1
+                for { e := add(e, 0x20) } lt(e, end) { e := add(e, 1) } {
+                    let i := shr(248, calldataload(e))
+                    if iszero(and(shr(i, left), 1)) {
+                        err := _ERR_NON_SIGNER
+                        info := i
+                        break
+                    }
+                    left := xor(left, shl(i, 1))
+                    // entry i: 0x4c bytes each after the set's 0x80-byte header at m + 0x120
+                    i := add(add(m, 0x1a0), mul(i, 0x4c))
+                    stake := add(stake, shr(160, mload(add(i, 0x40))))
+                    mcopy(add(acc, 0x40), i, 0x40)
+                    ok := and(ok, staticcall(gas(), 0x06, acc, 0x80, acc, 0x40))
                 }
-                nonSigners := shr(1, nonSigners)
-                pkOffset := add(pkOffset, 0x40)
-                stakeOffset := add(stakeOffset, 0x20)
+                mstore(add(acc, 0x20), mod(sub(p, mload(add(acc, 0x20))), p))
+                stake := sub(active, stake) // the signers'
+                if iszero(err) {
+                    switch left
+                    case 0 {
+                        if iszero(ok) { err := _ERR_EC_ADD }
+                        // stakes are below 2^103: no overflow
+                        if lt(mul(stake, 3), shl(1, active)) {
+                            err := _ERR_THRESHOLD
+                            info := stake
+                        }
+                    }
+                    default {
+                        err := _ERR_MISSING
+                        info := left
+                    }
+                }
+                stakeSums := or(stake, shl(128, active))
+            }
+            if iszero(err) {
+                // H(digest) from the hint, as BN254.hashToG1Hinted
+                let p := _P
+                let h := add(proof, calldataload(add(proof, 0x100))) // hashHint
+                let n := calldataload(h)
+                h := add(h, 0x20)
+                let last := add(h, shl(5, sub(n, 1)))
+                let x := mod(digest, p)
+                err := _ERR_HINT
+                for {} n { h := add(h, 0x20) } {
+                    let beta := addmod(mulmod(mulmod(x, x, p), x, p), 3, p)
+                    let y := calldataload(h)
+                    if eq(h, last) {
+                        if and(lt(y, p), eq(mulmod(y, y, p), beta)) { err := 0 }
+                        // H(digest) at m + 0x2a0, past the pairing's scratch
+                        mstore(add(m, 0x2a0), x)
+                        mstore(add(m, 0x2c0), y)
+                        break
+                    }
+                    if iszero(eq(mulmod(y, y, p), sub(p, beta))) { break }
+                    x := addmod(x, 1, p)
+                }
+                mstore(m, digest)
+                calldatacopy(add(m, 0x60), add(proof, 0x80), 0x80) // apk2
+                calldatacopy(add(m, 0xe0), add(proof, 0x40), 0x40) // σ
+                // an aggregate key at infinity is refused (σ at infinity would pass for any
+                // message): no signature verifies then
+                if iszero(or(mload(add(m, 0x20)), mload(add(m, 0x40)))) { if iszero(err) { stakeSums := 0 } }
             }
         }
-        if (failed) revert BN254.BN254PrecompileFailed(0x06);
+        if (err != 0) _refuseSettlement(err, info, active, receiptHash);
+        if (stakeSums == 0) return 0;
+        uint256 hx;
+        uint256 hy;
+        assembly ("memory-safe") {
+            hx := mload(add(m, 0x2a0))
+            hy := mload(add(m, 0x2c0))
+        }
+        (bool valid,) = BN254.verifyHashedAt(m, hx, hy);
+        if (!valid) stakeSums = 0;
     }
 
-    /// @dev Word 0 of challenge `challengeId`'s record (see `Record`).
-    function _recordWord0(uint256 challengeId) private view returns (uint256 word0) {
-        Record storage record = _records[challengeId];
-        assembly ("memory-safe") {
-            word0 := sload(record.slot)
-        }
+    // Error codes of `_verifySettlement`, raised by `_refuseSettlement`.
+    uint256 private constant _ERR_SET = 1;
+    uint256 private constant _ERR_SIGNER = 2;
+    uint256 private constant _ERR_NON_SIGNER = 3;
+    uint256 private constant _ERR_MISSING = 4;
+    uint256 private constant _ERR_EC_ADD = 5;
+    uint256 private constant _ERR_THRESHOLD = 6;
+    uint256 private constant _ERR_HINT = 7;
+
+    /// @dev Reverts with the error `_verifySettlement`'s code `err` stands for; `info` is the
+    /// set's hash (set), the bitmap's bits outside the active set (signer), the index
+    /// (non-signer), the non-signers left out (missing) or the signers' stake (threshold).
+    function _refuseSettlement(uint256 err, uint256 info, uint256 active, bytes32 receiptHash) private pure {
+        if (err == _ERR_SET) revert CommitteeNotOpenedWith(receiptHash, bytes32(info));
+        if (err == _ERR_SIGNER) revert CommitteeInvalidSigner(info == 0 ? 0 : _lowestBit(info));
+        if (err == _ERR_NON_SIGNER) revert CommitteeInvalidNonSigner(info);
+        if (err == _ERR_MISSING) revert CommitteeMissingNonSigner(_lowestBit(info));
+        if (err == _ERR_EC_ADD) revert BN254.BN254PrecompileFailed(0x06);
+        if (err == _ERR_THRESHOLD) revert CommitteeBelowThreshold(info, active);
+        revert CommitteeInvalidHashHint();
     }
 
     /// @dev The verifier that held `index` at time `at`: the latest tenure that began by then.

@@ -6,6 +6,7 @@ import {GymToken} from "../../src/GymToken.sol";
 import {IVerifierCommittee} from "../../src/IVerifierCommittee.sol";
 import {NodeRegistry} from "../../src/NodeRegistry.sol";
 import {VerifierCommittee} from "../../src/VerifierCommittee.sol";
+import {CommitteeSet} from "../utils/CommitteeSet.sol";
 import {G2Math} from "../utils/G2Math.sol";
 import {Vm} from "../utils/Vm.sol";
 
@@ -32,6 +33,7 @@ contract VerifierCommitteeHandler {
     uint256 private immutable _nodeSignerKey;
 
     Key[] private _keys;
+    mapping(uint256 challengeId => bytes set) private _openedWith;
     mapping(address verifier => uint256 keyPlusOne) private _keyOf;
     uint256 public calls;
     /// @notice How many of each state change went through (to see that sequences do progress).
@@ -116,36 +118,56 @@ contract VerifierCommitteeHandler {
         address operator = vm.addr(_nodeSignerKey);
         operator = registry.operatorOfSigner(operator);
         vm.prank(challenger);
-        committee.openChallenge(operator, receiptHash, abi.encodePacked(r, s, v), "bafyevidence");
+        uint256 id = committee.openChallenge(operator, receiptHash, abi.encodePacked(r, s, v), "bafyevidence");
+        _openedWith[id] = committee.activeSet();
     }
 
     function settle(uint256 idSeed, uint256 mask, bool upheld) external step {
         uint256 id = _pick(idSeed);
-        if (id == 0 || committee.challengeOf(id).status != IVerifierCommittee.Status.Open) return;
-        (BN254.G1Point[] memory pk1s, uint96[] memory stakes) = committee.activeSet();
-        uint256 bitmap = _signers(pk1s, stakes, mask);
+        if (id == 0) return;
+        IVerifierCommittee.ChallengeInfo memory c = committee.challengeOf(id);
+        if (c.status != IVerifierCommittee.Status.Open) return;
+        if (block.timestamp >= uint256(c.openedAt) + committee.settlementTimeout()) return; // closed
+        bytes memory set = _openedWith[id]; // the set the challenge opened with judges it
+        uint256 bitmap = _signers(set, mask);
         if (bitmap == 0) return;
-        uint8 verdict = upheld ? 1 : 2;
-        bytes32 reason = upheld ? bytes32("sampling") : bytes32(0);
-        (BN254.G1Point memory sigma, BN254.G2Point memory apk2) =
-            _aggregate(committee.verdictDigest(id, committee.challengeOf(id).receiptHash, verdict, reason), bitmap, pk1s.length);
-        committee.settle(id, verdict, reason, bitmap, pk1s, stakes, sigma, apk2);
+        _settle(id, c.receiptHash, upheld, bitmap, set);
         ++settled;
     }
 
-    /// @dev The active slots picked by `mask`, or all of them when that is below two thirds.
-    function _signers(BN254.G1Point[] memory pk1s, uint96[] memory stakes, uint256 mask)
+    function _settle(uint256 id, bytes32 receiptHash, bool upheld, uint256 bitmap, bytes memory set) private {
+        uint8 verdict = upheld ? 1 : 2;
+        bytes32 reason = upheld ? bytes32("sampling") : bytes32(0);
+        IVerifierCommittee.SettlementProof memory proof = _proof(set, bitmap, id, receiptHash, verdict, reason);
+        committee.settle(id, receiptHash, verdict, reason, bitmap, proof);
+    }
+
+    function _proof(bytes memory set, uint256 bitmap, uint256 id, bytes32 receiptHash, uint8 verdict, bytes32 reason)
         private
-        pure
-        returns (uint256 bitmap)
+        view
+        returns (IVerifierCommittee.SettlementProof memory proof)
     {
+        bytes32 digest = committee.verdictDigest(id, receiptHash, verdict, reason);
+        (BN254.G1Point memory sigma, BN254.G2Point memory apk2) = _aggregate(digest, bitmap, CommitteeSet.count(set));
+        proof = IVerifierCommittee.SettlementProof({
+            set: set,
+            nonSigners: CommitteeSet.nonSigners(set, bitmap),
+            sigma: sigma,
+            apk2: apk2,
+            hashHint: BN254.hashToG1Hint(digest)
+        });
+    }
+
+    /// @dev The active slots picked by `mask`, or all of them when that is below two thirds.
+    function _signers(bytes memory set, uint256 mask) private pure returns (uint256 bitmap) {
         uint256 active;
         uint256 total;
         uint256 signed;
-        for (uint256 i; i < pk1s.length; ++i) {
-            if (pk1s[i].X != 0) active |= 1 << i;
-            total += stakes[i];
-            if (pk1s[i].X != 0 && (mask >> i) & 1 == 1) signed += stakes[i];
+        for (uint256 i; i < CommitteeSet.count(set); ++i) {
+            uint256 stake = CommitteeSet.stake(set, i);
+            if (stake != 0) active |= 1 << i;
+            total += stake;
+            if ((mask >> i) & 1 == 1) signed += stake;
         }
         bitmap = active & mask;
         if (bitmap == 0 || signed * 3 < total * 2) bitmap = active;

@@ -6,8 +6,10 @@ import {BN254} from "../../src/BN254.sol";
 import {ExperienceLedger} from "../../src/ExperienceLedger.sol";
 import {GymToken} from "../../src/GymToken.sol";
 import {IExperienceLedger} from "../../src/IExperienceLedger.sol";
+import {IVerifierCommittee} from "../../src/IVerifierCommittee.sol";
 import {NodeRegistry} from "../../src/NodeRegistry.sol";
 import {VerifierCommittee} from "../../src/VerifierCommittee.sol";
+import {CommitteeSet} from "./CommitteeSet.sol";
 import {G2Math} from "./G2Math.sol";
 import {GymTest} from "./GymTest.sol";
 
@@ -154,6 +156,40 @@ abstract contract CommitteeFixture is GymTest {
         return keccak256(abi.encode("receipt", id));
     }
 
+    /// @dev The proof `settle` takes for signers `bitmap` of the current set, σ and apk2 given:
+    /// the set as `activeSet()` returns it, its non-signers and the hash hint for `digest`.
+    function _proof(bytes32 digest, uint256 bitmap, BN254.G1Point memory sigma, BN254.G2Point memory apk2)
+        internal
+        view
+        returns (IVerifierCommittee.SettlementProof memory)
+    {
+        bytes memory set = committee.activeSet();
+        return IVerifierCommittee.SettlementProof({
+            set: set,
+            nonSigners: CommitteeSet.nonSigners(set, bitmap),
+            sigma: sigma,
+            apk2: apk2,
+            hashHint: BN254.hashToG1Hint(digest)
+        });
+    }
+
+    /// @dev `BN254.hashToG1Hinted` on a memory hint (the library reads calldata).
+    function _hinted(bytes32 digest, uint256[] memory hint) internal view returns (uint256, uint256, bool) {
+        return this.hintedAt(digest, hint);
+    }
+
+    function hintedAt(bytes32 digest, uint256[] calldata hint) external pure returns (uint256 x, uint256 y, bool ok) {
+        uint256 offset;
+        assembly ("memory-safe") {
+            offset := hint.offset
+        }
+        return BN254.hashToG1Hinted(digest, offset, hint.length);
+    }
+
+    function _digest(uint256 id, uint8 verdict, bytes32 reason) internal view returns (bytes32) {
+        return committee.verdictDigest(id, committee.challengeOf(id).receiptHash, verdict, reason);
+    }
+
     /// @dev Settle calldata for challenge `id`: signers = `bitmap` (indices = key numbers, as
     /// `_registerMany` lays them out), signed over `verdict`/`reason`.
     function _settleCall(uint256 id, uint8 verdict, bytes32 reason, uint256 bitmap)
@@ -161,11 +197,17 @@ abstract contract CommitteeFixture is GymTest {
         view
         returns (bytes memory)
     {
-        bytes32 digest = committee.verdictDigest(id, committee.challengeOf(id).receiptHash, verdict, reason);
-        (BN254.G1Point[] memory pk1s, uint96[] memory stakes) = committee.activeSet();
+        bytes32 digest = _digest(id, verdict, reason);
         return abi.encodeCall(
             VerifierCommittee.settle,
-            (id, verdict, reason, bitmap, pk1s, stakes, _sign(digest, bitmap), _apk2(bitmap))
+            (
+                id,
+                committee.challengeOf(id).receiptHash,
+                verdict,
+                reason,
+                bitmap,
+                _proof(digest, bitmap, _sign(digest, bitmap), _apk2(bitmap))
+            )
         );
     }
 
@@ -193,16 +235,22 @@ abstract contract CommitteeFixture is GymTest {
         return vm.toString(i);
     }
 
-    /// @dev The set commitment (docs/committee.md "Contract"): keccak256 of every (pk1.x, pk1.y),
-    /// then every stake, as 32-byte words.
-    function _setCommitment(BN254.G1Point[] memory pk1s, uint96[] memory stakes) internal pure returns (bytes32) {
-        bytes memory keys;
-        bytes memory amounts;
-        for (uint256 i; i < pk1s.length; ++i) {
-            keys = abi.encodePacked(keys, pk1s[i].X, pk1s[i].Y);
-            amounts = abi.encodePacked(amounts, uint256(stakes[i]));
+    /// @dev The set as docs/committee.md "The set" defines it, built from the slots
+    /// (`verifierAt`) with apk1 summed here by ecAdd: what `activeSet()` must return and
+    /// `setHash()` commit to.
+    function _expectedSet() internal view returns (bytes memory) {
+        uint256 n = committee.slotCount();
+        BN254.G1Point[] memory pk1s = new BN254.G1Point[](n);
+        uint256[] memory stakes = new uint256[](n);
+        BN254.G1Point memory apk;
+        for (uint256 i; i < n; ++i) {
+            IVerifierCommittee.VerifierInfo memory v = committee.verifierAt(i);
+            if (v.state != 1) continue;
+            pk1s[i] = v.pk1;
+            stakes[i] = v.stake;
+            apk = BN254.ecAdd(apk, v.pk1);
         }
-        return keccak256(abi.encodePacked(keys, amounts));
+        return CommitteeSet.pack(apk, pk1s, stakes);
     }
 
     function _popcount(uint256 x) internal pure returns (uint256 c) {
