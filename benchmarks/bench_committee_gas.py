@@ -11,7 +11,7 @@ quotes for ``BLSSignatureChecker.checkSignatures``, which is the cost of its two
 verifiers; docs/committee.md "Contract" says where the gas goes.
 
 Usage: ``.venv/bin/python benchmarks/bench_committee_gas.py``; exits 1 when the target is missed
-(it still is, by ~15k: 165,217 at 64; docs/committee.md "Contract" itemises the gas), 2 when
+(it is met: 148,514 at 64 when this was written; docs/committee.md "Gas" itemises it), 2 when
 forge fails.
 """
 

@@ -8,18 +8,17 @@ as it is now:
 1. it decodes (``committee.messages.decode_signed_verdict``: shape, sizes, points on the curve
    and, for ``pk2``, in the subgroup);
 2. its challenge exists, is open, and names the same receipt hash;
-3. its ``verifier_index`` is an active slot held by its ``verifier``;
-4. its signature verifies under the slot's registered ``pk1`` and the ``pk2`` it brings (the
-   two-pair check binds ``pk2`` to ``pk1``), on the verdict digest of this chain and committee.
+3. its ``verifier_index`` was an active slot of the set the challenge opened with (the set that
+   judges it, ``VerifierCommittee.opening_set``) and is held by its ``verifier``;
+4. its signature verifies under that slot's ``pk1`` and the ``pk2`` it brings (the two-pair
+   check binds ``pk2`` to ``pk1``), on the verdict digest of this chain and committee.
 
 A verdict already held (same challenge, verifier and message) is answered ``duplicate`` before
 the pairing runs, so a resend costs no CPU. Verdicts are grouped by message (challenge,
 verdict, reason): only signatures on one message aggregate. ``settlement(challenge_id)`` is the
-first message whose signers hold at least two thirds of the active stake (the contract's rule,
-``3·signers ≥ 2·active``), with the bitmap, ``σ = Σ σ_i`` and ``apk2 = Σ pk2_i``; ``settle``
-sends it with the set read in the same call, and a set that changed in between
-(``CommitteeSetMismatch``) or a signer that left is retried at the next tick with the verdicts
-re-checked against the new set.
+first message whose signers hold at least two thirds of that set's active stake (the contract's
+rule, ``3·signers ≥ 2·active``), with the bitmap, ``σ = Σ σ_i`` and ``apk2 = Σ pk2_i``;
+``settle`` sends it with that set, so verifiers joining or leaving meanwhile change nothing.
 
 ``Aggregator.tick()`` settles what has a quorum, then finalizes every settled challenge whose
 appeal window is over and claims each signer's reward (``claim`` pays the verifier, whoever
@@ -41,8 +40,10 @@ from committee.bls import (
     G2Point,
     aggregate_pk2,
     aggregate_signatures,
+    g1_from_ints,
 )
 from committee.client import ChallengeState, CommitteeChallenge, VerifierCommittee
+from committee.committee_set import CommitteeSet
 from committee.messages import SignedVerdict, Verdict, decode_signed_verdict, reason_text
 from ledger.evm import ChainError
 
@@ -84,6 +85,7 @@ class VerdictPool:
     def __init__(self, committee: VerifierCommittee) -> None:
         self.committee = committee
         self._held: dict[int, _Held] = {}
+        self._sets: dict[int, CommitteeSet] = {}  # the set each held challenge opened with
         self._lock = threading.Lock()
 
     def add(self, data: bytes | str) -> tuple[str, SignedVerdict]:
@@ -111,11 +113,14 @@ class VerdictPool:
             raise PoolError(f"the verdict names receipt 0x{verdict.receipt_hash.hex()}, "
                             f"challenge {verdict.challenge_id} is about "
                             f"0x{challenge.receipt_hash.hex()}")
-        slot = self.committee.slot(signed.verifier_index)
-        if not slot.active or slot.verifier != signed.verifier or slot.pk1 is None:
-            raise PoolError(f"slot {signed.verifier_index} is not an active verifier held by "
-                            f"{signed.verifier}")
-        if not signed.verify(slot.pk1, chain_id=self.committee.chain_id,
+        judging = self.judging_set(verdict.challenge_id)
+        index = signed.verifier_index
+        slot = self.committee.slot(index)
+        if not judging.active(index) or slot.verifier != signed.verifier:
+            raise PoolError(f"slot {index} was no active verifier held by {signed.verifier} when "
+                            f"challenge {verdict.challenge_id} opened")
+        pk1 = g1_from_ints(judging.pk1s[index])
+        if not signed.verify(pk1, chain_id=self.committee.chain_id,
                              committee=self.committee.address):
             raise PoolError(f"the signature of verifier {signed.verifier_index} does not "
                             "verify under its registered key")
@@ -138,16 +143,27 @@ class VerdictPool:
     def drop(self, challenge_id: int) -> None:
         with self._lock:
             self._held.pop(challenge_id, None)
+            self._sets.pop(challenge_id, None)
 
-    def settlement(self, challenge_id: int, pk1s: list[tuple[int, int]], stakes: list[int]
-                   ) -> Settlement | None:
-        """The first message whose signers, among the active slots of the set ``(pk1s,
-        stakes)``, hold two thirds of its stake; None without a quorum."""
-        active = sum(stakes)
+    def judging_set(self, challenge_id: int) -> CommitteeSet:
+        """The set challenge ``challenge_id`` opened with (read once, then kept)."""
+        with self._lock:
+            found = self._sets.get(challenge_id)
+        if found is None:
+            found = self.committee.opening_set(challenge_id)
+            with self._lock:
+                if len(self._sets) >= MAX_PENDING_CHALLENGES:  # keep those of held verdicts
+                    self._sets = {k: v for k, v in self._sets.items() if k in self._held}
+                self._sets[challenge_id] = found
+        return found
+
+    def settlement(self, challenge_id: int, judging: CommitteeSet) -> Settlement | None:
+        """The first message whose signers, among the active slots of ``judging`` (the set the
+        challenge opened with), hold two thirds of its stake; None without a quorum."""
+        active = judging.active_stake
         for signed in self.signatures(challenge_id).values():
-            members = {i: s for i, s in signed.items()
-                       if i < len(stakes) and stakes[i] > 0 and pk1s[i] != (0, 0)}
-            signer_stake = sum(stakes[i] for i in members)
+            members = {i: s for i, s in signed.items() if judging.active(i)}
+            signer_stake = judging.stake_of(sum(1 << i for i in members))
             if members and active and 3 * signer_stake >= 2 * active:
                 ordered = [members[i] for i in sorted(members)]
                 return Settlement(ordered[0].verdict, sum(1 << i for i in members),
@@ -218,12 +234,11 @@ class Aggregator:
             if challenge.status == ChallengeState.SETTLED:
                 self._settled.add(challenge_id)
             return
-        pk1s, stakes = self.committee.active_set()
-        found = self.pool.settlement(challenge_id, pk1s, stakes)
+        judging = self.pool.judging_set(challenge_id)
+        found = self.pool.settlement(challenge_id, judging)
         if found is None:
             return
-        self.committee.settle(found.verdict, found.signer_bitmap, found.sigma, found.apk2,
-                              pk1s, stakes)
+        self.committee.settle(found.verdict, found.signer_bitmap, found.sigma, found.apk2, judging)
         self.pool.drop(challenge_id)
         self.settlements[challenge_id] = found
         self._settled.add(challenge_id)

@@ -8,10 +8,10 @@ Structs are decoded by the ABI's component names, not positions, so a field adde
 ``ContractRevertError`` naming the committee's (or the token's, or the NodeRegistry's) custom
 error with its values.
 
-``settle`` reads the active set (``activeSet()``) itself in the block it estimates against, so
-a caller gives only the verdict, the signer bitmap and the aggregates; the set can change
-between that read and the transaction's block (a verifier joining), and the contract then
-refuses with ``CommitteeSetMismatch``: the aggregator reads the set again and retries.
+A challenge is judged by the set of its opening (``ChallengeOpened.setHash``): ``opening_set``
+finds those bytes in the ``SetUpdated`` event that committed them (any full node keeps logs; no
+archive state is needed) and ``settle`` sends them with the non-signers and the hash hint it
+derives, so a caller gives only the verdict, the signer bitmap, the aggregates and that set.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from eth_utils import to_checksum_address
 from web3 import Web3
 from web3.logs import DISCARD
 
+from committee import committee_set
 from committee.bls import (
     G1Point,
     G2Point,
@@ -32,7 +33,9 @@ from committee.bls import (
     g1_from_ints,
     g1_to_ints,
     g2_to_ints,
+    hash_to_g1_hint,
 )
+from committee.committee_set import CommitteeSet
 from committee.messages import Verdict, proof_of_possession
 from ledger.evm import PAGE_BLOCKS, ChainError, EvmConnection
 
@@ -112,6 +115,7 @@ class OpenedChallenge:
     bond: int
     evidence_cid: str
     block_number: int
+    set_hash: bytes = b""  # the set that judges it (empty: read from an older state file)
 
 
 _CHALLENGE_FIELDS = {
@@ -153,6 +157,7 @@ class VerifierCommittee:
         self._registry_abi = load_artifact("NodeRegistry").abi
         self.evm = EvmConnection(w3, [self.abi, self._token_abi, self._registry_abi])
         self._chain_id: int | None = None
+        self._sets: dict[bytes, CommitteeSet] = {}
 
     # ---------------------------------------------------------------- views
 
@@ -218,11 +223,32 @@ class VerifierCommittee:
         """Every slot ever used, index 0 to ``slotCount - 1``."""
         return [self.slot(i) for i in range(self.value("slotCount"))]
 
-    def active_set(self, block: Any = "latest") -> tuple[list[tuple[int, int]], list[int]]:
-        """``activeSet()`` as ``settle`` takes it: (pk1 x, y) and stake per index, zeros for a
-        slot that is not active."""
-        pk1s, stakes = self._call(self.contract.functions.activeSet(), block)
-        return [tuple(p) for p in pk1s], list(stakes)
+    def active_set(self, block: Any = "latest") -> CommitteeSet:
+        """``activeSet()``: the set as ``setHash`` commits to it now (``committee_set``)."""
+        return committee_set.decode(bytes(self._call(self.contract.functions.activeSet(), block)))
+
+    def set_by_hash(self, set_hash: bytes) -> CommitteeSet:
+        """The set that hashes to ``set_hash``, from the latest ``SetUpdated`` event that
+        committed it (cached: a hash names one set). ``CommitteeError`` when none did."""
+        cached = self._sets.get(set_hash)
+        if cached is not None:
+            return cached
+        for _log, args in reversed(self._events("SetUpdated", None, None, {})):
+            if bytes(args["setHash"]) != set_hash:
+                continue
+            found = committee_set.decode(bytes(args["set"]))
+            if found.set_hash != set_hash:
+                raise CommitteeError(f"the SetUpdated of 0x{set_hash.hex()} carries other bytes")
+            self._sets[set_hash] = found
+            return found
+        raise CommitteeError(f"no SetUpdated event committed the set 0x{set_hash.hex()}")
+
+    def opening_set(self, challenge_id: int) -> CommitteeSet:
+        """The set challenge ``challenge_id`` opened with, which judges it."""
+        opened = self.opened(challengeId=challenge_id)
+        if not opened:
+            raise CommitteeError(f"no ChallengeOpened event for committee challenge {challenge_id}")
+        return self.set_by_hash(opened[0].set_hash)
 
     def challenge(self, challenge_id: int, *, with_evidence: bool = False) -> CommitteeChallenge:
         """Challenge ``challenge_id`` (status ``NONE`` when there is none)."""
@@ -250,7 +276,7 @@ class VerifierCommittee:
         return [OpenedChallenge(
             args["challengeId"], args["registryChallengeId"], to_checksum_address(args["operator"]),
             to_checksum_address(args["challenger"]), bytes(args["receiptHash"]), args["bond"],
-            args["evidenceCid"], log["blockNumber"])
+            args["evidenceCid"], log["blockNumber"], set_hash=bytes(args["setHash"]))
             for log, args in self._events("ChallengeOpened", from_block, to_block, filters)]
 
     def events(self, name: str, from_block: int | None = None, to_block: int | None = None,
@@ -323,12 +349,16 @@ class VerifierCommittee:
         return int(events[0]["args"]["challengeId"])
 
     def settle(self, verdict: Verdict, signer_bitmap: int, sigma: G1Point, apk2: G2Point,
-               pk1s: list[tuple[int, int]], stakes: list[int]) -> Any:
+               judging_set: CommitteeSet) -> Any:
         """Submit the aggregate ``sigma`` (under ``apk2``) of the signers in ``signer_bitmap``
-        for ``verdict``; ``pk1s``/``stakes``: the set as ``active_set()`` read it."""
+        for ``verdict``; ``judging_set``: the set the challenge opened with (``opening_set``).
+        The non-signers and the hash hint are derived here."""
+        digest = verdict.digest(self.chain_id, self.address)
+        proof = (judging_set.raw, judging_set.non_signers(signer_bitmap), _g1_arg(sigma),
+                 _g2_arg(apk2), hash_to_g1_hint(digest))
         return self._send(self.contract.functions.settle(
-            verdict.challenge_id, verdict.verdict, verdict.reason, signer_bitmap, pk1s, stakes,
-            _g1_arg(sigma), _g2_arg(apk2)))
+            verdict.challenge_id, verdict.receipt_hash, verdict.verdict, verdict.reason,
+            signer_bitmap, proof))
 
     def finalize(self, challenge_id: int) -> Any:
         return self._send(self.contract.functions.finalize(challenge_id))

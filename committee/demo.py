@@ -1,9 +1,11 @@
 """The verifier-committee step of `gym demo`: three verifiers settle the forged receipt's
 challenge with one aggregate signature, and an honest receipt's challenge costs its bond.
 
-``demo_committee`` runs after the node step (``inference_node.demo.demo_node``), which leaves
-the honest receipt's bundle and the forged one, already challenged through the committee (the
-challenger, Anvil account 5, bonded ``challengeBond``):
+A challenge is judged by the verifiers registered when it opened, so step 1,
+``register_demo_verifiers``, runs before the node step (``inference_node.demo.demo_node``), which
+leaves the honest receipt's bundle and the forged one, already challenged through the committee
+(the challenger, Anvil account 5, bonded ``challengeBond``); ``demo_committee`` goes on from
+there:
 
 1. Anvil account 0 sends GYM to three verifiers (accounts 6, 7, 8), which register with fresh
    BLS keys (``<data dir>/verifiers/<n>/bls-key.json``) and a proof of possession;
@@ -118,24 +120,16 @@ def _wait(procs: list, what: str, done: Callable[[], bool], timeout_s: float) ->
     raise NodeError(f"timed out after {timeout_s:.0f} s {what}\n{tails}")
 
 
-def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
-                   model_dir: str | Path, committee_address: str, node_operator: str,
-                   advance_time: Callable[[Any, int], Any]) -> None:
-    """Steps 1-6 of the module docstring. ``outcome``: ``demo_node``'s (its forged receipt
-    challenged through ``committee_challenger``); ``settings``: the devnet's (``data_dir``,
-    ``deployment_file``, ...); ``advance_time(w3, seconds)``: moves the devnet's clock
-    (``governance.devnet_time.advance_time``)."""
+def register_demo_verifiers(settings: Any, ledger_rt: Any, console: Any,
+                            committee_address: str) -> list[str]:
+    """Step 1 of the module docstring, before any challenge opens (a challenge is judged by
+    the verifiers of its opening): fund and register accounts 6, 7 and 8 with fresh BLS keys
+    (once: a registered one is left as it is). Their addresses."""
     from committee import keyfile
-    from committee.challenges import open_committee_challenge
-    from inference_node.challenges import challenged_receipt
-    from inference_node.demo import free_port, gym_env
-    from inference_node.receipts import ReceiptDomain
-    from inference_node.registry import NodeRegistry
 
     w3 = ledger_rt.contract.w3
     start = ledger_rt.chain.deployment_block
     reader = VerifierCommittee(w3, committee_address, from_block=start)
-    registry = NodeRegistry(w3, reader.value("registry"), from_block=start)
     data = Path(settings.data_dir)
     addresses = [Account.from_key(devnet_account_key(n)).address for n in VERIFIER_ACCOUNTS]
     with console.status("funding and registering three verifiers"):
@@ -149,6 +143,31 @@ def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
     console.print(f"verifiers {', '.join(addresses)} registered, each staking "
                   f"{format_gym(reader.min_stake())} GYM (active stake "
                   f"{format_gym(reader.active_stake())} GYM)", highlight=False)
+    return addresses
+
+
+def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
+                   model_dir: str | Path, committee_address: str, node_operator: str,
+                   advance_time: Callable[[Any, int], Any]) -> None:
+    """Steps 2-6 of the module docstring (``register_demo_verifiers`` ran step 1). ``outcome``: ``demo_node``'s (its forged receipt
+    challenged through ``committee_challenger``); ``settings``: the devnet's (``data_dir``,
+    ``deployment_file``, ...); ``advance_time(w3, seconds)``: moves the devnet's clock
+    (``governance.devnet_time.advance_time``)."""
+    from committee.challenges import open_committee_challenge
+    from inference_node.challenges import challenged_receipt
+    from inference_node.demo import free_port, gym_env
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.registry import NodeRegistry
+
+    w3 = ledger_rt.contract.w3
+    start = ledger_rt.chain.deployment_block
+    reader = VerifierCommittee(w3, committee_address, from_block=start)
+    registry = NodeRegistry(w3, reader.value("registry"), from_block=start)
+    data = Path(settings.data_dir)
+    addresses = [Account.from_key(devnet_account_key(n)).address for n in VERIFIER_ACCOUNTS]
+    if any(reader.index_of(a) is None for a in addresses):
+        raise NodeError("the demo's verifiers are not registered: register_demo_verifiers runs "
+                        "before the challenges open")
 
     challenger_address = Account.from_key(devnet_account_key(CHALLENGER_ACCOUNT)).address
     forged_id = outcome.caught.challenge.id
@@ -224,4 +243,4 @@ def _claimed(c: Any) -> bool:
     return c.status == ChallengeState.FINALIZED and c.claimed_bitmap == c.signer_bitmap
 
 
-__all__ = ["committee_challenger", "demo_committee"]
+__all__ = ["committee_challenger", "demo_committee", "register_demo_verifiers"]

@@ -167,8 +167,9 @@ class VerifierService:
         waiting = [d.opened for cid, d in sorted(self.decisions.items())
                    if d.outcome == ABSTAIN_OUTCOME and cid not in skip and d.opened]
         for opened in waiting:
-            self._decide(OpenedChallenge(**{**opened,
-                                            "receipt_hash": bytes.fromhex(opened["receipt_hash"])}))
+            self._decide(OpenedChallenge(**{
+                **opened, "receipt_hash": bytes.fromhex(opened["receipt_hash"]),
+                "set_hash": bytes.fromhex(opened.get("set_hash", ""))}))
 
     def _decide(self, opened: OpenedChallenge) -> None:
         challenge_id = opened.challenge_id
@@ -186,7 +187,8 @@ class VerifierService:
             self._report(f"challenge {challenge_id}: cannot read it now ({exc})")
             return
         decision = Decision(judgement.outcome, judgement.reason, judgement.detail[:2000],
-                            opened={**vars(opened), "receipt_hash": opened.receipt_hash.hex()})
+                            opened={**vars(opened), "receipt_hash": opened.receipt_hash.hex(),
+                                    "set_hash": opened.set_hash.hex()})
         verdict = judgement.verdict(challenge_id, opened.receipt_hash)
         if verdict is not None:
             index, address = self.identity()

@@ -88,13 +88,19 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
         if node:
             from eth_account import Account
 
-            from committee.demo import committee_challenger, demo_committee
+            from committee.demo import (
+                committee_challenger,
+                demo_committee,
+                register_demo_verifiers,
+            )
             from governance.devnet_time import advance_time
             from inference_node.demo import demo_node
             from trainer.backends import default_model_dir
 
             console.rule("6. inference node")
             committee = up.deployment.contracts["VerifierCommittee"].address
+            # the committee that will judge the node's challenges is the one of their opening
+            register_demo_verifiers(settings, rt, console, committee)
             outcome = demo_node(settings, rt, console,
                                 library_log_id=up.deployment.curated_log_id, curated=True,
                                 model_dir=default_model_dir(), node_key=NODE_KEY,

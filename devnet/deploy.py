@@ -55,13 +55,16 @@ if TYPE_CHECKING:
 # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry;
 # 4: VerifierCommittee, and a NodeRegistry that names it (its constructor changed);
 # 5: a VerifierCommittee with a settlement timeout (`expire`; its constructor changed)
-MANIFEST_VERSION = 5
+# 6: a VerifierCommittee whose challenges are judged by the set of their opening (`settle`
+#    takes a proof, `SetUpdated` carries the set)
+MANIFEST_VERSION = 6
 # What an older manifest lacks, by its version (said when asking for a redeploy).
 _MISSING_SINCE = {
     1: "the DAO contracts, the curated library, the NodeRegistry and the VerifierCommittee",
     2: "the NodeRegistry and the VerifierCommittee",
     3: "the VerifierCommittee",
     4: "the VerifierCommittee's settlement timeout",
+    5: "the VerifierCommittee's settlement by the set of a challenge's opening",
 }
 CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "VerifierCommittee",
                   "NodeRegistry")

@@ -63,7 +63,7 @@ from committee import (
     verify_pop,
 )
 from committee import vectors as committee_vectors
-from committee.bls import P, R
+from committee.bls import P, R, hash_to_g1_hint, hash_to_g1_hinted
 from committee.messages import MAX_SIGNED_VERDICT_BYTES, POP_TYPE, VERDICT_TYPE
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "bls_committee.json"
@@ -219,6 +219,33 @@ def test_the_hash_vectors_include_digests_needing_several_increments():
 
 def hex_int(value: str) -> int:
     return int(value, 16)
+
+
+@pytest.mark.parametrize("digest", committee_vectors.HASH_DIGESTS + [
+    keccak(text=f"random-{i}") for i in range(20)], ids=lambda d: d.hex()[:8])
+def test_the_hash_hint_proves_hash_to_g1(digest):
+    """hash_to_g1_hint: a root of −β per skipped candidate, then hash_to_g1's y; the contract's
+    check (hash_to_g1_hinted) finds hash_to_g1's point, and refuses any word changed."""
+    hint = hash_to_g1_hint(digest)
+    x, y = g1_to_ints(hash_to_g1(digest))
+    x0 = int.from_bytes(digest, "big") % P
+    assert len(hint) == (x - x0) % P + 1 and hint[-1] == y
+    for k, z in enumerate(hint[:-1]):
+        assert z * z % P == (P - ((x0 + k) ** 3 + 3)) % P
+    assert hash_to_g1_hinted(digest, hint) == (x, y)
+    assert hash_to_g1_hinted(digest, [*hint[:-1], P - y]) == (x, P - y)  # either root
+    for bad in ([], [*hint[:-1], y + 1], [*hint[:-1], y + P], [*hint, y], hint[1:] or [0],
+                [*hint[:-1], -1], [*hint[:-1], 2**256]):
+        assert hash_to_g1_hinted(digest, bad) is None
+
+
+def test_the_vectors_carry_the_hash_hints():
+    doc = json.loads(VECTORS.read_text())
+    assert any(len(v["hint"]) > 1 for v in doc["hash_to_g1"])
+    for v in doc["hash_to_g1"]:
+        assert [hex_int(w) for w in v["hint"]] == hash_to_g1_hint(bytes.fromhex(v["digest"][2:]))
+    for v in doc["verdict"]:
+        assert [hex_int(w) for w in v["hash_hint"]] == hash_to_g1_hint(bytes.fromhex(v["digest"][2:]))
 
 
 @pytest.mark.parametrize("digest", [b"", b"\0" * 31, b"\0" * 33, "00" * 32, None])

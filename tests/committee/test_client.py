@@ -81,9 +81,9 @@ def test_register_settle_finalize_claim_upheld(world):
                                                      reason_bytes("sampling"))))
     with pytest.raises(PoolError, match="does not verify"):
         aggregator.submit(_signed(client, 0, upheld, sk=SecretKey.from_seed("rogue")))
-    with pytest.raises(PoolError, match="not an active verifier"):
+    with pytest.raises(PoolError, match="no active verifier"):
         aggregator.submit(_signed(client, 0, upheld, claimed_index=5))
-    with pytest.raises(PoolError, match="not an active verifier"):
+    with pytest.raises(PoolError, match="no active verifier"):
         aggregator.submit(_signed(client, 0, upheld, claimed_index=1))
     with pytest.raises(PoolError, match="no committee challenge"):
         aggregator.submit(_signed(client, 0, Verdict(99, digest, UPHELD,
@@ -95,6 +95,12 @@ def test_register_settle_finalize_claim_upheld(world):
     assert aggregator.submit(_signed(client, 0, upheld))["status"] == "duplicate"
     aggregator.tick()  # one third: no quorum
     assert reader.challenge(challenge_id).status == ChallengeState.OPEN
+    # verifier 2 leaves after the opening: the set the challenge opened with still counts it
+    opening = reader.opening_set(challenge_id)
+    client(VERIFIER_KEYS[2]).deregister()
+    assert reader.active_set().active_bitmap == 0b011
+    assert opening.active_bitmap == 0b111 and opening.active_stake == 3 * VERIFIER_STAKE
+    assert reader.opening_set(challenge_id) == opening  # from its SetUpdated event
     aggregator.submit(_signed(client, 2, upheld))
     aggregator.tick()  # two thirds: settled
     settled = reader.challenge(challenge_id)

@@ -18,6 +18,7 @@ from committee.demo import (
     VERIFIER_ACCOUNTS,
     committee_challenger,
     demo_committee,
+    register_demo_verifiers,
 )
 from contracts.devnet_accounts import devnet_account_key
 from contracts.gym_token import GYM
@@ -59,6 +60,7 @@ def test_forged_receipt_is_slashed_and_a_false_challenge_loses_its_bond(ledger_d
     operator = Account.from_key(NODE_KEY).address
 
     console = Console(record=True, width=200)
+    register_demo_verifiers(settings, rt, console, address)
     outcome = demo_node(settings, rt, console, library_log_id=log_id, curated=True,
                         model_dir=tiny_model_dir, node_key=NODE_KEY,
                         challenger=committee_challenger(address))
