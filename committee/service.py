@@ -147,6 +147,13 @@ class VerifierService:
             raise ChainError(f"slot {index} is registered with another BLS key than this one")
         return index, account.address
 
+    def _judges(self, set_hash: bytes) -> bool:
+        """Whether this verifier's slot is active in the set ``set_hash`` (a challenge's
+        opening), the set whose verifiers judge it."""
+        account = self.committee.account
+        index = self.committee.index_of(account.address) if account is not None else None
+        return index is not None and self.committee.set_by_hash(set_hash).active(index)
+
     def tick(self) -> None:
         """One pass: new challenges, judgements, deliveries."""
         head = self.committee.head()
@@ -181,6 +188,13 @@ class VerifierService:
                                                       or prior.outcome == ABSTAIN_OUTCOME):
                     self.decisions[challenge_id] = Decision(
                         "closed", "", f"{status.label} before this verifier decided")
+                return
+            if opened.set_hash and not self._judges(opened.set_hash):
+                # the verifiers of its opening judge it (docs/committee.md "The set")
+                self.decisions[challenge_id] = Decision(
+                    "closed", "", "opened before this verifier joined the committee")
+                self._report(f"challenge {challenge_id}: opened before this verifier joined; "
+                             "the verifiers of its opening judge it")
                 return
             judgement = self.judge_challenge(opened)
         except ChainError as exc:

@@ -11,20 +11,22 @@ import {IVerifierCommittee} from "./IVerifierCommittee.sol";
 /// @title VerifierCommittee
 /// @notice BLS verifier committee over BN254 (see `IVerifierCommittee`, docs/committee.md).
 ///
-/// Gas notes. `settle` reads six storage words: `setHash`, `apk1` (two), the active stake and
-/// bitmap (one word), and the challenge's status word and receipt hash; it rewrites only the
-/// status word, which `openChallenge` already made nonzero. The set comes in calldata and is
-/// checked against `setHash` with one copy and one keccak; signers are checked against the
-/// active bitmap, so only the non-signers' entries are read (an ecAdd each, no storage), and the
-/// signers' stake is the active stake less theirs. Every membership or stake change recomputes
-/// `setHash` over all `slotCount` slots: about 3 cold SLOADs per active slot plus the hash, ~7k
-/// gas a slot, so ~450k gas at 64 verifiers and ~0.9M at 128, paid by the verifier joining,
+/// Gas notes (docs/committee.md "Gas"). `settle` reads one storage word, the challenge's status
+/// word, which also binds its receipt hash and the set of its opening (see `Record`), and
+/// rewrites it. The set comes in calldata and is checked with one copy and two keccaks; the
+/// caller lists the non-signers, so only their entries are read (an ecAdd each, no storage) and
+/// the signers' stake is the set's active stake less theirs; H(m) comes with a hint, checked by
+/// mulmod. Every membership or stake change recomputes `setHash` over all `slotCount` slots and
+/// logs the set (`SetUpdated`): about 3 cold SLOADs per active slot plus the hash and the log,
+/// ~7k gas a slot, so ~450k gas at 64 verifiers and ~0.9M at 128, paid by the verifier joining,
 /// leaving or adding stake (and by `reverse` when it ejects one), never by `settle`.
 ///
-/// Time: `DEREGISTRATION_DELAY` (14 days) exceeds `MAX_APPEAL_WINDOW` (7 days), so a verifier
-/// that signed a settlement cannot withdraw (nor free its index for someone else) before the
-/// settlement's appeal window is over: `reverse` always finds it, and `claim` pays the holder
-/// recorded for the index at settlement time (`_tenures`).
+/// Time: `DEREGISTRATION_DELAY` (14 days) is at least `MAX_APPEAL_WINDOW` (7 days) plus
+/// `MAX_SETTLEMENT_TIMEOUT` (7 days), and a challenge settles only before its timeout with the
+/// set of its opening, so a verifier that signed a settlement (active at the opening, so
+/// deregistered after it, if at all) cannot withdraw (nor free its index for someone else)
+/// before the settlement's appeal window is over: `reverse` always finds it, and `claim` pays
+/// the holder recorded for the index at settlement time (`_tenures`).
 contract VerifierCommittee is IVerifierCommittee {
     using SafeERC20 for IERC20;
 

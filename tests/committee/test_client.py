@@ -237,6 +237,37 @@ def test_the_verifier_service_signs_delivers_retries_and_remembers(world, tmp_pa
                         send=send).identity()
 
 
+def test_a_verifier_that_joined_after_the_opening_does_not_judge_it(world):
+    """The verifiers of a challenge's opening judge it: a newcomer's service closes it without
+    running the (costly) receipt verification, and judges the next one."""
+    from gym_helpers import send
+
+    from committee.judge import Judgement
+    from committee.service import VerifierService
+    from contracts.devnet_accounts import devnet_account_key
+
+    w3, token, _, client, cw = world
+    first, _ = cw.open(1)
+    newcomer = devnet_account_key(3)
+    send(w3, token.functions.transfer(Account.from_key(newcomer).address, 150 * GYM),
+         ANVIL_DEV_KEYS[0])
+    sk = SecretKey.from_seed("a newcomer")
+    assert client(newcomer).register(sk, VERIFIER_STAKE) == 3
+    judged: list[int] = []
+
+    def judge_challenge(opened):
+        judged.append(opened.challenge_id)
+        return Judgement("upheld", "sampling", "token 0")
+
+    service = VerifierService(client(newcomer), sk, judge_challenge=judge_challenge,
+                              send=lambda signed: {"status": "accepted"}, report=lambda line: None)
+    service.tick()
+    assert judged == [] and service.decisions[first].outcome == "closed"
+    second, _ = cw.open(2)
+    service.tick()
+    assert judged == [second] and service.decisions[second].signed is not None
+
+
 def test_a_bls_key_file_is_private_never_overwritten_and_checked(tmp_path):
     from committee import keyfile
     from committee.bls import BLSError
