@@ -21,7 +21,7 @@ from enum import IntEnum
 from typing import Any
 
 from eth_account import Account
-from eth_utils import to_checksum_address
+from eth_utils import keccak, to_checksum_address
 from web3 import Web3
 from web3.logs import DISCARD
 
@@ -125,6 +125,9 @@ _CHALLENGE_FIELDS = {
     "receiptHash": "receipt_hash", "rewardShare": "reward_share",
     "claimedBitmap": "claimed_bitmap", "openedAt": "opened_at",
 }
+
+
+_EMPTY_SET_HASH = keccak(bytes(committee_set.HEADER))  # no verifier yet
 
 
 def _g1_arg(point: G1Point) -> tuple[int, int]:
@@ -233,6 +236,8 @@ class VerifierCommittee:
         cached = self._sets.get(set_hash)
         if cached is not None:
             return cached
+        if set_hash == _EMPTY_SET_HASH:  # the constructor's, which no SetUpdated logs
+            return committee_set.decode(bytes(committee_set.HEADER))
         for _log, args in reversed(self._events("SetUpdated", None, None, {})):
             if bytes(args["setHash"]) != set_hash:
                 continue

@@ -68,6 +68,7 @@ interface IVerifierCommittee {
     /// @notice A committee challenge. `verdict` is the one settled (a reversal flips the outcome,
     /// not this field; see `status`). `rewardShare` is what each signer may claim once finalized.
     /// `openedAt`: when it was opened; it may `expire` from `openedAt + settlementTimeout()`.
+    /// `settledAt` and `signerBitmap` are 0 for a challenge never settled (open or expired).
     struct ChallengeInfo {
         Status status;
         uint8 verdict;

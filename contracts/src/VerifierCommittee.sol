@@ -573,12 +573,13 @@ contract VerifierCommittee is IVerifierCommittee {
     /// @inheritdoc IVerifierCommittee
     function challengeOf(uint256 challengeId) external view returns (ChallengeInfo memory) {
         Record storage r = _records[challengeId];
-        bool open = r.status == Status.Open; // word 0 then holds part of the receipt hash
+        // never settled: word 0's bitmap and settledAt bits hold the binding (see `Record`)
+        bool unsettled = r.status == Status.Open || r.status == Status.Expired;
         return ChallengeInfo({
             status: r.status,
             verdict: r.verdict,
-            settledAt: open ? 0 : r.settledAt,
-            signerBitmap: open ? 0 : r.signerBitmap,
+            settledAt: unsettled ? 0 : r.settledAt,
+            signerBitmap: unsettled ? 0 : r.signerBitmap,
             openedAt: r.openedAt,
             challenger: r.challenger,
             bond: r.bond,

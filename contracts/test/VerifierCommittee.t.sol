@@ -281,6 +281,9 @@ contract VerifierCommitteeTest is CommitteeFixture {
         uint256 id = _open(_receipt(1));
         assertEq(registry.challengeOf(1).challenger, address(committee), "registry challenger is the committee");
         assertEq(committee.challengeOf(id).challenger, carol, "real challenger recorded");
+        // open: word 0 holds the binding, which challengeOf does not show as signers
+        assertEq(uint256(committee.challengeOf(id).signerBitmap), 0, "no signers while open");
+        assertEq(uint256(committee.challengeOf(id).settledAt), 0, "not settled while open");
         vm.expectEmit(true, false, false, true, address(committee));
         emit IVerifierCommittee.ChallengeSettled(id, UPHELD, SAMPLING, 3 * MIN_VERIFIER_STAKE, 4 * MIN_VERIFIER_STAKE);
         _settle(id, UPHELD, SAMPLING, 0x7);
@@ -735,6 +738,9 @@ contract VerifierCommitteeTest is CommitteeFixture {
         committee.expire(id);
         assertEq(token.balanceOf(carol) - carolBefore, BOND, "bond back to the challenger");
         assertEq(uint256(committee.challengeOf(id).status), uint256(IVerifierCommittee.Status.Expired), "expired");
+        // never settled: no signers, no settlement time (word 0's binding bits are not shown)
+        assertEq(uint256(committee.challengeOf(id).signerBitmap), 0, "no signers");
+        assertEq(uint256(committee.challengeOf(id).settledAt), 0, "not settled");
         assertEq(
             uint256(registry.challengeOf(1).status), uint256(INodeRegistry.ChallengeStatus.Dismissed), "dismissed"
         );

@@ -92,3 +92,15 @@ def test_bounds():
         encode([_pk(2)], [2**96])
     with pytest.raises(SetError):
         encode([_pk(2)] * (MAX_SLOTS + 1), [1] * (MAX_SLOTS + 1))
+
+
+def test_the_empty_set_needs_no_log():
+    """A challenge opened before any verifier registered names the constructor's empty set,
+    which no SetUpdated carries: the client knows it without reading the chain."""
+    from web3 import Web3
+
+    from committee.client import VerifierCommittee
+
+    client = VerifierCommittee(Web3(), "0x" + "00" * 20)  # no provider: any RPC would fail
+    empty = client.set_by_hash(keccak(bytes(HEADER)))
+    assert empty.active_bitmap == 0 and empty.active_stake == 0 and empty.pk1s == ()
