@@ -123,13 +123,9 @@ def hash_to_g1(digest: bytes) -> G1Point:
     choice). Not constant time, which public messages do not need."""
     if not isinstance(digest, bytes) or len(digest) != 32:
         raise BLSError(f"a message digest is 32 bytes, not {digest!r:.80}")
-    x = int.from_bytes(digest, "big") % P
-    while True:
-        beta = (x * x * x + 3) % P
-        y = pow(beta, _SQRT_EXPONENT, P)
-        if y * y % P == beta:
-            return (FQ(x), FQ(y), FQ.one())
-        x = (x + 1) % P
+    hint = hash_to_g1_hint(digest)  # the candidates' roots; the last is the point's y
+    x = (int.from_bytes(digest, "big") + len(hint) - 1) % P
+    return (FQ(x), FQ(hint[-1]), FQ.one())
 
 
 def hash_to_g1_hint(digest: bytes) -> list[int]:
