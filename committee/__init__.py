@@ -14,45 +14,14 @@ Spec: docs/committee.md.
 True
 """
 
-from committee.bls import (
-    BLSError,
-    G1Point,
-    G2Point,
-    SecretKey,
-    aggregate_pk1,
-    aggregate_pk2,
-    aggregate_signatures,
-    g1_from_ints,
-    g1_from_json,
-    g1_to_ints,
-    g1_to_json,
-    g2_from_ints,
-    g2_from_json,
-    g2_to_ints,
-    g2_to_json,
-    gamma,
-    hash_to_g1,
-    sign,
-    verify,
-)
-from committee.messages import (
-    REJECTED,
-    UPHELD,
-    SignedVerdict,
-    Verdict,
-    decode_signed_verdict,
-    pop_digest,
-    proof_of_possession,
-    reason_bytes,
-    reason_text,
-    verdict_digest,
-    verify_pop,
-)
+from ledger.lazy_exports import lazy_exports
 
-__all__ = [
-    "REJECTED", "UPHELD", "BLSError", "G1Point", "G2Point", "SecretKey", "SignedVerdict",
-    "Verdict", "aggregate_pk1", "aggregate_pk2", "aggregate_signatures", "decode_signed_verdict",
-    "g1_from_ints", "g1_from_json", "g1_to_ints", "g1_to_json", "g2_from_ints", "g2_from_json",
-    "g2_to_ints", "g2_to_json", "gamma", "hash_to_g1", "pop_digest", "proof_of_possession",
-    "reason_bytes", "reason_text", "sign", "verdict_digest", "verify", "verify_pop",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "committee.bls": ["BLSError", "G1Point", "G2Point", "SecretKey", "aggregate_pk1",
+        "aggregate_pk2", "aggregate_signatures", "g1_from_ints", "g1_from_json", "g1_to_ints",
+        "g1_to_json", "g2_from_ints", "g2_from_json", "g2_to_ints", "g2_to_json", "gamma",
+        "hash_to_g1", "sign", "verify"],
+    "committee.messages": ["REJECTED", "UPHELD", "SignedVerdict", "Verdict",
+        "decode_signed_verdict", "pop_digest", "proof_of_possession", "reason_bytes",
+        "reason_text", "verdict_digest", "verify_pop"],
+})

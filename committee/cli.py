@@ -22,14 +22,15 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from committee.client import VerifierCommittee
 from contracts.gym_token import GYM, format_gym, parse_gym
-from contracts.signing import signing_key
 from ledger.tables import CliConsole, print_table
+
+if TYPE_CHECKING:  # web3 and eth-account load when a command runs, not for `--help`
+    from committee.client import VerifierCommittee
 
 app = typer.Typer(help="The verifier committee: stake, judge challenges, aggregate verdicts.",
                   no_args_is_help=True)
@@ -68,12 +69,16 @@ def _lookup(ctx: typer.Context, name: str) -> Any:
 
 
 def _key(rt: Any, key_env: str, account: int | None) -> str:
+    from contracts.signing import signing_key
+
     return signing_key(rt.contract.w3.eth.chain_id, key_env, os.environ.get(key_env) or None,
                        account)
 
 
 def open_committee(ctx: typer.Context, key: str | None = None) -> VerifierCommittee:
     """The deployment's VerifierCommittee (``key``: to send transactions)."""
+    from committee.client import VerifierCommittee
+
     rt = _runtime(ctx)
     address = os.environ.get("GYM_VERIFIER_COMMITTEE") or _lookup(ctx, "committee_address")
     return VerifierCommittee(rt.contract.w3, address, key, from_block=rt.chain.deployment_block)

@@ -16,8 +16,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eth_utils import keccak
-
 from contracts.errors import ContractsError
 from contracts.toolchain import FOUNDRY_DIR, REPO_ROOT
 
@@ -54,6 +52,8 @@ class ContractArtifact:
         Contracts with immutables differ on-chain from this hash; compare those by reading
         the deployed code instead.
         """
+        from eth_utils import keccak  # eth_utils takes 0.2 s to import: only when needed
+
         return "0x" + keccak(hexstr=self.deployed_bytecode).hex()
 
 
@@ -92,6 +92,8 @@ def load_artifact(name: str, out_dir: Path | None = None, check_fresh: bool = Tr
             f"unreadable build output {path} ({exc}): run `{BUILD_COMMAND}`"
         ) from exc
     if check_fresh:
+        from eth_utils import keccak
+
         for source, info in sources.items():
             on_disk = _resolve_source(source)
             if not on_disk.is_file():

@@ -18,8 +18,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from eth_account import Account
-
 from contracts.devnet_accounts import ANVIL_ACCOUNTS, DEVNET_CHAIN_ID, devnet_account_key
 from contracts.errors import ContractsError
 
@@ -78,6 +76,8 @@ def signing_key(chain_id: int, env_var: str, env_key: str | None = None,
                               f"devnet, where Anvil's account 0 would sign)")
     key = devnet_account_key(0)
     if announce is not None:
+        from eth_account import Account  # 1 s to import: not before a key is used
+
         address = Account.from_key(key).address
         announce(f"signing as devnet account 0 ({short_address(address)}); --account N or "
                  f"{env_var} to choose")

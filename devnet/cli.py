@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated
 
@@ -28,12 +27,8 @@ import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
 from contracts.signing import held_notices
-from devnet.deploy import Deployment, connect, deployment_json, print_deployment
 from devnet.errors import DevnetError
 from devnet.help import GymGroup
-from devnet.network import devnet_down, devnet_status, devnet_up
-from devnet.runtime import deployed_address, governance_runtime, ledger_runtime
-from devnet.settings import GymSettings
 from governance.errors import GovernanceError
 from inference_node.errors import InferenceNodeError
 from ledger.errors import LedgerError
@@ -67,6 +62,9 @@ app.command(name="eval")(trainer.cli.eval_library)
 
 def _governance_root(ctx: typer.Context) -> None:
     """The DAO: propose curations, vote, queue and execute."""
+    from devnet.runtime import governance_runtime
+    from devnet.settings import GymSettings
+
     ctx.obj = governance_runtime(GymSettings(), ctx.obj)
 
 
@@ -89,6 +87,8 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (
 
 def _version_callback(value: bool) -> None:
     if value:
+        from importlib.metadata import version
+
         console.print(f"gym {version('zoo-gym')}")
         raise typer.Exit()
 
@@ -105,6 +105,9 @@ def root(
     Settings come from GYM_* environment variables (GYM_RPC_URL, GYM_DATA_DIR, GYM_DB_URL,
     GYM_IPFS_API, GYM_PUBLISHER_KEY, ...); the defaults run everything locally.
     """
+    from devnet.runtime import deployed_address, governance_runtime, ledger_runtime
+    from devnet.settings import GymSettings
+
     settings = GymSettings()
     ctx.obj = ledger_runtime(settings)
     # Commands outside `gym gov` that need the DAO (the dashboard) build it on demand.
@@ -188,6 +191,10 @@ def up(
     Writes the deployment manifest (devnet/deployment.json). Idempotent: run it again and it
     only redeploys when the chain no longer holds the recorded deployment.
     """
+    from devnet.deploy import deployment_json, print_deployment
+    from devnet.network import devnet_up
+    from devnet.settings import GymSettings
+
     settings = GymSettings()
     with err_console.status("starting the devnet"):
         result = devnet_up(settings, port=port, redeploy=redeploy)
@@ -215,6 +222,10 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 
     Exits non-zero when the devnet is down or the deployment does not match the chain.
     """
+    from devnet.deploy import deployment_json, print_deployment
+    from devnet.network import devnet_status
+    from devnet.settings import GymSettings
+
     settings = GymSettings()
     result = devnet_status(settings)
     if as_json:
@@ -244,6 +255,9 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 @devnet_app.command()
 def down() -> None:
     """Stop the Anvil that `gym devnet up` started (never any other process)."""
+    from devnet.network import devnet_down
+    from devnet.settings import GymSettings
+
     stopped = devnet_down(GymSettings())
     if stopped is None:
         console.print("no devnet started by gym is running")
@@ -259,6 +273,8 @@ def mine(
 ) -> None:
     """Devnet only: skip time and mine blocks (the governor's clock is block timestamps, and an
     idle Anvil mines none), e.g. past a proposal's voting period or the timelock delay."""
+    from devnet.deploy import Deployment, connect
+    from devnet.settings import GymSettings
     from governance.devnet_time import advance_time, utc
 
     settings = GymSettings()
@@ -306,6 +322,7 @@ def demo(
     (unless --keep).
     """
     from devnet.demo import run_demo
+    from devnet.settings import GymSettings
 
     run_demo(GymSettings(), console, keep=keep, train=train, sft=sft, node=node)
 

@@ -36,21 +36,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eth_account import Account
-from eth_utils import keccak
 from pydantic import BaseModel, ValidationError
-from web3 import Web3
-from web3.exceptions import Web3Exception
 
 from contracts import load_artifact
 from contracts.gym_token import GYM
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
-from ledger.evm import ZERO_ADDRESS, ChainError, EvmConnection
 from ledger.json_input import parse_json
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # web3 and eth-account load when something talks to the chain
     from rich.console import Console
+    from web3 import Web3
 
 # 2: the DAO (token, timelock, governor) and the curated library; 3: NodeRegistry;
 # 4: VerifierCommittee, and a NodeRegistry that names it (its constructor changed);
@@ -162,6 +158,9 @@ class Deployment(BaseModel):
 
 def connect(rpc_url: str, timeout: float = 10.0) -> Web3:
     """A web3 client for ``rpc_url`` that has been checked to answer."""
+    from web3 import Web3
+    from web3.exceptions import Web3Exception
+
     w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": timeout}))
     try:
         w3.eth.get_block_number()
@@ -179,6 +178,10 @@ class Deployer:
     acting for itself) through ``ledger.evm``, waiting for each receipt."""
 
     def __init__(self, w3: Web3, private_key: str):
+        from eth_account import Account
+
+        from ledger.evm import EvmConnection
+
         self.w3 = w3
         self.account = Account.from_key(private_key)
         self.chain_id = w3.eth.chain_id
@@ -186,6 +189,8 @@ class Deployer:
                                  receipt_timeout=60)
 
     def deploy(self, name: str, *args) -> DeployedContract:
+        from eth_utils import keccak
+
         artifact = load_artifact(name)
         factory = self.w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
         receipt = self.send(factory.constructor(*args))
@@ -205,6 +210,10 @@ class Deployer:
 
         Signs with the deployer's key, or with ``key`` (a devnet holder acting for itself).
         """
+        from eth_account import Account
+
+        from ledger.evm import ChainError
+
         account = self.account if key is None else Account.from_key(key)
         try:
             return self.evm.send(call, account)
@@ -224,6 +233,10 @@ def deploy_all(
     ``holder_keys`` are the accounts that receive tokens and self-delegate; each needs ether
     for one transaction.
     """
+    from eth_account import Account
+
+    from ledger.evm import ZERO_ADDRESS
+
     holders = [Account.from_key(key).address for key in holder_keys]
     governance = governance.model_copy(update={"holders": holders})
     deployer = Deployer(w3, private_key)
@@ -292,6 +305,8 @@ def deploy_all(
 
 def deployment_problems(w3: Web3, deployment: Deployment) -> list[str]:
     """Why the chain behind ``w3`` does not hold ``deployment``; empty when it does."""
+    from eth_utils import keccak
+
     problems = []
     if (chain_id := w3.eth.chain_id) != deployment.chain_id:
         problems.append(f"chain id is {chain_id}, the deployment was made on {deployment.chain_id}")

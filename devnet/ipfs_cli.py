@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -27,15 +27,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from devnet.anvil import port_is_free
 from devnet.errors import DevnetError, PortInUseError
-from devnet.settings import GymSettings
-from ledger.blockstore import LocalBlockStore
-from ledger.car import write_car
-from ledger.content import ContentStore, open_content_store
 from ledger.errors import LedgerError
-from ledger.multiformats import CID
-from ledger.unixfs import file_cid
+
+if TYPE_CHECKING:  # the content store loads when a command runs
+    from ledger.content import ContentStore
 
 app = typer.Typer(help="The devnet's IPFS node (Kubo RPC + trustless gateway) and content "
                   "commands.", no_args_is_help=True, pretty_exceptions_enable=False)
@@ -49,10 +45,15 @@ DataDir = Annotated[Path | None, typer.Option(
 
 
 def local_store_dir(data_dir: Path | None) -> Path:
+    from devnet.settings import GymSettings
+
     return data_dir if data_dir is not None else GymSettings().data_dir / "ipfs"
 
 
 def _store(data_dir: Path | None) -> ContentStore:
+    from devnet.settings import GymSettings
+    from ledger.content import open_content_store
+
     return open_content_store(GymSettings().ipfs_api, local_store_dir(data_dir))
 
 
@@ -99,7 +100,9 @@ def serve(
     """
     import uvicorn
 
+    from devnet.anvil import port_is_free
     from devnet.ipfs_server import create_app
+    from ledger.blockstore import LocalBlockStore
 
     if not port_is_free(host, port):
         raise PortInUseError(f"port {port} on {host} is already in use: stop what listens "
@@ -131,6 +134,8 @@ def add(
 ) -> None:
     """Add a file; print its CID (CIDv1, raw leaves, 256 KiB chunks, as `ipfs add
     --cid-version=1`). Goes through GYM_IPFS_API when it is set."""
+    from ledger.unixfs import file_cid
+
     size = path.stat().st_size
     with open(path, "rb") as stream, _progress() as progress:
         task = progress.add_task(f"adding {path.name}", total=size,
@@ -146,6 +151,8 @@ def cat(
     data_dir: DataDir = None,
 ) -> None:
     """Write a file's bytes to stdout, every block verified against its CID."""
+    from ledger.multiformats import CID
+
     out = sys.stdout.buffer
     for chunk in _store(data_dir).cat_iter(CID.parse(cid)):
         out.write(chunk)
@@ -162,6 +169,10 @@ def export_car(
 
     Reads from GYM_IPFS_API when it is set (block by block), else from the local store.
     """
+    from ledger.blockstore import LocalBlockStore
+    from ledger.car import write_car
+    from ledger.multiformats import CID
+
     root = CID.parse(cid)
     store = _store(data_dir)
     tmp = out.with_name(out.name + ".partial")
@@ -188,6 +199,9 @@ def import_car(
 ) -> None:
     """Import every block of a CARv1 file into the local store (each verified); print its
     roots. With GYM_IPFS_API set, use `ipfs dag import` on that node instead."""
+    from devnet.settings import GymSettings
+    from ledger.blockstore import LocalBlockStore
+
     if GymSettings().ipfs_api:
         raise DevnetError("gym ipfs import writes the local store; GYM_IPFS_API is set, so "
                           "import into that node with `ipfs dag import`, or unset it")

@@ -9,13 +9,15 @@ the database or the content store work before `gym devnet up`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import contracts
-from contracts.signing import signing_key
-from devnet.deploy import Deployment
 from devnet.errors import DevnetError
-from devnet.settings import GymSettings
-from governance.runtime import GovernanceConfig, GovernanceRuntime
 from ledger.runtime import ChainConfig, LedgerRuntime
+
+if TYPE_CHECKING:
+    from devnet.settings import GymSettings
+    from governance.runtime import GovernanceRuntime
 
 PUBLISHER_KEY_ENV = "GYM_PUBLISHER_KEY"
 
@@ -27,6 +29,9 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
                      else None)
 
     def chain_config() -> ChainConfig:
+        from contracts.signing import signing_key
+        from devnet.deploy import Deployment
+
         deployment = Deployment.load(settings.deployment_file)
         ledger_contract = deployment.contracts.get("ExperienceLedger")
         if ledger_contract is None:
@@ -55,8 +60,12 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
 def governance_runtime(settings: GymSettings, ledger_rt: LedgerRuntime) -> GovernanceRuntime:
     """The DAO's dependencies: the ledger's, plus the governor, token, timelock, registry and
     committee."""
+    from governance.runtime import GovernanceConfig, GovernanceRuntime
+
 
     def config() -> GovernanceConfig:
+        from devnet.deploy import Deployment
+
         deployment = Deployment.load(settings.deployment_file)
         missing = [name for name in ("GymGovernor", "GymToken", "TimelockController")
                    if name not in deployment.contracts]
@@ -83,6 +92,8 @@ def governance_runtime(settings: GymSettings, ledger_rt: LedgerRuntime) -> Gover
 
 def deployed_address(settings: GymSettings, name: str) -> str:
     """The address of contract ``name`` in the deployment."""
+    from devnet.deploy import Deployment
+
     deployment = Deployment.load(settings.deployment_file)
     if name not in deployment.contracts:
         raise DevnetError(f"{settings.deployment_file} has no {name}: run "

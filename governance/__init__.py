@@ -18,45 +18,13 @@ governor, timelock and ledger are decoded into one readable line (``GovernorReve
 ('Succeeded', <VoteType.ABSTAIN: 2>)
 """
 
-from governance.client import (
-    CurationProposal,
-    GovernanceClient,
-    Proposal,
-    ProposalState,
-    SourcedLeaf,
-    VoteType,
-)
-from governance.errors import (
-    CurationError,
-    GovernanceError,
-    GovernorRevertError,
-    NotProposerError,
-    ParameterError,
-    ProposalStateError,
-    SignatureError,
-    SlashError,
-    VotingPowerError,
-)
-from governance.proposals import ActionDecoder, DecodedAction, ParamsProposal, SlashProposal
+from ledger.lazy_exports import lazy_exports
 
-__all__ = [
-    "ActionDecoder",
-    "CurationError",
-    "CurationProposal",
-    "DecodedAction",
-    "GovernanceClient",
-    "GovernanceError",
-    "GovernorRevertError",
-    "NotProposerError",
-    "ParameterError",
-    "ParamsProposal",
-    "Proposal",
-    "ProposalState",
-    "ProposalStateError",
-    "SignatureError",
-    "SlashError",
-    "SlashProposal",
-    "SourcedLeaf",
-    "VoteType",
-    "VotingPowerError",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "governance.client": ["CurationProposal", "GovernanceClient", "Proposal", "ProposalState",
+        "SourcedLeaf", "VoteType"],
+    "governance.errors": ["CurationError", "GovernanceError", "GovernorRevertError",
+        "NotProposerError", "ParameterError", "ProposalStateError", "SignatureError", "SlashError",
+        "VotingPowerError"],
+    "governance.proposals": ["ActionDecoder", "DecodedAction", "ParamsProposal", "SlashProposal"],
+})

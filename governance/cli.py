@@ -31,21 +31,20 @@ before the proposal could execute (voting delay + voting period + timelock delay
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from contracts.devnet_accounts import DEVNET_CHAIN_ID
 from contracts.gym_token import format_gym, parse_gym
-from governance.client import GovernanceClient, Proposal, ProposalState, VoteType
-from governance.devnet_time import DEVNET_CHAIN_ID, utc
 from governance.errors import GovernanceError, ParameterError
-from governance.proposals import format_duration, format_parameter, parse_duration
-from governance.runtime import runtime_of
-from ledger.evm import TxResult
 from ledger.tables import print_table
+
+if TYPE_CHECKING:  # web3 loads when a command runs, not for `--help`
+    from governance.client import GovernanceClient, Proposal
+    from ledger.evm import TxResult
 
 console = Console()
 
@@ -73,6 +72,8 @@ def _label(client: GovernanceClient, proposal_id: int) -> str:
 
 
 def _when(timestamp: int, now: int) -> str:
+    from governance.devnet_time import utc
+
     at = utc(timestamp)
     delta = timestamp - now
     span = f"{abs(delta) // 60} min {abs(delta) % 60} s" if abs(delta) >= 60 else f"{abs(delta)} s"
@@ -85,6 +86,8 @@ def _gym(amount: int) -> str:  # tallies and vote weights, as the dashboard show
 
 def _next_step(proposal: Proposal, now: int, devnet: bool) -> str:
     """What happens next to ``proposal`` and when, as one line."""
+    from governance.client import ProposalState
+
     state = proposal.state
     mine = (lambda seconds: f"; on the devnet: `gym devnet mine --seconds {seconds}`") if devnet \
         else (lambda seconds: "")
@@ -121,6 +124,8 @@ def _print_proposed(client: GovernanceClient, description: str, proposal_id: int
 
 def _print_effects(client: GovernanceClient, proposal: Proposal) -> None:
     """What an executed proposal changed, read back from the chain."""
+    from governance.proposals import format_duration, format_parameter
+
     actions = client.describe_actions(proposal)
     called = {action.function for action in actions}
     if called & {"appendManyFromLog", "appendFromLog"}:
@@ -170,6 +175,8 @@ def delegate(
     account: AccountOption = None,
 ) -> None:
     """Delegate your GYM votes (to yourself by default): only delegated tokens vote."""
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     tx = client.delegate(to)
     who = client.account.address
@@ -186,6 +193,8 @@ def propose_curation(
     account: AccountOption = None,
 ) -> None:
     """Propose to append leaves of an anchored publisher log to the curated library."""
+    from governance.runtime import runtime_of
+
     try:
         wanted = [int(part) for part in indices.split(",") if part.strip()]
     except ValueError:
@@ -219,6 +228,8 @@ def propose_params(
     setProposalThreshold or updateQuorumNumerator, or the timelock's updateDelay. Values are
     checked before anything is sent. A change applies to proposals made after it executes.
     """
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     threshold = (None if proposal_threshold is None
                  else parse_gym(proposal_threshold, "--proposal-threshold", ParameterError))
@@ -248,6 +259,8 @@ def propose_slash(
     Refused before anything is sent: an unknown node, an amount above its stake, a challenge
     that is unknown, against another node or dismissed.
     """
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     plan = client.build_slash(node, parse_gym(amount, "--amount", ParameterError), reason,
                               challenge_id=challenge, beneficiary=beneficiary)
@@ -268,6 +281,8 @@ def propose_reverse(
     whose appeal window ends before a proposal made now could execute (voting delay + voting
     period + timelock delay): raise the window first with propose-appeal-window.
     """
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     plan = client.build_reverse(challenge, reason)
     proposal_id, tx = client.propose(plan)
@@ -283,6 +298,9 @@ def propose_appeal_window(
     account: AccountOption = None,
 ) -> None:
     """Propose to set the VerifierCommittee's appeal window (at most MAX_APPEAL_WINDOW)."""
+    from governance.proposals import parse_duration
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     plan = client.build_appeal_window(parse_duration(window, "the appeal window"), description)
     proposal_id, tx = client.propose(plan)
@@ -294,6 +312,8 @@ def list_proposals(ctx: typer.Context,
                    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
                    ) -> None:
     """Every proposal with its state and tally."""
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client()
     proposals = client.proposals()
     if as_json:
@@ -321,6 +341,8 @@ def list_proposals(ctx: typer.Context,
 def show(ctx: typer.Context, proposal: ProposalArgument,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """One proposal: description, its actions decoded, state, tally, quorum, timeline."""
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client()
     p = client.proposal(_resolve_id(client, proposal))
     actions = client.describe_actions(p)
@@ -356,6 +378,9 @@ def vote(
     account: AccountOption = None,
 ) -> None:
     """Vote on an Active proposal with your own key."""
+    from governance.client import VoteType
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
     choice = VoteType.parse(support)
@@ -379,6 +404,8 @@ def ballot(
     The JSON is eth_signTypedData_v4's, uint256 values as decimal strings; sign it without a
     browser with `cast wallet sign --data --from-file ballot.json --private-key KEY`.
     """
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client()
     typed = client.ballot_typed_data(_resolve_id(client, proposal), support, voter)
     print(json.dumps(typed, indent=2))
@@ -394,6 +421,9 @@ def relay(
     account: AccountOption = None,
 ) -> None:
     """Submit a voter's signed ballot (castVoteBySig); your key pays the gas, theirs voted."""
+    from governance.client import VoteType
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
     tx = client.cast_vote_by_sig(proposal_id, support, voter, signature)
@@ -403,12 +433,15 @@ def relay(
 
 
 def _send(ctx: typer.Context, proposal: str, account: int | None,
-          send: Callable[[GovernanceClient, int], TxResult], done: str
+          send: str, done: str
           ) -> tuple[GovernanceClient, int]:
-    """Send ``proposal``'s transaction with ``send`` and print ``done`` with its hash."""
+    """Send ``proposal``'s transaction with the client's method ``send`` (queue, execute,
+    cancel) and print ``done`` with its hash."""
+    from governance.runtime import runtime_of
+
     client = runtime_of(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
-    tx = send(client, proposal_id)
+    tx: TxResult = getattr(client, send)(proposal_id)
     console.print(f"{done} (tx {tx.tx_hash})", highlight=False)
     return client, proposal_id
 
@@ -416,14 +449,14 @@ def _send(ctx: typer.Context, proposal: str, account: int | None,
 @app.command()
 def queue(ctx: typer.Context, proposal: ProposalArgument, account: AccountOption = None) -> None:
     """Queue a Succeeded proposal in the timelock."""
-    _print_status(*_send(ctx, proposal, account, GovernanceClient.queue, "queued"))
+    _print_status(*_send(ctx, proposal, account, "queue", "queued"))
 
 
 @app.command()
 def execute(ctx: typer.Context, proposal: ProposalArgument, account: AccountOption = None
             ) -> None:
     """Execute a Queued proposal whose timelock delay has passed."""
-    client, proposal_id = _send(ctx, proposal, account, GovernanceClient.execute, "executed")
+    client, proposal_id = _send(ctx, proposal, account, "execute", "executed")
     _print_effects(client, client.proposal(proposal_id))
     _print_status(client, proposal_id)
 
@@ -431,4 +464,4 @@ def execute(ctx: typer.Context, proposal: ProposalArgument, account: AccountOpti
 @app.command()
 def cancel(ctx: typer.Context, proposal: ProposalArgument, account: AccountOption = None) -> None:
     """Withdraw your own proposal while it is Pending, before voting opens."""
-    _print_status(*_send(ctx, proposal, account, GovernanceClient.cancel, "canceled"))
+    _print_status(*_send(ctx, proposal, account, "cancel", "canceled"))

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contracts.signing import signing_key
-from governance.client import GovernanceClient
 from governance.errors import GovernanceError
 from ledger.runtime import LedgerRuntime
+
+if TYPE_CHECKING:  # web3 loads when a command first needs the chain
+    from governance.client import GovernanceClient
 
 
 class GovernanceSettings(BaseSettings):
@@ -49,6 +50,8 @@ class GovernanceRuntime:
     config: Callable[[], GovernanceConfig]  # reads the deployment when called
 
     def client(self, account: int | None = None) -> GovernanceClient:
+        from governance.client import GovernanceClient
+
         ledger_contract = self.ledger.contract
         config = self.config()
         w3 = ledger_contract.w3
@@ -68,6 +71,8 @@ VOTER_KEY_ENV = "GYM_VOTER_KEY"
 def voter_key(chain_id: int, account: int | None) -> str:
     """The key that signs, by ``contracts.signing.signing_key``'s rule: ``--account N`` (devnet
     only), else GYM_VOTER_KEY, else on the devnet Anvil's account 0 (said on stderr)."""
+    from contracts.signing import signing_key
+
     key = GovernanceSettings().voter_key
     return signing_key(chain_id, VOTER_KEY_ENV, key.get_secret_value() if key else None, account)
 

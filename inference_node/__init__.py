@@ -33,21 +33,11 @@ Serving it (needs the `serve` extra)::
     app = create_app(engine, StaticLibrarySource.from_file("library.json"), NodeSettings())
 """
 
-from inference_node.injection import LibraryInjector, library_block
-from inference_node.library import (
-    LibrarySnapshot,
-    LibrarySource,
-    LibraryStatus,
-    StaticLibrarySource,
-)
-from inference_node.settings import NodeSettings
+from ledger.lazy_exports import lazy_exports
 
-__all__ = [
-    "LibraryInjector",
-    "LibrarySnapshot",
-    "LibrarySource",
-    "LibraryStatus",
-    "NodeSettings",
-    "StaticLibrarySource",
-    "library_block",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "inference_node.injection": ["LibraryInjector", "library_block"],
+    "inference_node.library": ["LibrarySnapshot", "LibrarySource", "LibraryStatus",
+        "StaticLibrarySource"],
+    "inference_node.settings": ["NodeSettings"],
+})

@@ -50,18 +50,8 @@ from rich.table import Table
 
 from contracts.gym_token import format_gym
 from inference_node.bundle_store import DEFAULT_MAX_BYTES, DEFAULT_RETENTION, parse_duration
-from inference_node.challenges import challenged_receipt, open_challenge
+from inference_node.defaults import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT
 from inference_node.errors import KeyLoadError, NodeError, ReceiptError
-from inference_node.launch import (
-    NodeLaunch,
-    load_key,
-    open_registry,
-    set_engine_log_level,
-    start_node,
-)
-from inference_node.receipts import ReceiptDomain
-from inference_node.settings import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT, NodeSettings
-from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
 from ledger.tables import CliConsole, print_table
 
 app = typer.Typer(help="Run an inference node: an OpenAI-compatible server over a frozen model.",
@@ -83,6 +73,8 @@ def _runtime(ctx: typer.Context, why: str):
 
 
 def _key(key_env: str | None, keystore: Path | None, password_env: str) -> str | None:
+    from inference_node.launch import load_key
+
     try:
         return load_key(key_env, keystore, password_env)
     except KeyLoadError as exc:
@@ -92,6 +84,8 @@ def _key(key_env: str | None, keystore: Path | None, password_env: str) -> str |
 def registry_address(ctx: typer.Context | None) -> str | None:
     """The NodeRegistry's address: ``GYM_NODE_REGISTRY``, else the deployment's (through
     ``ctx.meta["node_registry_address"]``, set by the CLI root), else None."""
+    from inference_node.settings import NodeSettings
+
     address = NodeSettings().registry
     if address:
         return address
@@ -101,6 +95,8 @@ def registry_address(ctx: typer.Context | None) -> str | None:
 
 def node_registry(ctx: typer.Context, key: str | None = None):
     """A ``NodeRegistry`` client on the deployment's chain (``key``: to send transactions)."""
+    from inference_node.launch import open_registry
+
     return open_registry(_runtime(ctx, "the NodeRegistry"), registry_address(ctx), key)
 
 
@@ -242,6 +238,9 @@ def serve(
     GET /v1/receipts/{cid}. SIGTERM or Ctrl-C stops it gracefully: no new
     connections, every request in flight answered, pending receipts anchored, exit 0.
     """
+    from inference_node.launch import NodeLaunch, set_engine_log_level, start_node
+    from inference_node.settings import NodeSettings
+
     set_engine_log_level(log_level.value)  # before vLLM or transformers is imported
     if library and follow_log is not None:
         raise typer.BadParameter("give --library or --follow-log, not both")
@@ -368,6 +367,10 @@ def challenge(
     the node's signature over it, which the contract checks. Prints the challenge id;
     governance judges it (`gym gov propose-slash`).
     """
+    from inference_node.challenges import challenged_receipt, open_challenge
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.verify import read_bundle
+
     challenged = challenged_receipt(read_bundle(bundle_file), what=str(bundle_file))
     rt = _runtime(ctx, "a challenge")
     if key_env and account is not None:
@@ -433,6 +436,7 @@ def verify_receipt(
     sampling. The receipt comes from exactly one of: a BUNDLE file; --response with
     --request (what a client saved); --cid with --node (the node's retained bundle)."""
     from inference_node.bundle_sources import bundle_from_response, fetch_bundle, read_json_file
+    from inference_node.verify import check_receipt_bundle, checks_table, read_bundle
 
     sources = [bundle_file is not None, response is not None or request is not None,
                cid is not None or node is not None]
@@ -528,7 +532,8 @@ def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None
         print_receipt_audit,
         verify_sample,
     )
-    from inference_node.verify import load_verifier_model
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.verify import check_receipt_bundle, load_verifier_model
 
     rt = _runtime(ctx, "auditing a receipt log")
     contract = rt.contract

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_HOST = "127.0.0.1"  # loopback: a node is exposed on purpose, never by default
-DEFAULT_PORT = 8000
-DEFAULT_MAX_QUEUE = 64
+from inference_node.defaults import DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_MAX_QUEUE", "DEFAULT_PORT", "NodeSettings"]
 
 
 class NodeSettings(BaseSettings):

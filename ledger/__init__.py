@@ -19,105 +19,28 @@ the ExperienceLedger client), ``ledger.publish`` (append and anchor), ``ledger.a
 True
 """
 
-import sys as _sys
+# py_ecc (imported by web3) raises the recursion limit on import; the guard puts it back
+# (ledger.recursion_guard) without importing py_ecc, or web3, before a command needs them.
+from ledger import recursion_guard as _recursion_guard
 
-# py_ecc (imported by web3 and eth-account) sets the interpreter's recursion limit to 100,000
-# on import, which lets C code such as the JSON decoder recurse past the C stack: deeply
-# nested input then kills the process with SIGSEGV instead of raising RecursionError. Import
-# it once here, before anything else can, and put the limit back (ledger.json_input).
-_limit = _sys.getrecursionlimit() if "py_ecc" not in _sys.modules else 1000
-import py_ecc  # noqa: F401
+_recursion_guard.install()
 
-_sys.setrecursionlimit(min(_limit, 10_000))
-del _limit
+from ledger.lazy_exports import lazy_exports
 
-from ledger.blockstore import LocalBlockStore
-from ledger.car import CarError, read_car, write_car
-from ledger.content import ContentStore, open_content_store
-from ledger.entries import (
-    MAX_ENTRY_BYTES,
-    AdapterEntry,
-    Entry,
-    ExperienceEntry,
-    Provenance,
-    ReceiptEntry,
-    RunEntry,
-    decode_entry,
-    encode_entry,
-    entry_cid,
-    entry_leaf_hash,
-    fold_library,
-)
-from ledger.errors import (
-    ConsistencyProofError,
-    ContentIntegrityError,
-    EntryError,
-    InclusionProofError,
-    LedgerError,
-    NotFoundError,
-    VerificationError,
-)
-from ledger.logstore import Checkpoint, Leaf, LogInfo, LogStore
-from ledger.multiformats import CID, raw_cid, verify_block
-from ledger.proofs import proof_document, verify_proof_document
-from ledger.rfc9162 import (
-    EMPTY_ROOT,
-    consistency_proof,
-    inclusion_proof,
-    leaf_hash,
-    node_hash,
-    root_from_inclusion_proof,
-    roots_from_consistency_proof,
-    verify_consistency,
-    verify_inclusion,
-)
-from ledger.rfc9162 import root as merkle_root
-from ledger.unixfs import file_cid
-
-__all__ = [
-    "CID",
-    "EMPTY_ROOT",
-    "MAX_ENTRY_BYTES",
-    "AdapterEntry",
-    "CarError",
-    "Checkpoint",
-    "ConsistencyProofError",
-    "ContentIntegrityError",
-    "ContentStore",
-    "Entry",
-    "EntryError",
-    "ExperienceEntry",
-    "InclusionProofError",
-    "Leaf",
-    "LedgerError",
-    "LocalBlockStore",
-    "LogInfo",
-    "LogStore",
-    "NotFoundError",
-    "Provenance",
-    "ReceiptEntry",
-    "RunEntry",
-    "VerificationError",
-    "consistency_proof",
-    "decode_entry",
-    "encode_entry",
-    "entry_cid",
-    "entry_leaf_hash",
-    "file_cid",
-    "fold_library",
-    "inclusion_proof",
-    "leaf_hash",
-    "merkle_root",
-    "node_hash",
-    "open_content_store",
-    "proof_document",
-    "raw_cid",
-    "read_car",
-    "root_from_inclusion_proof",
-    "roots_from_consistency_proof",
-    "verify_block",
-    "verify_consistency",
-    "verify_inclusion",
-    "verify_proof_document",
-    "write_car",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "ledger.blockstore": ["LocalBlockStore"],
+    "ledger.car": ["CarError", "read_car", "write_car"],
+    "ledger.content": ["ContentStore", "open_content_store"],
+    "ledger.entries": ["MAX_ENTRY_BYTES", "AdapterEntry", "Entry", "ExperienceEntry", "Provenance",
+        "ReceiptEntry", "RunEntry", "decode_entry", "encode_entry", "entry_cid", "entry_leaf_hash",
+        "fold_library"],
+    "ledger.errors": ["ConsistencyProofError", "ContentIntegrityError", "EntryError",
+        "InclusionProofError", "LedgerError", "NotFoundError", "VerificationError"],
+    "ledger.logstore": ["Checkpoint", "Leaf", "LogInfo", "LogStore"],
+    "ledger.multiformats": ["CID", "raw_cid", "verify_block"],
+    "ledger.proofs": ["proof_document", "verify_proof_document"],
+    "ledger.rfc9162": ["EMPTY_ROOT", "consistency_proof", "inclusion_proof", "leaf_hash",
+        "node_hash", "root_from_inclusion_proof", "roots_from_consistency_proof",
+        "verify_consistency", "verify_inclusion", "root as merkle_root"],
+    "ledger.unixfs": ["file_cid"],
+})

@@ -28,32 +28,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ledger.audit import AuditReport, EntryHook, audit_log, print_audit_report
-from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
 from ledger.errors import LedgerError, NotFoundError, VerificationError
-from ledger.json_input import parse_json
-from ledger.proofs import (
-    check_anchored_root,
-    proof_document,
-    read_proof_file,
-    verify_proof_document,
-    verify_proof_entry,
-)
-from ledger.publish import (
-    append_entries,
-    ensure_chain_log,
-    publish,
-    read_entry_files,
-    rebind_log,
-)
 from ledger.runtime import LedgerRuntime, runtime_of
 from ledger.tables import CliConsole, print_table
+
+if TYPE_CHECKING:  # web3 loads when a command needs the chain, not for `--help`
+    from ledger.audit import AuditReport, EntryHook
 
 console = CliConsole()
 err_console = CliConsole(stderr=True)
@@ -87,6 +73,8 @@ def create(ctx: typer.Context, name: str,
                                                  "publish creates it on chain.")] = False,
            account: AccountOption = None) -> None:
     """Create log NAME locally and, unless --offline, on chain (createLog, Publisher)."""
+    from ledger.publish import ensure_chain_log
+
     rt = _signing_runtime(ctx, account)
     try:
         rt.store.get_log(name)
@@ -112,6 +100,8 @@ def append(ctx: typer.Context, log: str,
            files: Annotated[list[Path], typer.Argument(help="JSON entry files, or .jsonl files of "
                                                        "one entry per line.")]) -> None:
     """Validate entries, store them in the content store and append them: all or nothing."""
+    from ledger.publish import append_entries, read_entry_files
+
     rt = runtime_of(ctx)
     rt.store.get_log(log)  # an unknown log fails before any file is read
     entries = read_entry_files(files)
@@ -126,6 +116,8 @@ def append(ctx: typer.Context, log: str,
 def publish_command(ctx: typer.Context, log: str, account: AccountOption = None) -> None:
     """Anchor every entry appended since the last checkpoint (batch manifest + consistency
     proof), then record the checkpoint."""
+    from ledger.publish import publish
+
     rt = _signing_runtime(ctx, account)
     with console.status(f"anchoring {log}"):
         result = publish(rt.store, rt.content, rt.contract, log)
@@ -152,6 +144,8 @@ def rebind(ctx: typer.Context, name: str, account: AccountOption = None) -> None
     """Re-create log NAME on the configured chain after its own chain was reset or replaced:
     a new on-chain log, same entries; checkpoints of the old chain are forgotten and the next
     publish anchors every entry."""
+    from ledger.publish import rebind_log
+
     rt = _signing_runtime(ctx, account)
     old = rt.store.get_log(name)
     log_id = rebind_log(rt.store, rt.contract, name)
@@ -224,6 +218,9 @@ def show(ctx: typer.Context, log: str,
                              "it as entry.json for `gym verify entry` or `gym verify proof "
                              "--entry`).")] = False) -> None:
     """Show a log and its checkpoints, or one leaf and its entry."""
+    from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
+    from ledger.json_input import parse_json
+
     rt = runtime_of(ctx)
     info = rt.store.get_log(log)
     checkpoints = rt.store.checkpoints(log)
@@ -291,6 +288,8 @@ def proof(ctx: typer.Context, log: str, index: int,
                                  "verifier then needs the entry, `gym verify proof --entry`)")
           ] = False) -> None:
     """Make a self-contained inclusion proof of leaf INDEX (check it with `gym verify proof`)."""
+    from ledger.proofs import proof_document
+
     rt = runtime_of(ctx)
     anchored = {c.size for c in rt.store.checkpoints(log)}
     doc = proof_document(rt.store, None if no_entry else rt.content, log, index, size)
@@ -390,6 +389,14 @@ def verify_proof(ctx: typer.Context, file: Path,
     The entry's CID is checked only against entry bytes at hand: the document's own entry,
     --entry FILE, or the local content store; otherwise the output says it was not checked.
     """
+    from ledger.proofs import (
+        check_anchored_root,
+        read_proof_file,
+        verify_proof_document,
+        verify_proof_entry,
+    )
+    from ledger.publish import read_entry_files
+
     doc = read_proof_file(file)
     try:
         result = verify_proof_document(doc)
@@ -476,6 +483,7 @@ def verify_checkpoint(
 def verify_entry(file: Path) -> None:
     """Validate an entry file; print its canonical CID and leaf hash."""
     from ledger.entries import entry_cid, entry_leaf_hash
+    from ledger.publish import read_entry_files
 
     data = read_entry_files([file])
     if len(data) != 1:
@@ -513,6 +521,8 @@ def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
                as_json: bool = False) -> AuditReport:
     """What `gym audit` runs: the log named by ``log`` or ``log_id`` replayed (``audit_log``,
     ``on_entry`` called with every valid entry) with a progress bar, and its report printed."""
+    from ledger.audit import audit_log, print_audit_report
+
     rt = runtime_of(ctx)
     if (log is None) == (log_id is None):
         raise LedgerError("name the log to audit: `gym audit NAME`, `gym audit N` or "

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.errors import LedgerError
-from ledger.logstore import LogStore
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # SQLAlchemy and web3 load when a member is first used
     from ledger.chain import LedgerContract
     from ledger.content import ContentStore
+    from ledger.logstore import LogStore
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class LedgerRuntime:
 
     @cached_property
     def store(self) -> LogStore:
+        from ledger.logstore import LogStore
+
         return LogStore(self.database_url)
 
     @cached_property

@@ -13,9 +13,10 @@ Importing this package does not import torch; the backends load it when a model 
 32
 """
 
-from trainer.tfgrpo_config import ConfigError, ModelConfig, TFGRPOConfig
-from trainer.tfgrpo_prompts import Experience
-from trainer.tfgrpo_trainer import ResumeError, TFGRPOTrainer
+from ledger.lazy_exports import lazy_exports
 
-__all__ = ["ConfigError", "Experience", "ModelConfig", "ResumeError", "TFGRPOConfig",
-           "TFGRPOTrainer"]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "trainer.tfgrpo_config": ["ConfigError", "ModelConfig", "TFGRPOConfig"],
+    "trainer.tfgrpo_prompts": ["Experience"],
+    "trainer.tfgrpo_trainer": ["ResumeError", "TFGRPOTrainer"],
+})

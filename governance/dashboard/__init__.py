@@ -23,29 +23,13 @@
 ('http://127.0.0.1:8600', 'http://localhost:8600')
 """
 
-from governance.dashboard.curation import (
-    CuratedLeafCheck,
-    LeafCheck,
-    ProposedAction,
-    check_curated_leaves,
-    check_leaf,
-    decode_action,
-)
-from governance.dashboard.indexer import CuratedLeaf, GovernorIndexer, IndexedProposal, IndexedVote
-from governance.dashboard.runtime import DashboardRuntime
-from governance.dashboard.security import served_origins
+from ledger.lazy_exports import lazy_exports
 
-__all__ = [
-    "CuratedLeaf",
-    "CuratedLeafCheck",
-    "DashboardRuntime",
-    "GovernorIndexer",
-    "IndexedProposal",
-    "IndexedVote",
-    "LeafCheck",
-    "ProposedAction",
-    "check_curated_leaves",
-    "check_leaf",
-    "decode_action",
-    "served_origins",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "governance.dashboard.curation": ["CuratedLeafCheck", "LeafCheck", "ProposedAction",
+        "check_curated_leaves", "check_leaf", "decode_action"],
+    "governance.dashboard.indexer": ["CuratedLeaf", "GovernorIndexer", "IndexedProposal",
+        "IndexedVote"],
+    "governance.dashboard.runtime": ["DashboardRuntime"],
+    "governance.dashboard.security": ["served_origins"],
+})

@@ -14,11 +14,12 @@ import pytest
 from web3 import Web3
 
 from contracts import load_artifact
-from devnet.deploy import ZERO_ADDRESS, Deployer
+from devnet.deploy import Deployer
 from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
 from ledger.audit import audit_log
 from ledger.batches import BatchManifest, store_batch
 from ledger.chain import LedgerContract, TracingUnavailableError
+from ledger.evm import ZERO_ADDRESS
 from ledger.multiformats import CID
 from ledger.publish import append_entries, ensure_chain_log, publish
 

@@ -23,23 +23,13 @@ Importing this package does not import torch.
 ['adapter_entry.json', 'adapter_model.safetensors']
 """
 
-from trainer.adapters.errors import (
-    AdapterEntryError,
-    AdapterError,
-    AdapterIntegrityError,
-    AdapterRunError,
-    BaseModelMismatchError,
-    DeltaFormatError,
-)
-from trainer.adapters.fetch import FetchedAdapter, fetch_adapter, fetch_adapter_entry
-from trainer.adapters.merge import check_base_model, merge_adapter
-from trainer.adapters.publish import (
-    PublishedAdapter,
-    build_adapter_entries,
-    publish_adapter_run,
-)
+from ledger.lazy_exports import lazy_exports
 
-__all__ = ["AdapterEntryError", "AdapterError", "AdapterIntegrityError", "AdapterRunError",
-           "BaseModelMismatchError", "DeltaFormatError", "FetchedAdapter", "PublishedAdapter",
-           "build_adapter_entries", "check_base_model", "fetch_adapter", "fetch_adapter_entry",
-           "merge_adapter", "publish_adapter_run"]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "trainer.adapters.errors": ["AdapterEntryError", "AdapterError", "AdapterIntegrityError",
+        "AdapterRunError", "BaseModelMismatchError", "DeltaFormatError"],
+    "trainer.adapters.fetch": ["FetchedAdapter", "fetch_adapter", "fetch_adapter_entry"],
+    "trainer.adapters.merge": ["check_base_model", "merge_adapter"],
+    "trainer.adapters.publish": ["PublishedAdapter", "build_adapter_entries",
+        "publish_adapter_run"],
+})

@@ -29,7 +29,6 @@ from rich.table import Table
 from ledger.tables import CliConsole, print_table
 from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterError
-from trainer.reports import files_table, publish_and_show
 
 app = typer.Typer(help="PEFT adapters on the ledger: publish, fetch and verify, merge, compress.",
                   no_args_is_help=True)
@@ -70,6 +69,7 @@ def publish(
 ) -> None:
     """Store the adapter's files, append a `run` and an `adapter` entry, anchor the log."""
     from ledger.runtime import runtime_of
+    from trainer.reports import publish_and_show
 
     publish_and_show(console, runtime_of(ctx), run_dir, log)
 
@@ -96,6 +96,7 @@ def fetch(
     from ledger.proofs import proof_from_options
     from ledger.runtime import runtime_of
     from trainer.adapters.fetch import fetch_adapter, fetch_adapter_entry
+    from trainer.reports import files_table
 
     rt = runtime_of(ctx)
     doc = proof_from_options(rt.store, rt.content, log=log, index=index, proof_file=proof)

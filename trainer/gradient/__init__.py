@@ -20,9 +20,11 @@ Traceback (most recent call last):
 trainer.tfgrpo_config.ConfigError: config: dataset.format 'alpaca' does not fit dpo: use preference
 """
 
-from trainer.gradient.config import GradientConfig, load_config, validate_config
-from trainer.gradient.formats import DatasetFormatError, load_dataset_rows
-from trainer.gradient.train import QLoRAUnavailableError, RunDirectoryError, TrainResult, train
+from ledger.lazy_exports import lazy_exports
 
-__all__ = ["DatasetFormatError", "GradientConfig", "QLoRAUnavailableError", "RunDirectoryError",
-           "TrainResult", "load_config", "load_dataset_rows", "train", "validate_config"]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "trainer.gradient.config": ["GradientConfig", "load_config", "validate_config"],
+    "trainer.gradient.formats": ["DatasetFormatError", "load_dataset_rows"],
+    "trainer.gradient.train": ["QLoRAUnavailableError", "RunDirectoryError", "TrainResult",
+        "train"],
+})
