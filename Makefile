@@ -5,7 +5,8 @@
 VENV := .venv
 FORGE := node_modules/@foundry-rs/forge-linux-amd64/bin/forge
 # pytest workers: a serial run keeps one core busy (98% of one in tests/ledger), so two workers
-# use both cores of the CI machine (tests/conftest.py keeps each test file on one worker).
+# use both cores of the CI machine (tests/conftest.py schedules each test file on one worker,
+# the longest first).
 PYTEST_WORKERS ?= 2
 
 setup:

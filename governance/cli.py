@@ -44,9 +44,19 @@ from ledger.tables import print_table
 
 if TYPE_CHECKING:  # web3 loads when a command runs, not for `--help`
     from governance.client import GovernanceClient, Proposal
+    from governance.runtime import GovernanceRuntime
     from ledger.evm import TxResult
 
 console = Console()
+
+
+def _runtime(ctx: typer.Context) -> GovernanceRuntime:
+    """The command's ``GovernanceRuntime`` (imported here: it loads pydantic-settings, which
+    `gym gov --help` does not need)."""
+    from governance.runtime import runtime_of
+
+    return runtime_of(ctx)
+
 
 def _resolve_id(client: GovernanceClient, text: str) -> int:
     """A proposal id, from the full id (decimal or 0x hex) or its number in `gym gov list`."""
@@ -175,9 +185,7 @@ def delegate(
     account: AccountOption = None,
 ) -> None:
     """Delegate your GYM votes (to yourself by default): only delegated tokens vote."""
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     tx = client.delegate(to)
     who = client.account.address
     console.print(f"{who} delegated to {to or 'itself'}; votes of {to or who} now "
@@ -193,13 +201,11 @@ def propose_curation(
     account: AccountOption = None,
 ) -> None:
     """Propose to append leaves of an anchored publisher log to the curated library."""
-    from governance.runtime import runtime_of
-
     try:
         wanted = [int(part) for part in indices.split(",") if part.strip()]
     except ValueError:
         raise GovernanceError(f"--indices is comma-separated leaf numbers, not {indices!r}") from None
-    rt = runtime_of(ctx)
+    rt = _runtime(ctx)
     client = rt.client(account)
     plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted, description)
     proposal_id, tx = client.propose(plan)
@@ -228,9 +234,7 @@ def propose_params(
     setProposalThreshold or updateQuorumNumerator, or the timelock's updateDelay. Values are
     checked before anything is sent. A change applies to proposals made after it executes.
     """
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     threshold = (None if proposal_threshold is None
                  else parse_gym(proposal_threshold, "--proposal-threshold", ParameterError))
     plan = client.build_params_change(
@@ -259,9 +263,7 @@ def propose_slash(
     Refused before anything is sent: an unknown node, an amount above its stake, a challenge
     that is unknown, against another node or dismissed.
     """
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     plan = client.build_slash(node, parse_gym(amount, "--amount", ParameterError), reason,
                               challenge_id=challenge, beneficiary=beneficiary)
     proposal_id, tx = client.propose(plan)
@@ -281,9 +283,7 @@ def propose_reverse(
     whose appeal window ends before a proposal made now could execute (voting delay + voting
     period + timelock delay): raise the window first with propose-appeal-window.
     """
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     plan = client.build_reverse(challenge, reason)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
@@ -299,9 +299,7 @@ def propose_appeal_window(
 ) -> None:
     """Propose to set the VerifierCommittee's appeal window (at most MAX_APPEAL_WINDOW)."""
     from governance.proposals import parse_duration
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     plan = client.build_appeal_window(parse_duration(window, "the appeal window"), description)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
@@ -312,9 +310,7 @@ def list_proposals(ctx: typer.Context,
                    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
                    ) -> None:
     """Every proposal with its state and tally."""
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client()
+    client = _runtime(ctx).client()
     proposals = client.proposals()
     if as_json:
         typer.echo(json.dumps({"chain_time": client.now(), "proposals": [
@@ -341,9 +337,7 @@ def list_proposals(ctx: typer.Context,
 def show(ctx: typer.Context, proposal: ProposalArgument,
          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """One proposal: description, its actions decoded, state, tally, quorum, timeline."""
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client()
+    client = _runtime(ctx).client()
     p = client.proposal(_resolve_id(client, proposal))
     actions = client.describe_actions(p)
     now = client.now()
@@ -379,9 +373,7 @@ def vote(
 ) -> None:
     """Vote on an Active proposal with your own key."""
     from governance.client import VoteType
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
     choice = VoteType.parse(support)
     tx = client.vote(proposal_id, choice, reason)
@@ -404,9 +396,7 @@ def ballot(
     The JSON is eth_signTypedData_v4's, uint256 values as decimal strings; sign it without a
     browser with `cast wallet sign --data --from-file ballot.json --private-key KEY`.
     """
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client()
+    client = _runtime(ctx).client()
     typed = client.ballot_typed_data(_resolve_id(client, proposal), support, voter)
     print(json.dumps(typed, indent=2))
 
@@ -422,9 +412,7 @@ def relay(
 ) -> None:
     """Submit a voter's signed ballot (castVoteBySig); your key pays the gas, theirs voted."""
     from governance.client import VoteType
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
     tx = client.cast_vote_by_sig(proposal_id, support, voter, signature)
     console.print(f"relayed {voter}'s vote {VoteType.parse(support).name.lower()} "
@@ -437,9 +425,7 @@ def _send(ctx: typer.Context, proposal: str, account: int | None,
           ) -> tuple[GovernanceClient, int]:
     """Send ``proposal``'s transaction with the client's method ``send`` (queue, execute,
     cancel) and print ``done`` with its hash."""
-    from governance.runtime import runtime_of
-
-    client = runtime_of(ctx).client(account)
+    client = _runtime(ctx).client(account)
     proposal_id = _resolve_id(client, proposal)
     tx: TxResult = getattr(client, send)(proposal_id)
     console.print(f"{done} (tx {tx.tx_hash})", highlight=False)

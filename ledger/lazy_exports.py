@@ -20,8 +20,21 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
+
+
+class _LazyPackage(types.ModuleType):
+    """A package whose exports win over its submodules of the same name, as they did when its
+    ``__init__`` imported them eagerly (``trainer.gradient`` exports the function ``train`` of
+    its module ``train``): importing the submodule later leaves the package's name alone."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}"
+                and name in self.__dict__.get("_lazy_exports", ())):
+            return  # the submodule stays importable, from sys.modules
+        super().__setattr__(name, value)
 
 
 def lazy_exports(package: str, exports: dict[str, list[str]]
@@ -45,4 +58,6 @@ def lazy_exports(package: str, exports: dict[str, list[str]]
     def __dir__() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(where))
 
+    sys.modules[package].__class__ = _LazyPackage
+    sys.modules[package]._lazy_exports = frozenset(where)
     return __getattr__, __dir__, sorted(where)

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.batches import BatchManifest, store_batch
-from ledger.chain import AnchoredEvent, ContractRevertError, LedgerContract, LogKind
 from ledger.entries import (
     ENTRY_TYPES,
     MAX_ENTRY_BYTES,
@@ -63,7 +62,8 @@ from ledger.json_input import JSONInputError, parse_json
 from ledger.logstore import ChainBinding, LogChangedError, LogStore
 from ledger.rfc9162 import EMPTY_ROOT
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # web3 loads when a function here first talks to the chain
+    from ledger.chain import AnchoredEvent, LedgerContract
     from ledger.content import ContentStore
 
 # An entry as a user writes it (indented, keys in any order) may be larger than its canonical
@@ -281,6 +281,8 @@ def check_chain_binding(store: LogStore, contract: LedgerContract, name: str) ->
     checkpoint's root (a log never anchored: same name, size 0). ``PublishError`` for a log
     not yet created on chain.
     """
+    from ledger.chain import ContractRevertError, LogKind
+
     log = store.get_log(name)
     if log.chain_log_id is None:
         raise PublishError(f"log {name!r} is not on chain yet: `gym ledger publish {name}` "
@@ -313,6 +315,8 @@ def ensure_chain_log(store: LogStore, contract: LedgerContract, name: str) -> in
     """The on-chain id of log ``name`` on ``contract``'s chain, creating the log there first
     if it has none; ``ChainBindingError`` when it was created on another chain
     (``check_chain_binding``)."""
+    from ledger.chain import LogKind
+
     log = store.get_log(name)
     if log.chain_log_id is not None:
         return check_chain_binding(store, contract, name)
@@ -327,6 +331,8 @@ def rebind_log(store: LogStore, contract: LedgerContract, name: str) -> int:
     replaced: a new on-chain log, the binding moved to it, and the checkpoints recorded on the
     old chain forgotten, in one database transaction. The leaves stay; the next ``publish``
     anchors them all. Refuses (``PublishError``) a log that belongs to this chain."""
+    from ledger.chain import LogKind
+
     log = store.get_log(name)
     if log.chain_log_id is None:
         raise PublishError(f"log {name!r} is not on any chain yet: `gym ledger publish {name}` "
@@ -376,6 +382,8 @@ def publish(store: LogStore, content: ContentStore, contract: LedgerContract, na
     (a publish that died after its transaction was mined) are adopted when they are this
     log's tree, and only what lies beyond them is anchored.
     """
+    from ledger.chain import ContractRevertError, LogKind
+
     log = store.get_log(name)
     size = log.size  # a snapshot: entries appended meanwhile wait for the next publish
     recorded = store.checkpoints(name)

@@ -81,7 +81,7 @@ def test_gym_help_alone_imports_no_chain_or_ml_library(gym_env, args):
 def test_chain_and_content_commands_import_no_ml_library(gym_env, tmp_path):
     """Commands that only talk to the chain, the log index and the content store. No devnet
     runs: the chain ones fail with their one-line error, after importing what they use."""
-    entry = tmp_path / "entry.json"
+    entry, proof = tmp_path / "entry.json", tmp_path / "proof.json"
     entry.write_text(json.dumps({"type": "experience", "v": 1, "text": "Check units first.",
                                  "domain": "math", "op": "add",
                                  "provenance": {"method": "manual", "base_model": "m", "step": 0}}))
@@ -90,7 +90,8 @@ def test_chain_and_content_commands_import_no_ml_library(gym_env, tmp_path):
         (("ledger", "append", "alice/math", str(entry)), 0),
         (("ledger", "list"), 0),
         (("ledger", "show", "alice/math"), 0),
-        (("ledger", "proof", "alice/math", "0"), 0),
+        (("ledger", "proof", "alice/math", "0", "--json"), 0),
+        (("verify", "proof", str(proof)), 0),
         (("verify", "entry", str(entry)), 0),
         (("ipfs", "add", str(entry)), 0),
         (("devnet", "status"), 1),
@@ -102,5 +103,7 @@ def test_chain_and_content_commands_import_no_ml_library(gym_env, tmp_path):
         label = "gym " + " ".join(args)
         assert proc.returncode == code, f"{label}: {proc.stderr[-2000:]}"
         assert sorted(imported & set(ML)) == [], label
+        if args[:2] == ("ledger", "proof"):
+            proof.write_text(proc.stdout)
     # and the chain commands did load the chain stack: the check measures what ran
     assert {"web3", "sqlalchemy"} <= imported

@@ -21,11 +21,11 @@ from devnet.deploy import (
     CONTRACT_NAMES,
     CURATED_LIBRARY_NAME,
     MANIFEST_VERSION,
-    ZERO_ADDRESS,
     Deployment,
     GovernanceParams,
 )
 from devnet.settings import ANVIL_DEV_KEYS, GymSettings
+from ledger.evm import ZERO_ADDRESS
 
 pytestmark = pytest.mark.anvil
 

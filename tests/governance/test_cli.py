@@ -43,7 +43,7 @@ def test_account_keys_are_anvils_dev_accounts():
 
 
 @pytest.mark.anvil
-def test_curation_through_the_cli(gym_env, tmp_path):
+def test_curation_through_the_cli(gym_env, ledger_devnet, tmp_path):
     def gym(*args: str, ok: bool = True, **kwargs):
         result = gym_env.run(*args, **kwargs)
         assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
@@ -126,7 +126,7 @@ def test_curation_through_the_cli(gym_env, tmp_path):
 
 
 @pytest.mark.anvil
-def test_cli_refusals_are_one_clear_line(gym_env):
+def test_cli_refusals_are_one_clear_line(gym_env, ledger_devnet):
     assert gym_env.run("devnet", "up").returncode == 0
     assert gym_env.run("ledger", "create", "alice/math").returncode == 0
     assert gym_env.run("ledger", "append", "alice/math", str(SAMPLES)).returncode == 0
@@ -165,7 +165,9 @@ def test_cli_refusals_are_one_clear_line(gym_env):
 
 @pytest.mark.anvil
 def test_demo_curates_the_samples_by_dao_vote(gym_env):
-    result = gym_env.run("demo", "--no-train", timeout=300)  # starts a node: slow on a busy CPU
+    # What this test checks is printed by the demo's curation step; the node and committee
+    # steps after it are devnet/test_demo.py's (the full demo), so they are not run twice.
+    result = gym_env.run("demo", "--no-train", "--no-node", timeout=300)
     assert result.returncode == 0, result.stderr
     assert "5. DAO curation" in result.stdout and "one by signature, relayed" in result.stdout
     assert re.search(r"curated library 'gym/curated' size 5, on-chain root\s+0x[0-9a-f]{64}",
@@ -174,7 +176,7 @@ def test_demo_curates_the_samples_by_dao_vote(gym_env):
 
 
 @pytest.mark.anvil
-def test_params_change_and_cancel_through_the_cli(gym_env):
+def test_params_change_and_cancel_through_the_cli(gym_env, ledger_devnet):
     def gym(*args: str, ok: bool = True):
         result = gym_env.run(*args)
         assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
@@ -248,7 +250,7 @@ def test_one_signing_key_rule():
 
 
 @pytest.mark.anvil
-def test_every_command_signs_by_the_same_rule(gym_env):
+def test_every_command_signs_by_the_same_rule(gym_env, ledger_devnet):
     """On the devnet a command given no key signs as account 0 and says so on stderr, once;
     reads say nothing; `--account N` and the command's variable choose."""
     def gym(*args: str, **kwargs):

@@ -10,12 +10,8 @@ from __future__ import annotations
 import doctest
 import html
 import json
-import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import httpx
 import pytest
@@ -40,7 +36,6 @@ from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encod
 from ledger.chain import LedgerContract
 from ledger.rfc9162 import root as merkle_root
 
-GYM = Path(sys.executable).parent / "gym"
 ORIGIN = "http://testserver"
 NO_GYM = 7  # Anvil's account 7 holds ether but no GYM
 
@@ -89,18 +84,15 @@ class Devnet:
 
 
 @pytest.fixture(scope="module")
-def devnet(tmp_path_factory):
+def devnet(tmp_path_factory, shared_devnet):
+    """The worker's deployed devnet with alice/math published, for the whole module (each test
+    reverts to this state: `dash`); reverted to the deployment at the end."""
     from ledger.publish import append_entries, publish
 
     base = tmp_path_factory.mktemp("dashboard-devnet")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(base / "data"), GYM_DEPLOYMENT_FILE=str(base / "deployment.json"),
-               GYM_ANVIL_PORT="0")
-    up = subprocess.run([str(GYM), "devnet", "up"], env=env, capture_output=True, text=True,
-                        timeout=180, check=False)
-    assert up.returncode == 0, up.stderr
+    shared_devnet.ensure()
     try:
-        deployment = Deployment.load(base / "deployment.json")
+        deployment = Deployment.load(shared_devnet.deployment_file)
         w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
         store = LogStore(f"sqlite:///{base / 'ledger.sqlite'}")
         content = LocalBlockStore(base / "content")
@@ -112,8 +104,7 @@ def devnet(tmp_path_factory):
         yield net
         store.engine.dispose()
     finally:
-        subprocess.run([str(GYM), "devnet", "down"], env=env, capture_output=True, timeout=60,
-                       check=False)
+        shared_devnet.restore()
 
 
 @dataclass

@@ -39,7 +39,7 @@ OPTION = {i: address.lower() for i, address in ACCOUNT.items()}  # as eth_accoun
 
 
 @pytest.fixture
-def served_dashboard(gym_env):
+def served_dashboard(gym_env, ledger_devnet):
     """A devnet with log alice/math published, a proposal to curate leaves 0 and 2 whose
     snapshot has passed, 100 GYM sent to account 5 (not delegated), and `gym dashboard`."""
     def gym(*args: str) -> str:

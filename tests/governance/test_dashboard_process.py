@@ -52,7 +52,7 @@ def dao_client(deployment: Deployment, w3: Web3) -> GovernanceClient:
 
 
 @pytest.fixture
-def served_dashboard(gym_env, tmp_path):
+def served_dashboard(gym_env, ledger_devnet, tmp_path):
     """A devnet, a proposal to curate the deep entry (anchored, stored under its CID), and
     `gym dashboard` serving it, its output in a log file."""
     assert gym_env.run("devnet", "up").returncode == 0

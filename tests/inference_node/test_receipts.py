@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 
 import httpx
@@ -55,20 +56,25 @@ def answered(signing_node):
     return body, reply
 
 
-def offline_verify(bundle, weights_dir, **kwargs):
-    """The bundle checked with the model, its experiences' texts taken as the node's."""
+@functools.cache
+def _verifier_model(weights_dir):
+    """A verifier's model and tokenizer, loaded once per weights (verifying never changes them)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    return AutoModelForCausalLM.from_pretrained(weights_dir), AutoTokenizer.from_pretrained(weights_dir)
+
+
+def offline_verify(bundle, weights_dir, **kwargs):
+    """The bundle checked with the model, its experiences' texts taken as the node's."""
     from inference_node import verify
 
     texts = dict(SNAPSHOT.experiences)
     original = verify._check_library
     verify._check_library = lambda *a: texts  # the chain's part is test_sync's
+    model, tokenizer = _verifier_model(weights_dir)
     try:
-        return verify_receipt_bundle(
-            bundle, contract=object(), content=object(),
-            model=AutoModelForCausalLM.from_pretrained(weights_dir),
-            tokenizer=AutoTokenizer.from_pretrained(weights_dir), **kwargs)
+        return verify_receipt_bundle(bundle, contract=object(), content=object(), model=model,
+                                     tokenizer=tokenizer, **kwargs)
     finally:
         verify._check_library = original
 

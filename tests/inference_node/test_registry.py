@@ -173,6 +173,7 @@ def test_register_serve_verify_list_challenge(deployed, tiny_model_dir, other_mo
     tx = registry.contract.functions.slash(operator, 150 * TOKEN, challenge_id,
                                            contracts["GymToken"]).transact({"from": timelock})
     assert w3.eth.wait_for_transaction_receipt(tx)["status"] == 1
+    w3.provider.make_request("anvil_stopImpersonatingAccount", [timelock])  # not reverted
     assert not registry.is_active(operator)
     fails(bundle, "node_slashed")
     failed = gym.run("verify", "receipt", str(bundle_file), extra_env=extra_env)

@@ -57,7 +57,8 @@ def test_publish_recovers_an_anchor_that_was_mined_but_never_recorded(ledger_dev
     assert "audit clean: 2 checkpoints, 5 entries" in ok(gym.run("audit", LOG))
 
 
-def test_a_log_of_a_reset_chain_refuses_until_rebound(ledger_devnet, tmp_path):
+def test_a_log_of_a_reset_chain_refuses_until_rebound(own_ledger_devnet, tmp_path):
+    ledger_devnet = own_ledger_devnet  # this test restarts the chain: a devnet of its own
     gym = ledger_devnet.gym
     assert "on-chain log id 2" in ok(gym.run("ledger", "create", LOG))
     ok(gym.run("ledger", "append", LOG, entries_file(tmp_path, range(3))))
