@@ -5,6 +5,7 @@ receipt log and exits 0."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -47,6 +48,13 @@ def plain_chat(url: str, out: dict) -> None:
     out["reply"] = httpx.post(f"{url}/chat/completions", json=request, timeout=300)
 
 
+def admitted(port: int) -> int:
+    """Requests the node holds (waiting for the engine or decoding), from its /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return int(sum(float(value) for value in re.findall(
+        r"^gym_node_(?:queue_depth|requests_running) (\S+)$", text, re.MULTILINE)))
+
+
 def test_sigterm_finishes_in_flight_requests_and_logs_their_receipts(tiny_model_dir, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
@@ -62,6 +70,10 @@ def test_sigterm_finishes_in_flight_requests_and_logs_their_receipts(tiny_model_
             thread.start()
         for _, started in streams:
             assert started.wait(60)
+        deadline = time.monotonic() + 60  # the plain request too is in flight, not still connecting
+        while admitted(port) < 3:
+            assert time.monotonic() < deadline, "the three requests were never in flight together"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         refused = None
