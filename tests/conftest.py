@@ -236,8 +236,8 @@ def shared_devnet(tmp_path_factory):
 @pytest.fixture
 def ledger_devnet(gym_env, shared_devnet):
     """A deployed devnet for one test: the worker's shared chain, reverted afterwards to the
-    deployment, so each test starts from the same freshly deployed state (tests that restart,
-    reset or stop the chain bring up their own with ``gym_env.run("devnet", "up")``)."""
+    deployment, so each test starts from the same freshly deployed state (a test that restarts,
+    resets or stops the chain takes ``own_ledger_devnet`` instead)."""
     yield shared_devnet.checkout(gym_env)
     shared_devnet.restore()
 
