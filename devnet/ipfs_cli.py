@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -28,10 +28,12 @@ from rich.progress import (
 )
 
 from devnet.errors import DevnetError, PortInUseError
+from ledger.blockstore import LocalBlockStore
+from ledger.car import write_car
+from ledger.content import ContentStore, open_content_store
 from ledger.errors import LedgerError
-
-if TYPE_CHECKING:  # the content store loads when a command runs
-    from ledger.content import ContentStore
+from ledger.multiformats import CID
+from ledger.unixfs import file_cid
 
 app = typer.Typer(help="The devnet's IPFS node (Kubo RPC + trustless gateway) and content "
                   "commands.", no_args_is_help=True, pretty_exceptions_enable=False)
@@ -52,7 +54,6 @@ def local_store_dir(data_dir: Path | None) -> Path:
 
 def _store(data_dir: Path | None) -> ContentStore:
     from devnet.settings import GymSettings
-    from ledger.content import open_content_store
 
     return open_content_store(GymSettings().ipfs_api, local_store_dir(data_dir))
 
@@ -102,7 +103,6 @@ def serve(
 
     from devnet.anvil import port_is_free
     from devnet.ipfs_server import create_app
-    from ledger.blockstore import LocalBlockStore
 
     if not port_is_free(host, port):
         raise PortInUseError(f"port {port} on {host} is already in use: stop what listens "
@@ -134,8 +134,6 @@ def add(
 ) -> None:
     """Add a file; print its CID (CIDv1, raw leaves, 256 KiB chunks, as `ipfs add
     --cid-version=1`). Goes through GYM_IPFS_API when it is set."""
-    from ledger.unixfs import file_cid
-
     size = path.stat().st_size
     with open(path, "rb") as stream, _progress() as progress:
         task = progress.add_task(f"adding {path.name}", total=size,
@@ -151,8 +149,6 @@ def cat(
     data_dir: DataDir = None,
 ) -> None:
     """Write a file's bytes to stdout, every block verified against its CID."""
-    from ledger.multiformats import CID
-
     out = sys.stdout.buffer
     for chunk in _store(data_dir).cat_iter(CID.parse(cid)):
         out.write(chunk)
@@ -169,10 +165,6 @@ def export_car(
 
     Reads from GYM_IPFS_API when it is set (block by block), else from the local store.
     """
-    from ledger.blockstore import LocalBlockStore
-    from ledger.car import write_car
-    from ledger.multiformats import CID
-
     root = CID.parse(cid)
     store = _store(data_dir)
     tmp = out.with_name(out.name + ".partial")
@@ -200,7 +192,6 @@ def import_car(
     """Import every block of a CARv1 file into the local store (each verified); print its
     roots. With GYM_IPFS_API set, use `ipfs dag import` on that node instead."""
     from devnet.settings import GymSettings
-    from ledger.blockstore import LocalBlockStore
 
     if GymSettings().ipfs_api:
         raise DevnetError("gym ipfs import writes the local store; GYM_IPFS_API is set, so "
