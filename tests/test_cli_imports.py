@@ -39,7 +39,7 @@ def _run(env, *args: str, stdin: str | None = None) -> tuple[subprocess.Complete
 
 
 def test_the_measure_sees_imports(gym_env):
-    # a guard against a parser that finds nothing: `gym eval --help` runs, so typer is listed
+    # a guard against a parser that finds nothing: `gym --help` itself imports typer and ours
     proc, imported = _run(gym_env.env, "--help")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {"typer", "devnet", "ledger"} <= imported
