@@ -25,6 +25,12 @@ from ledger import recursion_guard as _recursion_guard
 
 _recursion_guard.install()
 
+# eth-account imports eth-keyfile, which computes BLS12-381 tables on import (~0.9 s); the
+# stand-ins import it when a keystore is first read or written (ledger.deferred_keyfile).
+from ledger import deferred_keyfile as _deferred_keyfile
+
+_deferred_keyfile.install()
+
 from ledger.lazy_exports import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
