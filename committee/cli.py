@@ -111,13 +111,13 @@ def register(
         console.print(f"created a BLS key in {path} (mode 0600: it signs for your stake)")
     minimum = committee.min_stake()
     if amount < minimum:
-        raise typer.BadParameter(f"the committee's minimum stake is {format_gym(minimum)} GYM",
+        raise typer.BadParameter(f"the committee's minimum stake is {format_gym(minimum)}",
                                  param_hint="--stake")
     with console.status(f"registering {committee.account.address} with "
-                        f"{format_gym(amount)} GYM"):
+                        f"{format_gym(amount)}"):
         index = committee.register(sk, amount)
     console.print(f"verifier {committee.account.address} registered at slot {index}, staking "
-                  f"{format_gym(amount)} GYM", highlight=False)
+                  f"{format_gym(amount)}", highlight=False)
     print(index)
 
 
@@ -147,7 +147,7 @@ def status(
     from rich.table import Table
 
     table = Table(title=f"VerifierCommittee {committee.address}: active stake "
-                        f"{format_gym(committee.active_stake())} GYM")
+                        f"{format_gym(committee.active_stake())}")
     for column in ("slot", "verifier", "stake (GYM)", "state"):
         table.add_column(column)
     for s in slots:
@@ -356,12 +356,12 @@ def challenge(
                             from_block=rt.chain.deployment_block)
     here = ReceiptDomain(rt.contract.w3.eth.chain_id, rt.contract.address.lower())
     bond = committee.challenge_bond()
-    with console.status(f"opening the challenge (bond {format_gym(bond)} GYM)"):
+    with console.status(f"opening the challenge (bond {format_gym(bond)})"):
         opened = open_committee_challenge(challenged, reason, committee=committee,
                                           registry=registry, content=rt.content, domain=here)
     console.print(f"committee challenge {opened.id} opened against operator {opened.operator} "
                   f"(receipt 0x{opened.receipt_hash.hex()}, evidence {opened.evidence_cid}, "
-                  f"bond {format_gym(bond)} GYM)", highlight=False)
+                  f"bond {format_gym(bond)})", highlight=False)
     print(opened.id)
 
 

@@ -141,8 +141,8 @@ def register_demo_verifiers(settings: Any, ledger_rt: Any, console: Any,
                 sk, _ = keyfile.load_or_create(data / "verifiers" / str(n) / "bls-key.json")
                 member.register(sk, member.min_stake())
     console.print(f"verifiers {', '.join(addresses)} registered, each staking "
-                  f"{format_gym(reader.min_stake())} GYM (active stake "
-                  f"{format_gym(reader.active_stake())} GYM)", highlight=False)
+                  f"{format_gym(reader.min_stake())} (active stake "
+                  f"{format_gym(reader.active_stake())})", highlight=False)
     return addresses
 
 
@@ -193,7 +193,7 @@ def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
             "the answer is wrong (it is not: the committee should reject this)",
             committee=challenger, registry=registry, content=ledger_rt.content, domain=here)
         console.print(f"challenge {honest.id} opened against the honest receipt too (bond "
-                      f"{format_gym(reader.challenge_bond())} GYM)", highlight=False)
+                      f"{format_gym(reader.challenge_bond())})", highlight=False)
 
         ids = (forged_id, honest.id)
         stake_before = registry.node_of(node_operator).stake
@@ -220,11 +220,11 @@ def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
                   lambda: all(_claimed(reader.challenge(i)) for i in ids), 120)
     stake_after = registry.node_of(node_operator).stake
     console.print(f"node {node_operator}: stake {format_gym(stake_before)} -> "
-                  f"{format_gym(stake_after)} GYM (slashed)", highlight=False)
+                  f"{format_gym(stake_after)} (slashed)", highlight=False)
     for address, had in before.items():
         who = "challenger" if address == challenger_address else "verifier"
         delta = _balance(reader, address) - had
-        console.print(f"{who} {address}: {'+' if delta >= 0 else ''}{format_gym(delta)} GYM",
+        console.print(f"{who} {address}: {'+' if delta >= 0 else ''}{format_gym(delta)}",
                       highlight=False)
     if stake_after >= stake_before:
         raise NodeError("the node's stake did not move")

@@ -192,6 +192,8 @@ interface IVerifierCommittee {
     error CommitteeWrongStatus(uint256 challengeId, Status status);
     /// @notice `verdict` is neither 1 (upheld) nor 2 (rejected).
     error CommitteeInvalidVerdict(uint8 verdict);
+    /// @notice An upheld verdict names the failing check in `reason`; a rejected one has none.
+    error CommitteeReasonMismatch(uint8 verdict, bytes32 reason);
     /// @notice The signer bitmap is empty, or names `index`, a free or unbonding slot (or one
     /// past the set).
     error CommitteeInvalidSigner(uint256 index);
@@ -278,7 +280,8 @@ interface IVerifierCommittee {
     ///
     /// Requirements: the challenge is open and `openedAt + settlementTimeout()` has not come;
     /// `receiptHash` is its receipt hash and `proof.set` the set it opened with; `verdict` is 1
-    /// or 2; the bitmap is not empty and names only active slots of that set; `nonSigners`
+    /// (upheld) with a non-zero `reason`, or 2 (rejected) with a zero one; the bitmap is not
+    /// empty and names only active slots of that set; `nonSigners`
     /// names every other active slot once; signers hold ≥ 2/3 of that set's active stake; the
     /// hint holds; σ verifies on `verdictDigest(...)` under (apk1 − non-signers, apk2), that key
     /// not at infinity.

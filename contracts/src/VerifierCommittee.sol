@@ -364,6 +364,9 @@ contract VerifierCommittee is IVerifierCommittee {
         if (verdict != uint8(Verdict.Upheld) && verdict != uint8(Verdict.Rejected)) {
             revert CommitteeInvalidVerdict(verdict);
         }
+        if ((verdict == uint8(Verdict.Upheld)) != (reason != bytes32(0))) {
+            revert CommitteeReasonMismatch(verdict, reason);
+        }
         // signer stake | active stake << 128, or 0 when σ does not verify
         uint256 stakeSums = _verifySettlement(
             _verdictDigest(challengeId, receiptHash, verdict, reason), receiptHash, word0, signerBitmap, proof

@@ -298,18 +298,73 @@ contract VerifierCommitteeTest is CommitteeFixture {
         _registerMany(4, MIN_VERIFIER_STAKE);
         uint256 id = _open(_receipt(1));
         // a signature on "rejected" offered for "upheld" (the hint is the upheld digest's)
-        bytes32 upheld = _digest(id, UPHELD, bytes32(0));
+        bytes32 upheld = _digest(id, UPHELD, SAMPLING);
         IVerifierCommittee.SettlementProof memory proof =
             _proof(upheld, 0xf, _sign(_digest(id, REJECTED, bytes32(0)), 0xf), _apk2(0xf));
         vm.expectRevert(abi.encodeWithSelector(IVerifierCommittee.CommitteeInvalidSignature.selector, id));
-        committee.settle(id, _receipt(1), UPHELD, bytes32(0), 0xf, proof);
+        committee.settle(id, _receipt(1), UPHELD, SAMPLING, 0xf, proof);
         // and with the hint that goes with the signature: the hint fails first
         proof.hashHint = BN254.hashToG1Hint(_digest(id, REJECTED, bytes32(0)));
         (uint256 hx,,) = _hinted(upheld, proof.hashHint);
         if (hx != BN254.hashToG1(upheld).X) {
             vm.expectRevert(IVerifierCommittee.CommitteeInvalidHashHint.selector);
-            committee.settle(id, _receipt(1), UPHELD, bytes32(0), 0xf, proof);
+            committee.settle(id, _receipt(1), UPHELD, SAMPLING, 0xf, proof);
         }
+    }
+
+    function test_settle_refusesAReasonThatDoesNotMatchTheVerdict() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 id = _open(_receipt(1));
+        // signed as they are, so only the rule refuses them
+        bytes memory upheldWithoutReason = _settleCall(id, UPHELD, bytes32(0), 0x7);
+        bytes memory rejectedWithReason = _settleCall(id, REJECTED, SAMPLING, 0x7);
+        vm.expectRevert(abi.encodeWithSelector(IVerifierCommittee.CommitteeReasonMismatch.selector, UPHELD, bytes32(0)));
+        _call(upheldWithoutReason);
+        vm.expectRevert(abi.encodeWithSelector(IVerifierCommittee.CommitteeReasonMismatch.selector, REJECTED, SAMPLING));
+        _call(rejectedWithReason);
+        assertEq(uint256(committee.challengeOf(id).status), uint256(IVerifierCommittee.Status.Open), "still open");
+        _settle(id, UPHELD, SAMPLING, 0x7);
+        uint256 other = _open(_receipt(2));
+        _settle(other, REJECTED, bytes32(0), 0x7);
+        assertEq(uint256(committee.challengeOf(other).verdict), uint256(REJECTED), "rejected, no reason");
+    }
+
+    function test_openChallenge_oneOpenOrUpheldChallengePerReceipt() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 id = _open(_receipt(1));
+        bytes memory whileOpen = abi.encodeWithSelector(
+            INodeRegistry.NodeRegistryReceiptChallenged.selector, _receipt(1), 1, INodeRegistry.ChallengeStatus.Open
+        );
+        vm.expectRevert(whileOpen);
+        _open(_receipt(1));
+        _settle(id, UPHELD, SAMPLING, 0x7);
+        vm.expectRevert(whileOpen); // settled, not final: the appeal may still flip it
+        _open(_receipt(1));
+        vm.warp(block.timestamp + WINDOW);
+        committee.finalize(id);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                INodeRegistry.NodeRegistryReceiptChallenged.selector,
+                _receipt(1),
+                1,
+                INodeRegistry.ChallengeStatus.Upheld
+            )
+        );
+        _open(_receipt(1)); // slashed once for it, never again
+        assertEq(registry.challengeOfReceipt(_receipt(1)), 1, "the upheld challenge");
+
+        // a rejected challenge, or an expired one, leaves the receipt open to the next
+        uint256 rejected = _open(_receipt(2));
+        _settle(rejected, REJECTED, bytes32(0), 0x7);
+        vm.warp(block.timestamp + WINDOW);
+        committee.finalize(rejected);
+        uint256 expired = _open(_receipt(2));
+        vm.warp(block.timestamp + TIMEOUT);
+        committee.expire(expired);
+        uint256 third = _open(_receipt(2));
+        assertEq(registry.challengeOfReceipt(_receipt(2)), committee.challengeOf(third).registryChallengeId, "latest");
+        _settle(third, UPHELD, SAMPLING, 0x7);
+        _assertSolvent();
     }
 
     /// @dev The bitmap names signers 0, 1, 2 but σ holds only 0 and 1's signatures.
@@ -348,15 +403,17 @@ contract VerifierCommitteeTest is CommitteeFixture {
     function test_settle_refusesReplayOnOtherChallenge() public {
         _registerMany(4, MIN_VERIFIER_STAKE);
         uint256 a = _open(_receipt(1));
-        uint256 b = _open(_receipt(1)); // same receipt, same verdict: only the id differs
         bytes32 digestA = committee.verdictDigest(a, _receipt(1), UPHELD, SAMPLING);
         BN254.G1Point memory sigma = _sign(digestA, 0xf);
         BN254.G2Point memory apk2 = _apk2(0xf);
+        vm.warp(block.timestamp + TIMEOUT);
+        committee.expire(a);
+        uint256 b = _open(_receipt(1)); // a expired: same receipt, same verdict, only the id differs
         // a's signature with the hash hint b's digest needs
         IVerifierCommittee.SettlementProof memory onB = _proof(_digest(b, UPHELD, SAMPLING), 0xf, sigma, apk2);
         vm.expectRevert(abi.encodeWithSelector(IVerifierCommittee.CommitteeInvalidSignature.selector, b));
         committee.settle(b, _receipt(1), UPHELD, SAMPLING, 0xf, onB);
-        committee.settle(a, _receipt(1), UPHELD, SAMPLING, 0xf, _proof(digestA, 0xf, sigma, apk2));
+        _settle(b, UPHELD, SAMPLING, 0xf);
     }
 
     function test_settle_refusesReplayFromOtherCommitteeOrChain() public {

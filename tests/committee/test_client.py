@@ -159,6 +159,31 @@ def test_a_rejected_challenge_forfeits_the_bond_and_no_quorum_settles_nothing(wo
     assert gained == [5 * GYM, 5 * GYM, 0]  # the forfeited bond, split between the signers
 
 
+def test_a_receipt_is_judged_once_but_a_rejected_challenge_leaves_it_open(world):
+    """One open or upheld challenge per receipt (issue: "a second challenge of the same
+    receipt"); a rejected one does not protect a receipt from the next, honest, challenge."""
+    w3, _, registry, client, cw = world
+    reader = client()
+    first, digest = cw.open(1)
+    with pytest.raises(ContractRevertError, match="NodeRegistryReceiptChallenged") as refused:
+        cw.open(1)
+    assert refused.value.values["status"] == 1  # open
+    assert registry.functions.challengeOfReceipt(digest).call() == reader.challenge(
+        first).registry_challenge_id
+    cw.settle(first, digest, verdict=REJECTED, reason="")
+    from governance.devnet_time import advance_time
+
+    advance_time(w3, reader.appeal_window() + 1)
+    client(ANVIL_DEV_KEYS[0]).finalize(first)
+    second, _ = cw.open(1)  # rejected and final: the receipt may be challenged again
+    cw.settle(second, digest)  # upheld: sampling
+    advance_time(w3, reader.appeal_window() + 1)
+    client(ANVIL_DEV_KEYS[0]).finalize(second)
+    with pytest.raises(ContractRevertError, match="NodeRegistryReceiptChallenged") as refused:
+        cw.open(1)  # slashed once for it, never again
+    assert refused.value.values["status"] == 2  # upheld
+
+
 def test_the_aggregators_http_endpoint_bounds_and_answers(world):
     import threading
 

@@ -46,6 +46,9 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert re.search(r"challenge 1 settled upheld: sampling, signed by verifiers \[", result.stdout)
     assert "challenge 2 settled rejected" in result.stdout
     assert "(slashed)" in result.stdout and "settled on chain" in result.stdout
+    # amounts print once with their unit
+    assert re.search(r"stake [\d.]+ GYM -> [\d.]+ GYM \(slashed\)", result.stdout), result.stdout
+    assert re.search(r"\(bond [\d.]+ GYM\)", result.stdout) and "GYM GYM" not in result.stdout
     assert running_anvil(gym_env.data_dir) is None
 
 

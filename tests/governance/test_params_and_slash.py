@@ -151,9 +151,11 @@ def register_node(deployment: Deployment, key: str = OPERATOR_KEY, stake: int = 
     return Node(Account.from_key(key).address, registry, token)
 
 
-def open_challenge(node: Node, key: str = CHALLENGER_KEY, evidence: str = "bafyevidence") -> int:
-    """A challenge of a receipt digest the node's signer signed (the contract wants that)."""
-    digest = keccak(b"a disputed receipt")
+def open_challenge(node: Node, key: str = CHALLENGER_KEY, evidence: str = "bafyevidence",
+                   receipt: bytes = b"a disputed receipt") -> int:
+    """A challenge of a receipt digest the node's signer signed (the contract wants that; and
+    one open challenge per receipt)."""
+    digest = keccak(receipt)
     signature = Account.from_key(devnet_account_key(6)).unsafe_sign_hash(digest).signature
     receipt = send(node.registry.w3, node.registry.functions.challenge(
         node.operator, digest, bytes(signature), evidence), key)
@@ -358,7 +360,7 @@ def test_bad_slash_input_is_refused_before_anything_is_sent(client, deployment):
     with pytest.raises(SlashError, match="no open challenge against node"):
         client.build_slash(node.operator, GYM, "reason")
     challenge_id = open_challenge(node)
-    second = open_challenge(node, evidence="bafysecond")
+    second = open_challenge(node, evidence="bafysecond", receipt=b"another disputed receipt")
     with pytest.raises(SlashError, match=f"2 challenges .* are open \\(#{challenge_id}, "
                                          f"#{second}\\): pick one"):
         client.build_slash(node.operator, GYM, "reason")

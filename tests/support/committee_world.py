@@ -55,7 +55,7 @@ class CommitteeWorld:
         committee = self.client()
         aggregator = Aggregator(self.client(ANVIL_DEV_KEYS[0]), finalize=False,
                                 report=lambda line: None)
-        message = Verdict(challenge_id, digest, verdict, reason_bytes(reason))
+        message = Verdict(challenge_id, digest, verdict, reason_bytes(reason) if reason else bytes(32))
         for index in signers:
             aggregator.submit(SignedVerdict.create(
                 BLS[index], message, chain_id=committee.chain_id, committee=committee.address,
