@@ -35,7 +35,7 @@ from typing import Any
 
 from committee.bls import SecretKey, g1_to_ints
 from committee.client import ChallengeState, OpenedChallenge, VerifierCommittee
-from committee.judge import ABSTAIN_OUTCOME, MAX_EVIDENCE_BYTES, Judgement
+from committee.judge import ABSTAIN_OUTCOME, MAX_EVIDENCE_BYTES, REJECTED_OUTCOME, Judgement
 from committee.messages import SignedVerdict
 from ledger.evm import ChainError
 
@@ -243,8 +243,17 @@ def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[Open
     from committee.judge import judge
 
     def judge_challenge(opened: OpenedChallenge) -> Judgement:
+        from ledger.unixfs import DagError
+
         try:
-            evidence = read_bounded(content.cat_iter(opened.evidence_cid))
+            # a file declaring more than the evidence limit is refused before it is read
+            evidence = read_bounded(content.cat_iter(opened.evidence_cid,
+                                                     max_bytes=MAX_EVIDENCE_BYTES))
+        except DagError as exc:
+            # the CID names a DAG that is malformed, or too costly to read for its size: the
+            # content is what the challenger published, so its challenge is rejected
+            return Judgement(REJECTED_OUTCOME, "", f"the evidence {opened.evidence_cid!r:.120} "
+                             f"cannot be read as a file: {exc}")
         except Exception as exc:  # noqa: BLE001 - a CID we cannot fetch: abstain, retry later
             return Judgement(ABSTAIN_OUTCOME, "", f"cannot fetch the evidence "
                              f"{opened.evidence_cid!r:.120}: {type(exc).__name__}: {exc}")

@@ -153,4 +153,4 @@ def store_batch(content: ContentStore, batch: BatchManifest) -> str:
 
 def fetch_batch(content: ContentStore, cid: str) -> BatchManifest:
     """Read and decode the manifest ``cid`` (the store verifies the bytes against the CID)."""
-    return decode_batch(content.cat(cid))
+    return decode_batch(content.cat(cid, max_bytes=MAX_BATCH_BYTES))

@@ -31,7 +31,13 @@ from typing import BinaryIO
 from ledger.car import read_car, write_car
 from ledger.errors import NotFoundError
 from ledger.multiformats import CID, RAW, verify_block
-from ledger.unixfs import Source, import_bytes_stream, iter_file_bytes, walk_dag
+from ledger.unixfs import (
+    DEFAULT_CAT_MAX_BYTES,
+    Source,
+    import_bytes_stream,
+    iter_file_bytes,
+    walk_dag,
+)
 
 
 class LocalBlockStore:
@@ -103,13 +109,15 @@ class LocalBlockStore:
             self.pin_add(root)
         return str(root)
 
-    def cat_iter(self, cid: CID | str) -> Iterator[bytes]:
-        """Yield the bytes of the UnixFS file ``cid`` in order, each block verified."""
-        return iter_file_bytes(cid, self.get_block)
+    def cat_iter(self, cid: CID | str, *, max_bytes: int | None = None) -> Iterator[bytes]:
+        """Yield the bytes of the UnixFS file ``cid`` in order, each block verified, the work
+        bounded by its declared size (``iter_file_bytes``); a file declaring more than
+        ``max_bytes`` is refused (``DagBoundError``) before any byte."""
+        return iter_file_bytes(cid, self.get_block, max_bytes=max_bytes)
 
-    def cat(self, cid: CID | str) -> bytes:
-        """The whole UnixFS file ``cid``; use ``cat_iter`` for large files."""
-        return b"".join(self.cat_iter(cid))
+    def cat(self, cid: CID | str, *, max_bytes: int = DEFAULT_CAT_MAX_BYTES) -> bytes:
+        """The whole UnixFS file ``cid`` (at most ``max_bytes``); ``cat_iter`` streams."""
+        return b"".join(self.cat_iter(cid, max_bytes=max_bytes))
 
     # --- pins -----------------------------------------------------------------------------
 

@@ -38,12 +38,14 @@ class ContentStore(Protocol):
         """Store ``source`` as a UnixFS file; return its ``ipfs add --cid-version=1`` CID."""
         ...
 
-    def cat(self, cid: str) -> bytes:
-        """The whole file ``cid``, every block verified."""
+    def cat(self, cid: str, *, max_bytes: int = ...) -> bytes:
+        """The whole file ``cid``, every block verified; a file declaring more than
+        ``max_bytes`` (default ``unixfs.DEFAULT_CAT_MAX_BYTES``) is refused."""
         ...
 
-    def cat_iter(self, cid: str) -> Iterator[bytes]:
-        """The bytes of file ``cid`` in order, every block verified before it is yielded."""
+    def cat_iter(self, cid: str, *, max_bytes: int | None = None) -> Iterator[bytes]:
+        """The bytes of file ``cid`` in order, every block verified before it is yielded, the
+        work bounded by the declared size (``unixfs.iter_file_bytes``)."""
         ...
 
     def has(self, cid: str) -> bool:

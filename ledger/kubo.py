@@ -39,7 +39,15 @@ from ledger.errors import (
     ContentStoreUnreachableError,
 )
 from ledger.multiformats import CID, verify_block
-from ledger.unixfs import CHUNK_SIZE, Source, file_cid, iter_chunks, iter_file_bytes, walk_dag
+from ledger.unixfs import (
+    CHUNK_SIZE,
+    DEFAULT_CAT_MAX_BYTES,
+    Source,
+    file_cid,
+    iter_chunks,
+    iter_file_bytes,
+    walk_dag,
+)
 
 # What `add` must be asked for so that the node's CIDs are the ledger's (see ledger/unixfs.py).
 ADD_OPTIONS = {"cid_version": 1, "raw_leaves": True, "chunker": f"size-{CHUNK_SIZE}"}
@@ -147,12 +155,13 @@ class KuboStore:
             )
         return expected
 
-    def cat_iter(self, cid: CID | str) -> Iterator[bytes]:
-        """Yield file ``cid``'s bytes, fetching and verifying each block with ``block/get``."""
-        return iter_file_bytes(cid, self.get_block)
+    def cat_iter(self, cid: CID | str, *, max_bytes: int | None = None) -> Iterator[bytes]:
+        """Yield file ``cid``'s bytes, fetching and verifying each block with ``block/get``;
+        bounded as ``LocalBlockStore.cat_iter`` is."""
+        return iter_file_bytes(cid, self.get_block, max_bytes=max_bytes)
 
-    def cat(self, cid: CID | str) -> bytes:
-        return b"".join(self.cat_iter(cid))
+    def cat(self, cid: CID | str, *, max_bytes: int = DEFAULT_CAT_MAX_BYTES) -> bytes:
+        return b"".join(self.cat_iter(cid, max_bytes=max_bytes))
 
     def has(self, cid: CID | str) -> bool:
         """Whether the node holds block ``cid`` locally (``block/stat`` with ``offline``)."""

@@ -434,22 +434,69 @@ def walk_dag(root: CID | str, get_block: BlockGetter) -> Iterator[tuple[CID, byt
         stack.extend(reversed([link.cid for link in links_of(cid, block)]))
 
 
-def iter_file_bytes(root: CID | str, get_block: BlockGetter) -> Iterator[bytes]:
+# Bounds on reading a file (docs/design.md "Reading content from outside"). A DAG from
+# outside could otherwise make a reader work without end while returning nothing: links that
+# repeat one child thousands of times per level, each declaring 0 bytes.
+MAX_DAG_DEPTH = 16  # Kubo's balanced layout needs 4 levels for 8 TB (174 links per node)
+BLOCKS_BASE = 64  # a read may visit BLOCKS_BASE + (bytes returned so far) // BYTES_PER_BLOCK
+BYTES_PER_BLOCK = 1024  # Kubo's leaves hold 256 KiB; other chunkers go down to a few KiB
+DEFAULT_CAT_MAX_BYTES = 64 << 20  # ``cat`` holds a file in memory; larger ones via ``cat_iter``
+
+
+class DagBoundError(DagError):
+    """A DAG would take more work, depth or bytes to read than a read allows."""
+
+
+class _Budget:
+    """Counts the blocks a read visits (revisits included) against the bytes it returned."""
+
+    def __init__(self, root: CID, max_bytes: int | None):
+        self.root, self.max_bytes = root, max_bytes
+        self.visited = self.returned = 0
+
+    def check_size(self, size: int) -> None:
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise DagBoundError(f"{self.root} is a file of {size} bytes, over the "
+                                f"{self.max_bytes}-byte limit of this read",
+                                expected=self.max_bytes, computed=size)
+
+    def visit(self) -> None:
+        self.visited += 1
+        allowed = BLOCKS_BASE + self.returned // BYTES_PER_BLOCK
+        if self.visited > allowed:
+            raise DagBoundError(
+                f"{self.root} took {allowed} block visits (revisits included) for "
+                f"{self.returned} bytes: refused as too costly to read (at most "
+                f"{BLOCKS_BASE} + one per {BYTES_PER_BLOCK} bytes returned)")
+
+
+def iter_file_bytes(root: CID | str, get_block: BlockGetter, *,
+                    max_bytes: int | None = None) -> Iterator[bytes]:
     """Yield a UnixFS file's bytes in order by walking its DAG from ``root``.
 
     ``get_block`` must verify each block against its CID (``LocalBlockStore.get_block`` does).
-    Checks that every subtree yields as many bytes as its parent's ``blocksizes`` promise,
-    and raises ``DagError`` otherwise.
+    Checks that every subtree yields as many bytes as its parent's ``blocksizes`` promise, and
+    bounds the work by the bytes: every link declares at least one byte and no more than its
+    ``Tsize``, the DAG is at most ``MAX_DAG_DEPTH`` levels deep, and the read visits at most
+    ``BLOCKS_BASE`` blocks plus one per ``BYTES_PER_BLOCK`` bytes it has returned (a
+    repeated block counts each time). ``DagError`` (``DagBoundError`` for the bounds)
+    otherwise; with ``max_bytes``, a file declaring more is refused before any byte.
     """
-    yield from _file_bytes(CID.coerce(root), get_block, None)
+    cid = CID.coerce(root)
+    yield from _file_bytes(cid, get_block, None, _Budget(cid, max_bytes), 0)
 
 
-def _file_bytes(cid: CID, get_block: BlockGetter, expected: int | None) -> Iterator[bytes]:
+def _file_bytes(cid: CID, get_block: BlockGetter, expected: int | None, budget: _Budget,
+                depth: int) -> Iterator[bytes]:
+    budget.visit()
     block = get_block(cid)
     if cid.codec == RAW:
-        if expected is not None and len(block) != expected:
+        if expected is None:
+            budget.check_size(len(block))
+        elif len(block) != expected:
             raise DagError(f"raw leaf {cid} holds {len(block)} bytes, parent says {expected}",
                            expected=expected, computed=len(block))
+        budget.returned += len(block)
         yield block
         return
     node = decode_pbnode(block) if cid.codec == DAG_PB else None
@@ -465,10 +512,23 @@ def _file_bytes(cid: CID, get_block: BlockGetter, expected: int | None) -> Itera
     if meta.filesize is not None and meta.filesize != total:
         raise DagError(f"{cid} filesize {meta.filesize} != sum of its parts {total}",
                        expected=meta.filesize, computed=total)
-    if expected is not None and total != expected:
+    if expected is None:
+        budget.check_size(total)
+    elif total != expected:
         raise DagError(f"{cid} holds {total} bytes, parent says {expected}",
                        expected=expected, computed=total)
+    if node.links and depth + 1 >= MAX_DAG_DEPTH:
+        raise DagBoundError(f"{budget.root} is more than {MAX_DAG_DEPTH} levels deep")
+    for i, (link, size) in enumerate(zip(node.links, meta.blocksizes, strict=True)):
+        if size == 0:
+            raise DagError(f"link {i} of {cid} declares 0 bytes: every part of a file holds at "
+                           "least one byte")
+        if link.tsize is not None and link.tsize < size:
+            raise DagError(f"link {i} of {cid} declares {size} bytes under a Tsize of "
+                           f"{link.tsize}: the sizes disagree with the links",
+                           expected=size, computed=link.tsize)
     if own:
+        budget.returned += len(own)
         yield own
     for link, size in zip(node.links, meta.blocksizes, strict=True):
-        yield from _file_bytes(link.cid, get_block, size)
+        yield from _file_bytes(link.cid, get_block, size, budget, depth + 1)
