@@ -88,14 +88,20 @@ class VerdictPool:
         self._sets: dict[int, CommitteeSet] = {}  # the set each held challenge opened with
         self._lock = threading.Lock()
 
-    def add(self, data: bytes | str) -> tuple[str, SignedVerdict]:
-        """Check and keep one signed verdict; ("accepted" | "duplicate", it). ``PoolError``
-        (400, 404 for an unknown challenge, 409 for one no longer open, 503 when the pool is
-        full) when refused; ``ChainError`` when the chain cannot be read."""
+    def add(self, data: bytes | str, *, poster: str | None = None) -> tuple[str, SignedVerdict]:
+        """Check and keep one signed verdict; ("accepted" | "duplicate", it). ``poster``: the
+        address that signed the post (``verdict_auth``; the HTTP endpoint requires one), which
+        must be the verdict's verifier. ``PoolError`` (400; 401 for another poster; 404 for an
+        unknown challenge, 409 for one no longer open, 503 when the pool is full) when
+        refused, every cheap check before the pairing; ``ChainError`` when the chain cannot
+        be read."""
         try:
             signed = decode_signed_verdict(data)
         except BLSError as exc:
             raise PoolError(str(exc)) from None
+        if poster is not None and poster.lower() != signed.verifier.lower():
+            raise PoolError(f"the post is signed by {poster}, not by the verdict's verifier "
+                            f"{signed.verifier}", 401)
         verdict = signed.verdict
         key = (verdict.verdict, verdict.reason)
         with self._lock:
@@ -198,8 +204,8 @@ class Aggregator:
         self._lock = threading.Lock()  # one tick at a time
         self.settlements: dict[int, Settlement] = {}
 
-    def submit(self, data: bytes | str) -> dict[str, Any]:
-        status, signed = self.pool.add(data)
+    def submit(self, data: bytes | str, *, poster: str | None = None) -> dict[str, Any]:
+        status, signed = self.pool.add(data, poster=poster)
         v = signed.verdict
         if status == "accepted":
             self._report(f"verdict from verifier {signed.verifier_index} on challenge "
@@ -310,35 +316,47 @@ def run_forever(aggregator: Aggregator, interval_s: float, stop: threading.Event
 # --------------------------------------------------------------------------- HTTP
 
 MAX_CONCURRENT_CHECKS = 2  # pairing checks at once (~1 s of CPU each); more wait for a 429
+RETRY_AFTER_S = 1  # what a 429 asks the verifier to wait
+READ_TIMEOUT_S = 10  # a connection that sends nothing for this long is closed
 
 
-def make_http_server(aggregator: Aggregator, host: str, port: int) -> Any:
+def make_http_server(aggregator: Aggregator, host: str, port: int, *,
+                     read_timeout_s: float = READ_TIMEOUT_S,
+                     max_checks: int = MAX_CONCURRENT_CHECKS) -> Any:
     """The aggregator's HTTP endpoint (a ``ThreadingHTTPServer``, not started):
 
     - ``POST /v1/verdicts``: one ``SignedVerdict`` (at most ``MAX_SIGNED_VERDICT_BYTES``; a
       larger ``Content-Length`` is refused unread with 413) -> 200 ``{"status": "accepted" |
       "duplicate", "challenge_id", "verifier_index"}``, or ``{"error": message}`` with 400
-      (malformed, wrong receipt, not a verifier, bad signature), 404 (no such challenge), 409
-      (no longer open), 429 (too many checks at once), 503 (pool full, chain unreachable);
+      (malformed, wrong receipt, not a verifier, bad signature), 401 (no ``X-Gym-Verifier-Auth``,
+      or it is not the verdict's verifier: ``committee.verdict_auth``, checked before anything
+      else), 404 (no such challenge), 409 (no longer open), 429 (too many checks at once;
+      ``Retry-After``), 503 (pool full, chain unreachable);
     - ``GET /health``: ``{"status": "ok", "pending": [challenge ids with verdicts held]}``.
     """
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from committee.messages import MAX_SIGNED_VERDICT_BYTES
 
-    checks = threading.BoundedSemaphore(MAX_CONCURRENT_CHECKS)
+    checks = threading.BoundedSemaphore(max_checks)
+
+    from committee.verdict_auth import HEADER, AuthError, check_poster
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gym-verifier-aggregate"
+        timeout = read_timeout_s  # socket timeout: a stalled request frees its thread
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
 
-        def _answer(self, status: int, body: dict[str, Any]) -> None:
+        def _answer(self, status: int, body: dict[str, Any],
+                    headers: dict[str, str] | None = None) -> None:
             import json
 
             data = json.dumps(body).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
@@ -364,12 +382,25 @@ def make_http_server(aggregator: Aggregator, host: str, port: int) -> Any:
                 self._answer(413, {"error": f"a signed verdict is 1 to "
                                             f"{MAX_SIGNED_VERDICT_BYTES} bytes, not {length}"})
                 return
-            body = self.rfile.read(length)
-            if not checks.acquire(blocking=False):
-                self._answer(429, {"error": "too many verdicts being checked; retry"})
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                self.close_connection = True
+                return
+            if len(body) != length:
+                self.close_connection = True
                 return
             try:
-                self._answer(200, aggregator.submit(body))
+                poster = check_poster(body, self.headers.get(HEADER))
+            except AuthError as exc:
+                self._answer(401, {"error": str(exc)})
+                return
+            if not checks.acquire(blocking=False):
+                self._answer(429, {"error": "too many verdicts being checked; retry"},
+                             {"Retry-After": str(RETRY_AFTER_S)})
+                return
+            try:
+                self._answer(200, aggregator.submit(body, poster=poster))
             except PoolError as exc:
                 self._answer(exc.status, {"error": str(exc)})
             except ChainError as exc:

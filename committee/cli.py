@@ -218,7 +218,7 @@ def serve(
 
     service = VerifierService(
         committee, sk, judge_challenge=evidence_judge(rt.content, check),
-        send=partial(post_verdict, aggregator),
+        send=partial(post_verdict, aggregator, account=committee.account),
         state_file=state or path.with_name(f"state-{committee.address.lower()}.json"),
         report=lambda line: console.print(line, highlight=False, markup=False))
     index, address = service.identity()  # before the model loads: a wrong key fails at once

@@ -10,7 +10,9 @@ Every ``tick``:
    receipt verification, and, unless it abstains, sign the verdict with the verifier's BLS key;
 3. send every signed verdict not yet delivered to the aggregator (``send``; HTTP in
    production, ``post_verdict``). A verdict that cannot be delivered stays queued and is sent
-   again at the next tick; an aggregator's refusal (4xx) is final and logged.
+   again at a later tick (after the aggregator's ``Retry-After``) until it is counted or the
+   challenge is no longer open; a refusal that a resend cannot change (400, 401, 409, 413)
+   is final and logged.
 
 What was decided is kept in ``state_file`` (JSON: the cursor and each challenge's outcome),
 so a restarted verifier neither judges a challenge twice nor forgets a verdict it has not
@@ -48,6 +50,26 @@ class DeliveryRefused(Exception):
     """The aggregator refused a verdict for good (it will not accept it on a resend)."""
 
 
+class DeliveryDeferred(Exception):
+    """The aggregator asked for the verdict again later (429, 503, another 5xx, 404 while
+    it has not seen the challenge yet); ``retry_after``: seconds it asked to wait."""
+
+    def __init__(self, message: str, retry_after: float = 0.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+FINAL_STATUSES = (400, 401, 409, 413)  # malformed, not this verifier's, no longer open, too big
+MAX_RETRY_AFTER_S = 60.0
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER_S) if value else 0.0
+    except ValueError:  # an HTTP date, or junk: the next tick
+        return 0.0
+
+
 def read_bounded(chunks: Iterable[bytes], limit: int = MAX_EVIDENCE_BYTES + 1) -> bytes:
     """At most ``limit`` bytes of ``chunks`` (the rest is never read)."""
     out = bytearray()
@@ -58,17 +80,27 @@ def read_bounded(chunks: Iterable[bytes], limit: int = MAX_EVIDENCE_BYTES + 1) -
     return bytes(out)
 
 
-def post_verdict(url: str, signed: SignedVerdict) -> dict[str, Any]:
-    """POST ``signed`` to the aggregator at ``url`` (``/v1/verdicts``); its JSON answer.
-    ``DeliveryRefused`` on a 4xx (the verdict will never be accepted), ``OSError``/
-    ``httpx.HTTPError`` when it could not be delivered (sent again later)."""
+def post_verdict(url: str, signed: SignedVerdict, account: Any = None) -> dict[str, Any]:
+    """POST ``signed`` to the aggregator at ``url`` (``/v1/verdicts``), authenticated with the
+    verifier's Ethereum ``account`` (``verdict_auth``); its JSON answer. ``DeliveryRefused``
+    on 400/401/409/413 (a resend gets the same answer), ``DeliveryDeferred`` on any other
+    refusal (429 and 503 with their ``Retry-After``), ``OSError``/``httpx.HTTPError`` when it
+    could not be delivered: the last two are sent again later."""
     import httpx
 
-    response = httpx.post(url.rstrip("/") + "/v1/verdicts", content=signed.to_bytes(),
-                          headers={"content-type": "application/json"}, timeout=POST_TIMEOUT_S)
-    if 400 <= response.status_code < 500:
+    from committee.verdict_auth import HEADER, sign_post
+
+    body = signed.to_bytes()
+    headers = {"content-type": "application/json"}
+    if account is not None:
+        headers[HEADER] = sign_post(account, body)
+    response = httpx.post(url.rstrip("/") + "/v1/verdicts", content=body, headers=headers,
+                          timeout=POST_TIMEOUT_S)
+    if response.status_code in FINAL_STATUSES:
         raise DeliveryRefused(f"{response.status_code}: {response.text[:300]}")
-    response.raise_for_status()
+    if response.status_code != 200:
+        raise DeliveryDeferred(f"{response.status_code}: {response.text[:300]}",
+                               _retry_after(response.headers.get("retry-after")))
     return response.json()
 
 
@@ -103,6 +135,7 @@ class VerifierService:
         self._report = report or log.info
         self.cursor: int | None = None
         self.decisions: dict[int, Decision] = {}
+        self._retry_at: dict[int, float] = {}  # challenge id -> monotonic time of the next send
         self._load()
 
     # ---------------------------------------------------------------- state
@@ -216,10 +249,17 @@ class VerifierService:
                      f"{judgement.detail[:300]}")
 
     def _deliver(self) -> None:
+        """Send each signed verdict not yet counted; one the aggregator defers, or cannot
+        take now, is sent again at a later tick (after its ``Retry-After``) until it is
+        counted or the chain says the challenge is no longer open."""
+        import time
+
         from committee.messages import decode_signed_verdict
 
         for challenge_id, decision in sorted(self.decisions.items()):
             if decision.signed is None or decision.delivered:
+                continue
+            if time.monotonic() < self._retry_at.get(challenge_id, 0.0):
                 continue
             signed = decode_signed_verdict(json.dumps(decision.signed))
             try:
@@ -228,11 +268,28 @@ class VerifierService:
                 decision.delivered = True  # final: resending gets the same answer
                 self._report(f"challenge {challenge_id}: the aggregator refused the verdict "
                              f"({exc})")
-            except Exception as exc:  # noqa: BLE001 - try again at the next tick
-                self._report(f"challenge {challenge_id}: verdict not delivered yet ({exc})")
+            except Exception as exc:  # noqa: BLE001 - try again at a later tick
+                wait = exc.retry_after if isinstance(exc, DeliveryDeferred) else 0.0
+                self._retry_at[challenge_id] = time.monotonic() + wait
+                if self._closed(challenge_id):
+                    decision.delivered = True
+                    self._report(f"challenge {challenge_id}: no longer open; the verdict is "
+                                 "not sent again")
+                else:
+                    self._report(f"challenge {challenge_id}: verdict not delivered yet ({exc})"
+                                 + (f"; again in {wait:g} s" if wait else ""))
             else:
                 decision.delivered = True
+                self._retry_at.pop(challenge_id, None)
                 self._report(f"challenge {challenge_id}: verdict delivered ({answer})")
+
+    def _closed(self, challenge_id: int) -> bool:
+        """Whether the chain says the challenge is settled, expired or gone (False when the
+        chain cannot be read: the verdict stays queued)."""
+        try:
+            return self.committee.challenge(challenge_id).status != ChallengeState.OPEN
+        except ChainError:
+            return False
 
 
 def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[OpenedChallenge],
@@ -262,5 +319,5 @@ def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[Open
     return judge_challenge
 
 
-__all__ = ["Decision", "DeliveryRefused", "VerifierService", "evidence_judge", "post_verdict",
+__all__ = ["Decision", "DeliveryDeferred", "DeliveryRefused", "VerifierService", "evidence_judge", "post_verdict",
            "read_bounded"]

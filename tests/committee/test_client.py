@@ -184,27 +184,48 @@ def test_a_receipt_is_judged_once_but_a_rejected_challenge_leaves_it_open(world)
     assert refused.value.values["status"] == 2  # upheld
 
 
-def test_the_aggregators_http_endpoint_bounds_and_answers(world):
+def _serve(aggregator, **kwargs):
     import threading
 
+    from committee.aggregator import make_http_server
+
+    server = make_http_server(aggregator, "127.0.0.1", 0, **kwargs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _post(url: str, body: bytes, key: str | None):
     import httpx
 
-    from committee.aggregator import make_http_server
+    from committee.verdict_auth import HEADER, sign_post
+
+    headers = {} if key is None else {HEADER: sign_post(Account.from_key(key), body)}
+    return httpx.post(f"{url}/v1/verdicts", content=body, headers=headers, timeout=30)
+
+
+def test_the_aggregators_http_endpoint_bounds_and_answers(world):
+    import httpx
 
     _, _, _, client, cw = world
     challenge_id, digest = cw.open(1)
     aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
-    server = make_http_server(aggregator, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    server, url = _serve(aggregator)
     try:
-        post = lambda body: httpx.post(f"{url}/v1/verdicts", content=body, timeout=30)
+        post = lambda body, key=VERIFIER_KEYS[1]: _post(url, body, key)
         assert post(b"x" * 5000).status_code == 413
-        junk = post(b'{"type": "gym-signed-verdict"}')
-        assert junk.status_code == 400 and "error" in junk.json()
+        junk = post(b'{"type": "gym-signed-verdict"}')  # names no verifier to authenticate
+        assert junk.status_code == 401 and "error" in junk.json()
+        signed = json.loads(_signed(client, 1, Verdict(challenge_id, digest, UPHELD,
+                                                       reason_bytes("sampling"))))
+        signed["sigma"] = "junk"  # the poster's own, but malformed: 400
+        assert post(json.dumps(signed).encode()).status_code == 400
         upheld = Verdict(challenge_id, digest, UPHELD, reason_bytes("sampling"))
-        assert post(_signed(client, 0, Verdict(7, digest, UPHELD, reason_bytes("x")))
-                    ).status_code == 404
+        assert post(_signed(client, 0, Verdict(7, digest, UPHELD, reason_bytes("x"))),
+                    VERIFIER_KEYS[0]).status_code == 404
+        # the post is the verifier's own: unsigned, or signed by anyone else, it is refused
+        unsigned = post(_signed(client, 1, upheld), None)
+        assert unsigned.status_code == 401 and "X-Gym-Verifier-Auth" in unsigned.json()["error"]
+        assert post(_signed(client, 1, upheld), VERIFIER_KEYS[2]).status_code == 401
         ok = post(_signed(client, 1, upheld))
         assert ok.status_code == 200 and ok.json() == {
             "status": "accepted", "challenge_id": challenge_id, "verifier_index": 1}
@@ -213,6 +234,139 @@ def test_the_aggregators_http_endpoint_bounds_and_answers(world):
         assert httpx.get(f"{url}/nope").status_code == 404
     finally:
         server.shutdown()
+
+
+def test_an_outsider_flooding_junk_verdicts_spends_no_pairing_and_honest_ones_count(world):
+    """The Purpose's outsider: well-formed verdicts naming a registered verifier, a junk BLS
+    signature, posted without that verifier's key. Each is refused (401) before the chain is
+    read or a pairing checked, while the verifiers' own verdicts are accepted and settle."""
+    import threading
+
+    _, _, _, client, cw = world
+    challenge_id, digest = cw.open(1)
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    pairings = []
+    real_add = aggregator.pool.add
+
+    def counting_add(data, *, poster=None):
+        try:
+            return real_add(data, poster=poster)
+        finally:
+            pairings.append(poster)
+
+    aggregator.pool.add = counting_add
+    server, url = _serve(aggregator)
+    upheld = Verdict(challenge_id, digest, UPHELD, reason_bytes("sampling"))
+    junk = _signed(client, 1, upheld, sk=SecretKey.from_seed("not verifier 1"))
+    outsider = "0x" + "5a" * 32  # no stake, no registration: anyone
+    answers: list[int] = []
+    try:
+        def flood():
+            for _ in range(25):
+                answers.append(_post(url, junk, outsider).status_code)
+
+        flooders = [threading.Thread(target=flood) for _ in range(4)]
+        for thread in flooders:
+            thread.start()
+        honest = [_post(url, _signed(client, i, upheld), VERIFIER_KEYS[i]) for i in (0, 2)]
+        for thread in flooders:
+            thread.join()
+    finally:
+        server.shutdown()
+    assert answers == [401] * 100
+    assert [r.status_code for r in honest] == [200, 200]
+    # only the two honest posts reached the pool (its chain reads and pairing checks)
+    assert len(pairings) == 2 and None not in pairings
+    aggregator.tick()
+    assert client().challenge(challenge_id).status == ChallengeState.SETTLED
+
+
+def test_stalled_connections_are_closed_and_do_not_block_verdicts(world):
+    """Connections that announce a body and send 10 bytes: each is closed after the read
+    timeout, and a verdict posted meanwhile is answered."""
+    import socket
+    import time
+
+    _, _, _, client, cw = world
+    challenge_id, digest = cw.open(1)
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), report=lambda line: None)
+    server, url = _serve(aggregator, read_timeout_s=1.0)
+    port = server.server_address[1]
+    stalled = []
+    try:
+        for _ in range(30):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(b"POST /v1/verdicts HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+                         b"0123456789")
+            stalled.append(sock)
+        upheld = Verdict(challenge_id, digest, UPHELD, reason_bytes("sampling"))
+        assert _post(url, _signed(client, 0, upheld), VERIFIER_KEYS[0]).status_code == 200
+        started = time.monotonic()
+        for sock in stalled:  # the server closes each: recv sees the end of the stream
+            assert sock.recv(100) == b""
+        assert time.monotonic() - started < 20  # 1 s timeouts, not the client's 30 s
+    finally:
+        for sock in stalled:
+            sock.close()
+        server.shutdown()
+
+
+def test_verifiers_delivering_at_once_are_all_counted_after_429s(world, tmp_path):
+    """The Purpose's lost verdicts: every verifier posts at the same moment, the aggregator
+    checks one at a time and answers the others 429; each verifier sends again after the
+    Retry-After until its verdict is counted, and the challenge settles with all of them."""
+    import threading
+    import time
+    from functools import partial
+
+    from committee.judge import Judgement
+    from committee.service import VerifierService, post_verdict
+
+    _, _, _, client, cw = world
+    challenge_id, _ = cw.open(1)
+    aggregator = Aggregator(client(ANVIL_DEV_KEYS[0]), finalize=False, report=lambda line: None)
+    real_add = aggregator.pool.add
+
+    def slow_add(data, *, poster=None):  # a pairing check that takes a while, as on CPU
+        time.sleep(0.5)
+        return real_add(data, poster=poster)
+
+    aggregator.pool.add = slow_add
+    server, url = _serve(aggregator, max_checks=1)
+    reports: list[str] = []
+    services = []
+    for i in range(3):
+        verifier = client(VERIFIER_KEYS[i])
+        services.append(VerifierService(
+            verifier, BLS[i], judge_challenge=lambda opened: Judgement("upheld", "sampling", ""),
+            send=partial(post_verdict, url, account=verifier.account),
+            state_file=tmp_path / f"state-{i}.json", report=reports.append))
+    try:
+        start = threading.Barrier(3)
+
+        def first_tick(service):
+            start.wait()
+            service.tick()
+
+        threads = [threading.Thread(target=first_tick, args=(s,)) for s in services]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert any("429" in line and "again in 1 s" in line for line in reports), reports
+        for _ in range(20):
+            if all(s.decisions[challenge_id].delivered for s in services):
+                break
+            time.sleep(1.1)
+            for service in services:
+                service.tick()
+    finally:
+        server.shutdown()
+    assert all(s.decisions[challenge_id].delivered for s in services)
+    assert not any("refused" in line for line in reports), reports
+    aggregator.tick()
+    settled = client().challenge(challenge_id)
+    assert settled.status == ChallengeState.SETTLED and settled.signers == [0, 1, 2]
 
 
 def test_the_verifier_service_signs_delivers_retries_and_remembers(world, tmp_path):
