@@ -164,10 +164,26 @@ def status(
     print_table(table, stdout_console)
 
 
-def _stop_event() -> threading.Event:
-    stop = threading.Event()
+class _Stopped(BaseException):
+    """SIGINT/SIGTERM during a judgement (a BaseException: the judge's own error handling
+    must not turn it into an abstention). The judgement was recorded before it started."""
+
+    challenge: int | None = None
+
+
+def _stop_event(service: Any = None) -> threading.Event:
+    """An event SIGINT/SIGTERM set; with ``service`` (a ``VerifierService``, whose ``stop``
+    it is) a signal during a judgement also interrupts it, so the process stops at once."""
+    stop = service.stop if service is not None else threading.Event()
+
+    def handler(*_: Any) -> None:
+        stop.set()
+        if service is not None and service.judging is not None:
+            _Stopped.challenge = service.judging
+            raise _Stopped
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, handler)
     return stop
 
 
@@ -220,7 +236,8 @@ def serve(
         committee, sk, judge_challenge=evidence_judge(rt.content, check),
         send=partial(post_verdict, aggregator, account=committee.account),
         state_file=state or path.with_name(f"state-{committee.address.lower()}.json"),
-        report=lambda line: console.print(line, highlight=False, markup=False))
+        report=lambda line: console.print(line, highlight=False, markup=False),
+        stop=threading.Event())
     index, address = service.identity()  # before the model loads: a wrong key fails at once
     with console.status(f"loading {model}"):
         loaded = load_verifier_model(model)
@@ -232,13 +249,17 @@ def serve(
                            path.with_name(f"audit-{committee.address.lower()}.json"))
         console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts",
                       highlight=False)
-    stop = _stop_event()
-    while True:
-        service.tick()
-        if auditor is not None:
-            auditor.tick()
-        if once or stop.wait(interval):
-            break
+    stop = _stop_event(service)
+    try:
+        while True:
+            service.tick()
+            if auditor is not None:
+                auditor.tick()
+            if once or stop.wait(interval):
+                break
+    except _Stopped:
+        console.print(f"stopped while judging challenge {_Stopped.challenge}: it is judged "
+                      "again at the next start", highlight=False)
     console.print("verifier stopped")
 
 

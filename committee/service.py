@@ -16,7 +16,9 @@ Every ``tick``:
 
 What was decided is kept in ``state_file`` (JSON: the cursor and each challenge's outcome),
 so a restarted verifier neither judges a challenge twice nor forgets a verdict it has not
-delivered. An abstention is retried at the next tick only when its cause may pass (the
+delivered. A judgement is recorded as ``judging`` before it starts: one that a crash, a kill
+or a stop cut short is tried again at the next start, at most ``MAX_JUDGING_ATTEMPTS`` times,
+so no challenge can keep a verifier in a loop of restarts. An abstention is retried at the next tick only when its cause may pass (the
 content store or chain unreachable): ``retry_abstain``.
 
 Hostile input: the evidence CID and document come from the challenger. The document is read
@@ -114,6 +116,11 @@ class Decision:
     signed: dict | None = None  # the SignedVerdict's JSON, when one was signed
     delivered: bool = False
     opened: dict | None = None  # the ChallengeOpened event (to judge an abstention again)
+    attempts: int = 0  # judgements started (JUDGING while one runs)
+
+
+JUDGING = "judging"  # recorded before a judgement starts; found at start-up: it was cut short
+MAX_JUDGING_ATTEMPTS = 3  # judgements cut short (crash, kill, SIGTERM) before giving up on one
 
 
 class VerifierService:
@@ -125,8 +132,10 @@ class VerifierService:
                  judge_challenge: Callable[[OpenedChallenge], Judgement],
                  send: Callable[[SignedVerdict], Any], state_file: Path | None = None,
                  report: Callable[[str], None] | None = None,
-                 retry_abstain: bool = True) -> None:
+                 retry_abstain: bool = True, stop: Any = None) -> None:
         self.committee = committee
+        self.stop = stop  # a threading.Event: set, a tick ends after the challenge at hand
+        self.judging: int | None = None  # the challenge being judged right now
         self.sk = sk
         self.judge_challenge = judge_challenge
         self.send = send
@@ -193,32 +202,45 @@ class VerifierService:
         start = self.committee.from_block if self.cursor is None else self.cursor
         opened = self.committee.opened(from_block=start, to_block=head) if start <= head else []
         for challenge in opened:
+            if self._stopping():
+                self._save()  # the cursor stays: the rest are read again at the next start
+                return
             decided = self.decisions.get(challenge.challenge_id)
-            if decided is None or (decided.outcome == ABSTAIN_OUTCOME and self.retry_abstain):
+            if decided is None or decided.outcome == JUDGING or (
+                    decided.outcome == ABSTAIN_OUTCOME and self.retry_abstain):
                 self._decide(challenge)
         self.cursor = max(start, head + 1)
         self._retry_abstentions(skip={c.challenge_id for c in opened})
         self._deliver()
         self._save()
 
+    def _stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
     def _retry_abstentions(self, skip: set[int]) -> None:
-        if not self.retry_abstain:
-            return
+        """Judge again the abstentions (when ``retry_abstain``) and the judgements a crash,
+        kill or stop cut short (always)."""
         waiting = [d.opened for cid, d in sorted(self.decisions.items())
-                   if d.outcome == ABSTAIN_OUTCOME and cid not in skip and d.opened]
+                   if cid not in skip and d.opened and (d.outcome == JUDGING or (
+                       d.outcome == ABSTAIN_OUTCOME and self.retry_abstain))]
         for opened in waiting:
+            if self._stopping():
+                return
             self._decide(OpenedChallenge(**{
                 **opened, "receipt_hash": bytes.fromhex(opened["receipt_hash"]),
                 "set_hash": bytes.fromhex(opened.get("set_hash", ""))}))
 
     def _decide(self, opened: OpenedChallenge) -> None:
         challenge_id = opened.challenge_id
+        record = {**vars(opened), "receipt_hash": opened.receipt_hash.hex(),
+                  "set_hash": opened.set_hash.hex()}
+        prior = self.decisions.get(challenge_id)
+        attempts = prior.attempts if prior is not None and prior.outcome == JUDGING else 0
         try:
             status = self.committee.challenge(challenge_id).status
             if status != ChallengeState.OPEN:
-                prior = self.decisions.get(challenge_id)
-                if status != ChallengeState.NONE and (prior is None
-                                                      or prior.outcome == ABSTAIN_OUTCOME):
+                if status != ChallengeState.NONE and (
+                        prior is None or prior.outcome in (ABSTAIN_OUTCOME, JUDGING)):
                     self.decisions[challenge_id] = Decision(
                         "closed", "", f"{status.label} before this verifier decided")
                 return
@@ -229,13 +251,32 @@ class VerifierService:
                 self._report(f"challenge {challenge_id}: opened before this verifier joined; "
                              "the verifiers of its opening judge it")
                 return
-            judgement = self.judge_challenge(opened)
+            if attempts >= MAX_JUDGING_ATTEMPTS:
+                # each try ended this process before a judgement: never loop on it
+                self.decisions[challenge_id] = Decision(
+                    "closed", "", f"judging it was cut short {attempts} times (crash, kill or "
+                    "stop); this verifier does not judge it again", opened=record,
+                    attempts=attempts)
+                self._report(f"challenge {challenge_id}: judging it was cut short {attempts} "
+                             "times; given up")
+                return
+            # recorded before judging: a restart knows this judgement was cut short
+            self.decisions[challenge_id] = Decision(JUDGING, "", "", opened=record,
+                                                    attempts=attempts + 1)
+            self._save()
+            self.judging = challenge_id
+            try:
+                judgement = self.judge_challenge(opened)
+            finally:
+                self.judging = None
         except ChainError as exc:
+            # not the challenge's fault: judged again at the next tick, not counted as cut short
+            self.decisions[challenge_id] = Decision(JUDGING, "", f"cannot read it now: {exc}",
+                                                    opened=record, attempts=attempts)
             self._report(f"challenge {challenge_id}: cannot read it now ({exc})")
             return
         decision = Decision(judgement.outcome, judgement.reason, judgement.detail[:2000],
-                            opened={**vars(opened), "receipt_hash": opened.receipt_hash.hex(),
-                                    "set_hash": opened.set_hash.hex()})
+                            opened=record, attempts=attempts + 1)
         verdict = judgement.verdict(challenge_id, opened.receipt_hash)
         if verdict is not None:
             index, address = self.identity()

@@ -487,3 +487,78 @@ def test_a_challenge_nobody_settles_expires_and_returns_the_bond(world):
     assert reader.challenge(challenge_id).status == ChallengeState.EXPIRED
     assert _balance(token, CHALLENGER_KEY) == before  # the whole bond back
     assert aggregator.pool.pending() == []
+
+
+def test_a_judgement_cut_short_is_recorded_first_and_never_loops(world, tmp_path):
+    """The Purpose's verifier that never judged the next challenge: whatever ends the process
+    mid-judgement (a crash, a kill, SIGTERM), the state file already says which challenge it
+    was judging; a restart tries it again at most MAX_JUDGING_ATTEMPTS times, then moves on,
+    and the other challenges are judged meanwhile."""
+    import json as _json
+
+    from committee.judge import Judgement
+    from committee.service import JUDGING, MAX_JUDGING_ATTEMPTS, VerifierService
+
+    class Killed(BaseException):
+        """What the process sees of a kill: nothing after it runs."""
+
+    _, _, _, client, cw = world
+    stalling, _ = cw.open(1)
+    ordinary, _ = cw.open(2)
+    state = tmp_path / "state.json"
+    seen_in_state: list[str] = []
+
+    def judge_challenge(opened):
+        if opened.challenge_id == stalling:
+            recorded = _json.loads(state.read_text())["decisions"][str(stalling)]
+            seen_in_state.append(recorded["outcome"])
+            raise Killed
+        return Judgement("rejected", "", "the receipt verifies")
+
+    def restart():
+        return VerifierService(client(VERIFIER_KEYS[0]), BLS[0], judge_challenge=judge_challenge,
+                               send=lambda signed: {"status": "accepted"}, state_file=state,
+                               report=lambda line: None)
+
+    for _ in range(MAX_JUDGING_ATTEMPTS):
+        with pytest.raises(Killed):
+            restart().tick()
+    assert seen_in_state == [JUDGING] * MAX_JUDGING_ATTEMPTS
+    service = restart()
+    service.tick()  # gives up on the stalling one, judges the ordinary one
+    assert service.decisions[stalling].outcome == "closed"
+    assert "cut short 3 times" in service.decisions[stalling].detail
+    assert service.decisions[ordinary].outcome == "rejected"
+    assert service.decisions[ordinary].delivered
+    assert len(seen_in_state) == MAX_JUDGING_ATTEMPTS  # not judged again
+
+
+def test_a_stop_ends_the_tick_between_challenges(world, tmp_path):
+    import threading
+
+    from committee.judge import Judgement
+    from committee.service import VerifierService
+
+    _, _, _, client, cw = world
+    first, _ = cw.open(1)
+    second, _ = cw.open(2)
+    stop = threading.Event()
+    judged: list[int] = []
+
+    def judge_challenge(opened):
+        judged.append(opened.challenge_id)
+        stop.set()  # SIGTERM arrives while the first is judged
+        return Judgement("rejected", "", "")
+
+    state = tmp_path / "state.json"
+    service = VerifierService(client(VERIFIER_KEYS[0]), BLS[0], judge_challenge=judge_challenge,
+                              send=lambda signed: {"status": "accepted"}, state_file=state,
+                              report=lambda line: None, stop=stop)
+    service.tick()
+    assert judged == [first]
+    # the next start reads the rest again: the cursor did not move past the second
+    again = VerifierService(client(VERIFIER_KEYS[0]), BLS[0], judge_challenge=judge_challenge,
+                            send=lambda signed: {"status": "accepted"}, state_file=state,
+                            report=lambda line: None)
+    again.tick()
+    assert judged == [first, second]

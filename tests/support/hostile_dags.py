@@ -8,7 +8,7 @@ budget on visited blocks stops it.
 
 from __future__ import annotations
 
-from ledger.multiformats import DAG_PB, RAW, CID
+from ledger.multiformats import CID, DAG_PB, RAW
 from ledger.unixfs import UNIXFS_FILE, PBLink, PBNode, UnixFSData, encode_pbnode, encode_unixfs
 
 
@@ -21,7 +21,7 @@ def _node(store, child: CID, fanout: int, size: int, tsize: int) -> tuple[CID, i
 
 def repeating_dag(store, levels: int = 4, fanout: int = 2000) -> str:
     """Root CID of the zero-size repeating DAG (about 80 KB per level)."""
-    cid, tsize = store.put(b"", RAW), 0
+    cid = store.put(b"", RAW)
     for _ in range(levels):
         cid, _ = _node(store, cid, fanout, 0, 0)
     return str(cid)
