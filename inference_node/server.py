@@ -199,7 +199,10 @@ async def _generate(raw: Request, serving: OpenAIServing, model: type[ModelT],
     """One generation route: the body read and validated as ``model`` and prepared, then the
     answer streamed, or sent whole when the engine is done (abandoned if the client leaves)."""
     request_json = await read_json_body(raw, serving.settings)
-    body = validate_request(model, request_json)
+    serving.check_fits("chat" if model is ChatCompletionRequest else "completion", request_json)
+    # validation checks tool and response schemas (jsonschema: up to a second for a large
+    # one): off the event loop, so other requests are read and answered meanwhile
+    body = await asyncio.to_thread(validate_request, model, request_json)
     prepared = await prepare(body)
     if body.stream:
         return EngineStreamingResponse(stream(body, prepared, request_json), prepared)

@@ -56,6 +56,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from inference_node.bundle_store import MAX_CID_CHARS, BundleStore
 from inference_node.engine import (
@@ -230,6 +231,27 @@ def sse(payload: str) -> str:
     return f"data: {payload}\n\n"
 
 
+def max_token_bytes(tokenizer: Any) -> int:
+    """At least the UTF-8 bytes of text any one token of ``tokenizer`` stands for: the longest
+    vocabulary entry as UTF-8 (byte-level BPE writes each byte as one character of at most 2
+    bytes, SentencePiece a space as 3: an overestimate, never an underestimate). A text of B
+    bytes is therefore at least B / this many tokens."""
+    vocab = tokenizer.get_vocab()
+    return max([len(token.encode("utf-8", "surrogatepass")) for token in vocab] or [1]) or 1
+
+
+def _string_bytes(value: Any) -> int:
+    """UTF-8 bytes of the strings in ``value`` (dict values, list items), as the chat template
+    renders them; the request's JSON depth is already bounded."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, dict):
+        return sum(_string_bytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_string_bytes(v) for v in value)
+    return 0
+
+
 class OpenAIServing:
     def __init__(self, engine: Engine, library_source: LibrarySource,
                  settings: NodeSettings, receipts: ReceiptSigner | None = None,
@@ -242,6 +264,8 @@ class OpenAIServing:
         self.settings = settings
         self.model_name = settings.served_model_name or engine.model_name
         self.injector = LibraryInjector(engine.tokenizer)
+        # no token stands for more bytes of text than this: a longer prompt cannot fit
+        self.max_token_bytes = max_token_bytes(engine.tokenizer)
         # One thread builds and tokenizes prompts: off the event loop, and never two at once (a
         # Hugging Face fast tokenizer is not safe to call from several threads).
         self._tokenizing = ThreadPoolExecutor(1, thread_name_prefix="gym-tokenize")
@@ -290,10 +314,37 @@ class OpenAIServing:
         queue (what `--max-queue` bounds, streamed requests included)."""
         return self._admitted + self.engine.queue_depth()
 
+    def check_fits(self, route: str, body: Any) -> None:
+        """Refuse (400, ``context_length_exceeded``) a request body, as parsed JSON and before
+        it is validated, whose prompt text (chat: the messages' contents and the tools;
+        completion: the prompt) has more bytes than the context could hold at this
+        tokenizer's longest token: such a body never costs validation or tokenization."""
+        if not isinstance(body, dict):
+            return  # validation refuses it
+        if route == "chat":
+            messages = body.get("messages")
+            text_bytes = _string_bytes(body.get("tools")) + (sum(
+                _string_bytes(m.get("content")) for m in messages if isinstance(m, dict))
+                if isinstance(messages, list) else 0)
+            param = "messages"
+        else:
+            text_bytes, param = _string_bytes(body.get("prompt")), "prompt"
+        self._check_text_bytes(text_bytes, param)
+
+    def _check_text_bytes(self, text_bytes: int, param: str) -> None:
+        context = self.engine.max_model_len
+        if text_bytes > context * self.max_token_bytes:
+            # at least text_bytes / max_token_bytes tokens: refused without tokenizing, so a
+            # prompt of megabytes never holds the tokenizer thread other requests wait for
+            raise APIError(400, f"The {param} ({text_bytes} bytes of text) cannot fit the "
+                           f"model's {context}-token context: no token of its tokenizer stands "
+                           f"for more than {self.max_token_bytes} bytes.", param=param,
+                           code="context_length_exceeded")
+
     async def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
                        injected_for: Callable[[LibrarySnapshot], InjectedPrompt],
                        max_tokens: tuple[str, int | None], logprobs: bool, top_logprobs: int,
-                       prompt_param: str, route: str) -> Prepared:
+                       prompt_param: str, route: str, text_bytes: int) -> Prepared:
         """Checks, then the prompt built and tokenized on the tokenizer thread (a large prompt
         must not stall the event loop), then admission: the request counts as waiting from
         here until `Prepared.handed_over`, when the engine's queue takes over."""
@@ -310,10 +361,12 @@ class OpenAIServing:
         if seed is None:  # the receipt names the seed, so the answer can be reproduced
             seed = new_seed()
         self._check_queue()  # cheap refusal before tokenizing
+        context = self.engine.max_model_len
+        self._check_text_bytes(text_bytes, prompt_param)
         snapshot = self.library_source.current()
         injected = await asyncio.get_running_loop().run_in_executor(
             self._tokenizing, injected_for, snapshot)
-        prompt_len, context = len(injected.prompt), self.engine.max_model_len
+        prompt_len = len(injected.prompt)
         room = context - prompt_len
         if room <= 0:
             raise APIError(400, f"The prompt ({prompt_len} tokens with the library) leaves no "
@@ -482,10 +535,11 @@ class OpenAIServing:
         limit = (("max_completion_tokens", request.max_completion_tokens)
                  if request.max_completion_tokens is not None
                  else ("max_tokens", request.max_tokens))
+        text_bytes = sum(_string_bytes(m.get("content")) for m in messages) + _string_bytes(tools)
         return await self._prepare(
             request, lambda snapshot: self.injector.chat(messages, snapshot, tools), limit,
             request.logprobs, (request.top_logprobs or 0) if request.logprobs else 0,
-            "messages", "chat")
+            "messages", "chat", text_bytes)
 
     async def chat(self, request: ChatCompletionRequest, prepared: Prepared,
                    request_json: dict | None = None) -> ChatCompletionResponse:
@@ -599,7 +653,7 @@ class OpenAIServing:
         return await self._prepare(
             request, lambda snapshot: self.injector.completion(text, snapshot),
             ("max_tokens", request.max_tokens), request.logprobs is not None,
-            request.logprobs or 0, "prompt", "completion")
+            request.logprobs or 0, "prompt", "completion", len(text.encode()))
 
     async def completion(self, request: CompletionRequest, prepared: Prepared,
                          request_json: dict | None = None) -> CompletionResponse:

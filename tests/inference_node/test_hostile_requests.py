@@ -166,6 +166,37 @@ def test_content_parts_empty_prompt_and_the_context(http):
         refused.extensions["network_stream"].get_extra_info(address)
 
 
+def test_a_prompt_that_cannot_fit_is_refused_before_it_is_tokenized(http):
+    """The Purpose's 3.9 MB prompt and 2.2 MB tools list: more bytes than the context could
+    hold at the tokenizer's longest token, so refused from their size alone (the message is
+    the byte bound's; the tokenized check words it in tokens), while a small request sent at
+    the same moment is answered."""
+    import concurrent.futures
+
+    big = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x" * 3_900_000}]}
+    def tool(n: int) -> dict:  # 64 distinct tools of 32 KB schemas: 2 MB, 17 s to validate
+        properties = {f"p{n}_{i}": {"type": "string", "description": "a field of the tool"}
+                      for i in range(500)}
+        return {"type": "function", "function": {"name": f"f{n}", "description": "d" * 100,
+                "parameters": {"type": "object", "properties": properties}}}
+
+    tools = {"model": MODEL_NAME, "messages": USER, "tools": [tool(n) for n in range(64)],
+             "tool_choice": "required"}
+    small = {"model": MODEL_NAME, "messages": USER, "max_tokens": 2}
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        answers = [pool.submit(http.post, "/chat/completions", json=body)
+                   for body in (big, tools, small)]
+        big_answer, tools_answer, small_answer = (a.result() for a in answers)
+    for answer, param in ((big_answer, "messages"), (tools_answer, "messages")):
+        error = error_of(answer, 400)
+        assert error["code"] == "context_length_exceeded" and error["param"] == param
+        assert "bytes of text) cannot fit" in error["message"], error
+    assert small_answer.status_code == 200, small_answer.text
+    completion = {"model": MODEL_NAME, "prompt": "y" * 3_900_000}
+    error = error_of(http.post("/completions", json=completion), 400)
+    assert error["param"] == "prompt" and "cannot fit" in error["message"]
+
+
 def test_a_request_that_fails_in_the_engine_fails_alone(tiny_model_dir):
     """Item 6, in the engine: a request whose generator refuses its seed, or whose tokens break
     the forward pass of the batch it was scheduled with, fails alone; the others of its batch
