@@ -87,6 +87,9 @@ class _CountingWriter:
         return self._stream.write(data)
 
 
+SHUTDOWN_GRACE_S = 3
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on (loopback by default: "
@@ -120,7 +123,10 @@ def serve(
     console.print(f"Kubo RPC API: {url}/api/v0   gateway: {url}/ipfs/{{cid}}?format=raw|car",
                   soft_wrap=True)
     console.print(f"store: {store_dir}   (Ctrl-C stops)", soft_wrap=True)
-    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+    # on SIGTERM/Ctrl-C, requests still running after 3 s are cancelled: a long read stops
+    # at its next block (devnet.ipfs_server), so the server exits within seconds
+    uvicorn.run(create_app(store), host=host, port=port, log_level="warning",
+                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
 
 
 @app.command()

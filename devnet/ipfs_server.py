@@ -27,10 +27,12 @@ that changed in between.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import platform
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -300,6 +302,37 @@ def _ndjson(items: list[dict]) -> Response:
     return Response(body, media_type="application/json")
 
 
+class ClientGone(Exception):
+    """The client closed its connection while its request was being served."""
+
+
+DISCONNECT_POLL_S = 0.2
+
+
+async def _read_all_while_connected(request: Request,
+                                    chunks_of: Callable[[], Iterator[bytes]]) -> None:
+    """Exhaust ``chunks_of()`` in a worker thread (so a bad block fails the request before
+    its 200) while polling the client: once it has gone (``ClientGone``), or the server is
+    stopping (this coroutine cancelled), the thread stops at its next block instead of
+    reading on for no one."""
+    stop = threading.Event()
+
+    def read() -> None:
+        for _ in chunks_of():
+            if stop.is_set():
+                return
+
+    task = asyncio.ensure_future(run_in_threadpool(read))
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                raise ClientGone
+        task.result()
+    finally:
+        stop.set()
+
+
 def _verified_stream(chunks: Iterator[bytes]) -> StreamingResponse:
     return StreamingResponse(chunks, media_type="text/plain",
                              headers={"X-Stream-Output": "1"})
@@ -376,7 +409,10 @@ def create_app(store: LocalBlockStore) -> FastAPI:
             raise RpcError("cannot specify negative offset")
         if length is not None and length < 0:
             raise RpcError("cannot specify negative length")
-        await run_in_threadpool(lambda: [None for _ in store.cat_iter(cid)])
+        try:  # every block checked before the 200, as Kubo's errors come first
+            await _read_all_while_connected(request, lambda: store.cat_iter(cid))
+        except ClientGone:
+            return Response(status_code=499)  # nginx's "client closed request"; no one reads it
         return _verified_stream(_byte_range(store.cat_iter(cid), offset, length))
 
     @app.post("/api/v0/block/get")

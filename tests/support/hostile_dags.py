@@ -42,3 +42,15 @@ def deep_dag(store, levels: int) -> str:
     for _ in range(levels):
         cid, tsize = _node(store, cid, 1, 1, tsize)
     return str(cid)
+
+
+def zeros_file(store, nodes: int = 174, leaves_per_node: int = 174) -> tuple[str, int]:
+    """The DAG Kubo builds for ``nodes * leaves_per_node`` chunks of zeros (7.9 GB by default):
+    one 256 KiB leaf, linked ``leaves_per_node`` times by one interior node, linked ``nodes``
+    times by the root. A legitimate file whose reading takes long; four blocks on disk."""
+    from ledger.unixfs import CHUNK_SIZE
+
+    leaf = store.put(bytes(CHUNK_SIZE), RAW)
+    middle, tsize = _node(store, leaf, leaves_per_node, CHUNK_SIZE, CHUNK_SIZE)
+    root, _ = _node(store, middle, nodes, CHUNK_SIZE * leaves_per_node, tsize)
+    return str(root), CHUNK_SIZE * leaves_per_node * nodes
