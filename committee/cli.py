@@ -307,10 +307,17 @@ def _auditor(rt: Any, committee: VerifierCommittee, check: Any, rate_bps: int,
 
     cursor = (AuditCursor.from_json(cursor_file.read_bytes()) if cursor_file.exists()
               else None)
+    from functools import partial
+
+    from inference_node.bundle_sources import fetch_bundle
+
+    # nodes serve their users' bundles to registered verifiers, who sign their reads
     return _PersistentAuditor(Auditor(rt.contract, registry, rt.content,
                                       from_block=rt.chain.deployment_block, check=check,
                                       open_challenge=open_challenge, rate_bps=rate_bps,
-                                      cursor=cursor), cursor_file)
+                                      cursor=cursor,
+                                      fetch=partial(fetch_bundle, account=committee.account)),
+                              cursor_file)
 
 
 @app.command()

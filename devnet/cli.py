@@ -139,6 +139,10 @@ def audit(
     seed: Annotated[int | None, typer.Option(
         help="Seed of the --sample choice (the same seed samples the same receipts).")
     ] = None,
+    key_env: Annotated[str | None, typer.Option(
+        help="With --sample: the environment variable holding the hex key of a registered "
+             "verifier, which signs the bundle reads (nodes serve their users' requests and "
+             "answers to verifiers only).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (every "
                                           "value in full); the exit code is the same.")] = False,
 ) -> None:
@@ -162,7 +166,8 @@ def audit(
     if collector.receipts:
         receipts = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,
                                                         model=model, sample=sample, node=node,
-                                                        seed=seed, quiet=as_json)
+                                                        seed=seed, quiet=as_json,
+                                                        key_env=key_env)
         ok = receipts.ok and ok
     elif sample is not None or model is not None or node is not None:
         raise typer.BadParameter("--model, --sample and --node apply to a log of receipts; "

@@ -14,9 +14,10 @@ sent; ``receipts.bundle_json`` normalizes it with the receipt's max_tokens and s
 equivalent body (keys reordered, ``stream`` added) gives the same digest, another one fails
 ``request_digest``.
 
-``fetch_bundle(node_url, cid)``: ``GET {node}/v1/receipts/{cid}`` (``node_url`` with or
-without its ``/v1``), at most ``MAX_BUNDLE_BYTES`` read and ``timeout_s`` waited; the bundle's
-receipt must have that CID.
+``fetch_bundle(node_url, cid, token=...)``: ``GET {node}/v1/receipts/{cid}`` (``node_url``
+with or without its ``/v1``) with the answer's ``bundle_token`` (or, ``account=``, a
+registered verifier's signature), at most ``MAX_BUNDLE_BYTES`` read and ``timeout_s`` waited;
+the bundle's receipt must have that CID.
 
 Everything read is hostile: files and answers are size-checked before they are parsed
 (``ledger.json_input`` limits), shapes are checked, and a problem is one ``ReceiptError``
@@ -146,19 +147,27 @@ def bundles_url(node_url: str, cid: str) -> str:
 
 
 def fetch_bundle(node_url: str, cid: str, *, timeout_s: float = FETCH_TIMEOUT_S,
-                 max_bytes: int = MAX_BUNDLE_BYTES) -> dict:
-    """The bundle of receipt ``cid`` that the node at ``node_url`` keeps (module docstring);
-    ``NodeError`` when it cannot be fetched (a 404 says the node does not retain it),
-    ``ReceiptError`` malformed when the node sends another receipt's."""
+                 max_bytes: int = MAX_BUNDLE_BYTES, token: str | None = None,
+                 account: Any = None) -> dict:
+    """The bundle of receipt ``cid`` that the node at ``node_url`` keeps (module docstring),
+    read as the client that made the request (``token``: its answer's ``bundle_token``) or as
+    a registered verifier (``account``: its key; ``inference_node.bundle_access``);
+    ``NodeError`` when it cannot be fetched (a 404 says the node does not retain it, 401/403
+    that the reader has no right to it), ``ReceiptError`` malformed when the node sends
+    another receipt's."""
     import httpx
 
+    from inference_node.bundle_access import client_headers, verifier_headers
     from ledger.json_input import JSONInputError, parse_json
 
     if not cid.isalnum() or len(cid) > 128:
         raise NodeError(f"not a receipt CID: {cid[:80]!r}")
     url = bundles_url(node_url, cid)
     try:
-        with httpx.stream("GET", url, timeout=timeout_s, follow_redirects=False) as reply:
+        headers = (client_headers(token) if token is not None
+                   else verifier_headers(account, cid) if account is not None else {})
+        with httpx.stream("GET", url, timeout=timeout_s, follow_redirects=False,
+                          headers=headers) as reply:
             data = bytearray()
             for part in reply.iter_bytes():
                 data += part
@@ -170,6 +179,9 @@ def fetch_bundle(node_url: str, cid: str, *, timeout_s: float = FETCH_TIMEOUT_S,
     if status == 404:
         raise NotRetainedError(f"the node does not retain the bundle of receipt {cid}: "
                                f"{_message(data)}")
+    if status in (401, 403):
+        raise NodeError(f"{url} answered {status}: {_message(data)} (pass the answer's "
+                        "bundle_token, or read as a registered verifier)")
     if status != 200:
         raise NodeError(f"{url} answered {status}: {_message(data)}")
     try:

@@ -43,7 +43,7 @@ import os
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -91,6 +91,15 @@ def registry_address(ctx: typer.Context | None) -> str | None:
         return address
     lookup = ctx.meta.get("node_registry_address") if ctx is not None else None
     return lookup() if lookup is not None else None
+
+
+def _committee_address(ctx: typer.Context) -> str | None:
+    """The deployment's VerifierCommittee (whose verifiers may read bundles), or None."""
+    lookup = ctx.meta.get("committee_address")
+    try:
+        return lookup() if lookup is not None else None
+    except Exception:  # noqa: BLE001 - no deployment, or one without a committee
+        return None
 
 
 def node_registry(ctx: typer.Context, key: str | None = None):
@@ -266,6 +275,7 @@ def serve(
         prefix_reuse=not no_prefix_reuse, key=key, offline=offline, receipt_log=receipt_log,
         anchor_interval_s=anchor_interval, receipt_wal=receipt_wal, register=register,
         registry=registry_address(ctx) if register else None, stake=stake, endpoint=endpoint,
+        committee=None if offline or key is None else _committee_address(ctx),
         adapter=adapter, adapter_log=adapter_log, adapter_index=adapter_index,
         adapter_proof=adapter_proof, bundle_retention_s=retention_s,
         bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store,
@@ -414,6 +424,11 @@ def verify_receipt(
              "period).")] = None,
     node: Annotated[str | None, typer.Option(
         help="The node's URL for --cid (http://host:port, with or without /v1).")] = None,
+    token: Annotated[str | None, typer.Option(
+        envvar="GYM_BUNDLE_TOKEN",
+        help="With --cid: the answer's receipt_evidence.bundle_token, which lets the client "
+             "that made the request read its bundle (the node serves it to no one else but "
+             "registered verifiers).")] = None,
     save_bundle: Annotated[Path | None, typer.Option(
         help="Write the bundle checked to this file (e.g. to `gym node challenge` it).",
         dir_okay=False)] = None,
@@ -456,7 +471,7 @@ def verify_receipt(
             title = response.name
         else:
             with console.status(f"fetching the bundle of {cid} from {node}"):
-                bundle = fetch_bundle(node, cid)
+                bundle = fetch_bundle(node, cid, token=token)
             title = cid
     except (NodeError, ReceiptError) as exc:
         _fail(exc, str(bundle_file or response or cid) if as_json else None)
@@ -483,7 +498,7 @@ def verify_receipt(
                 said = True
             time.sleep(2)
             try:
-                bundle = fetch_bundle(node, cid)
+                bundle = fetch_bundle(node, cid, token=token)
             except (NodeError, ReceiptError) as fetch_exc:
                 _fail(fetch_exc, title if as_json else None)
     if save_bundle is not None and wait:  # the bundle that passed, with its anchored proof
@@ -518,7 +533,7 @@ def _fail(exc: NodeError | ReceiptError, json_title: str | None = None) -> NoRet
 def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None,
                       model: Path | None = None, sample: int | None = None,
                       node: str | None = None, seed: int | None = None,
-                      quiet: bool = False):
+                      quiet: bool = False, key_env: str | None = None):
     """The receipt part of `gym audit` (``inference_node.receipt_audit``), after the log's
     replay gave ``collector`` its receipts: every signature under the deployment's domain and
     one signer; with ``sample``, that many bundles fetched from ``node`` (default: the endpoint
@@ -544,9 +559,10 @@ def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None
         registry = registry_address(ctx)
         url = node or _registered_endpoint(ctx, registry, report.signer)
         loaded = load_verifier_model(model) if model is not None else None
+        account = _reader_account(key_env)
         with console.status(f"checking {len(chosen)} receipts' bundles from {url}") as status:
             verify_sample(
-                report, chosen, lambda cid: fetch_bundle(url, cid),
+                report, chosen, lambda cid: fetch_bundle(url, cid, account=account),
                 lambda bundle: check_receipt_bundle(bundle, rt, registry=registry,
                                                     model_dir=model, content=rt.content,
                                                     loaded=loaded),
@@ -554,6 +570,24 @@ def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None
     if not quiet:
         print_receipt_audit(report, stdout_console, owner)
     return report
+
+
+def _reader_account(key_env: str | None) -> Any:
+    """The registered verifier's account whose key is in ``$key_env`` (None without one: the
+    node then refuses the reads, and each sampled receipt is reported unreachable)."""
+    if key_env is None:
+        return None
+    from eth_account import Account
+
+    value = os.environ.get(key_env)
+    if not value:
+        raise typer.BadParameter(f"${key_env} is empty: it holds the hex key of a registered "
+                                 "verifier", param_hint="--key-env")
+    try:
+        return Account.from_key(value)
+    except Exception:  # noqa: BLE001 - eth-keys raises several types for junk
+        raise typer.BadParameter(f"${key_env} is not a hex private key",
+                                 param_hint="--key-env") from None
 
 
 def _registered_endpoint(ctx: typer.Context, registry: str | None, signer: str | None) -> str:

@@ -114,6 +114,7 @@ class NodeLaunch:
     receipt_wal: Path | None = None  # default: receipt-wal/<log>.wal beside the content store
     register: bool = False  # register (or update) the node in the NodeRegistry before serving
     registry: str | None = None  # the NodeRegistry's address (for register)
+    committee: str | None = None  # the VerifierCommittee's: its verifiers may read bundles
     stake: str | None = None  # GYM to stake with register; default: the registry's minimum
     endpoint: str | None = None  # public URL registered; default: http://HOST:PORT/v1
     adapter: str | None = None  # adapter entry (CID) to merge into the model and serve
@@ -333,7 +334,7 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
     if choice.kind != chosen.kind:
         console.print(f"engine: [bold]{choice.kind}[/] ({choice.reason})")
     console.print(f"engine loaded in {time.monotonic() - started:.0f} s", highlight=False)
-    signer = receipts_log = bundles = None
+    signer = receipts_log = bundles = access = None
     if launch.key is not None:
         rt = _needs(ledger, "signing receipts")
         key = launch.key
@@ -359,9 +360,21 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
                                            / (log_name.replace("/", "_") + ".sqlite"))
             bundles = BundleStore(path, retention_s=launch.bundle_retention_s,
                                   max_bytes=launch.bundle_max_bytes)
+            from inference_node.bundle_access import (
+                BundleAccess,
+                committee_verifier_check,
+                load_read_key,
+            )
+
+            # the bundles outlive a restart, and so do their clients' tokens
+            access = BundleAccess(
+                load_read_key(path.with_name(path.name + ".read-key")),
+                is_verifier=None if contract is None or launch.committee is None
+                else committee_verifier_check(contract.w3, launch.committee))
             console.print(f"keeping receipt bundles (requests and answers) for "
                           f"{launch.bundle_retention_s:g} s, at most {launch.bundle_max_bytes} "
-                          f"bytes, in {path}; served at GET /v1/receipts/{{cid}}")
+                          f"bytes, in {path}; served at GET /v1/receipts/{{cid}} to each "
+                          "answer's client (its bundle_token) and to registered verifiers")
         if receipts_log.recovered:
             console.print(f"appended {receipts_log.recovered} receipts that an earlier run "
                           "wrote ahead but did not append (it was stopped abruptly)")
@@ -371,7 +384,7 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
                           launch.endpoint or f"http://{settings.host}:{settings.port}/v1",
                           console)
     app = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log,
-                     adapter_cid=launch.adapter, bundles=bundles)
+                     adapter_cid=launch.adapter, bundles=bundles, bundle_access=access)
     return RunningNode(app, engine, choice, source, settings, signer, receipts_log, bundles,
                        workdir, log_level=launch.log_level)
 

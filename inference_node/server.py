@@ -50,6 +50,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from inference_node.bundle_access import BundleAccess
 from inference_node.bundle_store import BundleStore
 from inference_node.engine import Engine
 from inference_node.library import LibrarySource
@@ -226,8 +227,8 @@ async def create_completion(raw: Request, serving: Serving) -> Response:
 
 
 @router.get("/v1/receipts/{cid}")
-async def receipt_bundle(cid: str, serving: Serving) -> dict:
-    return await asyncio.to_thread(serving.receipt_bundle, cid)
+async def receipt_bundle(cid: str, raw: Request, serving: Serving) -> dict:
+    return await asyncio.to_thread(serving.receipt_bundle, cid, dict(raw.headers))
 
 
 @router.get("/v1/receipts/{cid}/proof")
@@ -311,14 +312,18 @@ class RequestMetrics:
 def create_app(engine: Engine, library_source: LibrarySource,
                settings: NodeSettings | None = None, *, receipts: ReceiptSigner | None = None,
                receipt_log: ReceiptLog | None = None, adapter_cid: str | None = None,
-               bundles: BundleStore | None = None) -> FastAPI:
+               bundles: BundleStore | None = None,
+               bundle_access: BundleAccess | None = None) -> FastAPI:
     """The node's app; starts the engine's worker (and library polling, receipt anchoring) on
     startup and stops them on shutdown, anchoring pending receipts last. ``adapter_cid``: the
     adapter entry merged into the engine's weights (``inference_node.adapters``), in /health.
-    ``bundles``: keep each receipt's bundle there and serve it (``GET /v1/receipts/{cid}``)."""
+    ``bundles``: keep each receipt's bundle there and serve it (``GET /v1/receipts/{cid}``) to
+    the client that made the request and to registered verifiers (``bundle_access``; without
+    one, clients' tokens only, with a key that lives as long as the process)."""
     settings = settings or NodeSettings()
     serving = OpenAIServing(engine, library_source, settings, receipts, receipt_log,
-                            adapter_cid=adapter_cid, bundles=bundles)
+                            adapter_cid=adapter_cid, bundles=bundles,
+                            bundle_access=bundle_access)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

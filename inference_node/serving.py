@@ -52,12 +52,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from inference_node.bundle_access import AccessError, BundleAccess
 from inference_node.bundle_store import MAX_CID_CHARS, BundleStore
 from inference_node.engine import (
     Engine,
@@ -195,6 +197,8 @@ class Prepared:
                    "x-gym-library-root": s.root}
         if self.receipt is not None:  # one choice: its receipt (n > 1: in each choice)
             headers["x-gym-receipt-cid"] = self.samples[0].evidence["receipt_cid"]
+            if "bundle_token" in self.samples[0].evidence:
+                headers["x-gym-bundle-token"] = self.samples[0].evidence["bundle_token"]
             header = receipt_header(self.receipt)
             if len(header) <= MAX_RECEIPT_HEADER:
                 headers["x-gym-receipt"] = header
@@ -256,9 +260,13 @@ class OpenAIServing:
     def __init__(self, engine: Engine, library_source: LibrarySource,
                  settings: NodeSettings, receipts: ReceiptSigner | None = None,
                  receipt_log: ReceiptLog | None = None, *, adapter_cid: str | None = None,
-                 bundles: BundleStore | None = None) -> None:
+                 bundles: BundleStore | None = None,
+                 bundle_access: BundleAccess | None = None) -> None:
         self.engine = engine
         self.receipts, self.receipt_log, self.bundles = receipts, receipt_log, bundles
+        if bundles is not None and bundle_access is None:  # tokens for this process's life
+            bundle_access = BundleAccess(secrets.token_bytes(32), is_verifier=None)
+        self.bundle_access = bundle_access
         self.adapter_cid = adapter_cid
         self.library_source = library_source
         self.settings = settings
@@ -472,16 +480,24 @@ class OpenAIServing:
         sample.evidence = {"receipt_cid": cid,
                            "completion_token_ids": result.token_ids,
                            "domain": self.receipts.domain.to_json()}
+        if self.bundles is not None:  # the client's right to read the bundle back
+            sample.evidence["bundle_token"] = self.bundle_access.token(cid)
         if may_call(sample.normalized):  # the answer may show tool_calls, not the signed text
             sample.evidence["completion_text"] = result.text
 
-    def receipt_bundle(self, cid: str) -> dict:
+    def receipt_bundle(self, cid: str, headers: Mapping[str, str]) -> dict:
         """The full bundle of receipt ``cid`` from the bundle store, with its inclusion proof
-        when the receipt log has one (blocking: run it off the event loop); ``APIError`` 404
-        when the node keeps no bundles or not this one."""
+        when the receipt log has one (blocking: run it off the event loop), for a reader whose
+        ``headers`` show the right to it (``inference_node.bundle_access``: 401/403
+        otherwise); ``APIError`` 404 when the node keeps no bundles or not this one."""
         if self.bundles is None:
             raise APIError(404, "This node keeps no receipt bundles (it runs with "
                            "--bundle-retention 0 or signs no receipts).", code="not_found")
+        try:
+            self.bundle_access.check(cid, headers)
+        except AccessError as exc:
+            raise APIError(exc.status, str(exc), param="cid",
+                           code="unauthorized" if exc.status == 401 else "forbidden") from None
         stored = self.bundles.get(cid)
         if stored is None:
             raise APIError(404, f"No bundle for receipt {cid[:MAX_CID_CHARS]!r}: unknown, or no "

@@ -33,10 +33,10 @@ def engine(tiny_model_dir):
     return make_engine(tiny_model_dir)
 
 
-def node_with(engine, tiny_model_dir, bundles, receipt_log=None, source=None):
+def node_with(engine, tiny_model_dir, bundles, receipt_log=None, source=None, access=None):
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(tiny_model_dir))
     return run_server(engine, source or StaticLibrarySource(SNAPSHOT), receipts=signer,
-                      receipt_log=receipt_log, bundles=bundles)
+                      receipt_log=receipt_log, bundles=bundles, bundle_access=access)
 
 
 def ask(node, request=REQUEST, route="chat/completions") -> dict:
@@ -45,8 +45,13 @@ def ask(node, request=REQUEST, route="chat/completions") -> dict:
     return reply.json()
 
 
-def fetch(node, cid: str) -> httpx.Response:
-    return httpx.get(f"{node.base_url}/receipts/{cid}", timeout=60)
+def fetch(node, answer: dict | str, token: str | None = None) -> httpx.Response:
+    """GET the bundle of ``answer``'s receipt with its bundle_token (or of a CID, ``token``)."""
+    if isinstance(answer, dict):
+        evidence = answer["receipt_evidence"]
+        answer, token = evidence["receipt_cid"], evidence.get("bundle_token")
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return httpx.get(f"{node.base_url}/receipts/{answer}", headers=headers, timeout=60)
 
 
 def test_parse_duration():
@@ -68,7 +73,7 @@ def test_fetched_bundle_verifies_in_full_with_its_inclusion_proof(engine, tiny_m
                   "max_tokens": 5, "temperature": 0.8, "echo": True}
     with node_with(engine, tiny_model_dir, bundles, receipt_log) as node:
         chat, text = ask(node), ask(node, completion, "completions")
-        fetched = [fetch(node, body["receipt_evidence"]["receipt_cid"]) for body in (chat, text)]
+        fetched = [fetch(node, body) for body in (chat, text)]
     for body, reply in zip((chat, text), fetched, strict=True):
         assert reply.status_code == 200, reply.text
         bundle = reply.json()
@@ -88,14 +93,18 @@ def test_expired_dropped_and_unknown_bundles_are_404(engine, tiny_model_dir, tmp
     clock = Clock()
     bundles = BundleStore(tmp_path / "bundles.sqlite", retention_s=60, clock=clock)
     with node_with(engine, tiny_model_dir, bundles) as node:
-        first = ask(node)["receipt_evidence"]["receipt_cid"]
-        assert fetch(node, first).status_code == 200
+        answer = ask(node)
+        first = answer["receipt_evidence"]["receipt_cid"]
+        assert fetch(node, answer).status_code == 200
         clock.now += 61
-        expired = fetch(node, first)
+        expired = fetch(node, answer)
         assert expired.status_code == 404
         error = expired.json()["error"]
         assert error["code"] == "receipt_not_found" and "no longer retained" in error["message"]
-        assert fetch(node, "bafy" + "x" * 500).status_code == 404  # hostile id: refused
+        hostile = "bafy" + "x" * 500
+
+        assert fetch(node, hostile).status_code == 401  # no credential: refused unread
+        assert fetch(node, hostile, answer["receipt_evidence"]["bundle_token"]).status_code == 403
         second = ask(node, {**REQUEST, "seed": 3})["receipt_evidence"]["receipt_cid"]
     assert bundles.stats()["bundles"] == 1  # the put purged the expired one
     assert bundles.get(second) is not None and bundles.get(first) is None
@@ -111,11 +120,12 @@ def test_the_byte_bound_drops_the_oldest_first(engine, tiny_model_dir, tmp_path)
     clock = Clock()
     bundles.clock = clock
     with node_with(engine, tiny_model_dir, bundles) as node:
-        cids = []
+        answers = []
         for seed in range(4):
-            cids.append(ask(node, {**REQUEST, "seed": seed})["receipt_evidence"]["receipt_cid"])
+            answers.append(ask(node, {**REQUEST, "seed": seed}))
             clock.now += 1
-        status = [fetch(node, cid).status_code for cid in cids]
+        status = [fetch(node, answer).status_code for answer in answers]
+        cids = [answer["receipt_evidence"]["receipt_cid"] for answer in answers]
     assert status == [404, 404, 200, 200]
     assert bundles.stats()["bytes"] <= one * 2.5
     # reopened, the store knows its total and keeps the bound
@@ -126,7 +136,7 @@ def test_the_byte_bound_drops_the_oldest_first(engine, tiny_model_dir, tmp_path)
 
 def test_a_node_that_keeps_no_bundles_says_so(signing_node):
     body = ask(signing_node)
-    reply = fetch(signing_node, body["receipt_evidence"]["receipt_cid"])
+    reply = fetch(signing_node, body)
     assert reply.status_code == 404
     assert "keeps no receipt bundles" in reply.json()["error"]["message"]
 
@@ -159,3 +169,48 @@ def test_start_node_opens_the_store_beside_the_content_store(tiny_model_dir, tmp
             assert node.bundles.path.parent == tmp_path / "data" / "receipt-bundles"
         else:
             assert node.bundles is None
+
+
+def test_a_bundle_is_served_to_its_client_and_to_registered_verifiers_only(engine,
+                                                                            tiny_model_dir,
+                                                                            tmp_path):
+    """The Purpose's third party reading every bundle of a node by its public receipt CIDs:
+    refused. The client's token (from its answer: body and header) reads its own bundle and
+    no other; a registered verifier's signed read is served, an unregistered key's is not, nor
+    a stale signature; the token survives a restart of the node (its read key is on disk)."""
+    from eth_account import Account
+
+    from inference_node.bundle_access import (
+        BundleAccess,
+        bundle_token,
+        load_read_key,
+        verifier_headers,
+    )
+
+    verifier, outsider = Account.from_key("0x" + "71" * 32), Account.from_key("0x" + "5a" * 32)
+    key_file = tmp_path / "bundles.read-key"
+    access = BundleAccess(load_read_key(key_file), is_verifier=lambda a: a == verifier.address)
+    bundles = BundleStore(tmp_path / "bundles.sqlite", retention_s=3600)
+    with node_with(engine, tiny_model_dir, bundles, access=access) as node:
+        reply = httpx.post(f"{node.base_url}/chat/completions", json=REQUEST, timeout=60)
+        mine = reply.json()
+        cid, token = mine["receipt_evidence"]["receipt_cid"], mine["receipt_evidence"]["bundle_token"]
+        assert reply.headers["x-gym-bundle-token"] == token
+        other = ask(node, {**REQUEST, "seed": 11})
+        url = f"{node.base_url}/receipts/{cid}"
+        anonymous = httpx.get(url, timeout=60)
+        assert anonymous.status_code == 401
+        assert anonymous.json()["error"]["code"] == "unauthorized"
+        assert fetch(node, mine).status_code == 200
+        assert fetch(node, other["receipt_evidence"]["receipt_cid"], token).status_code == 403
+        assert httpx.get(url, headers=verifier_headers(verifier, cid), timeout=60).status_code == 200
+        assert httpx.get(url, headers=verifier_headers(outsider, cid), timeout=60).status_code == 403
+        stale = verifier_headers(verifier, cid, now=1_000_000_000)
+        assert httpx.get(url, headers=stale, timeout=60).status_code == 401
+        # a signature for another receipt does not read this one
+        other_cid = other["receipt_evidence"]["receipt_cid"]
+        assert httpx.get(url, headers=verifier_headers(verifier, other_cid),
+                         timeout=60).status_code == 403
+    # the key is on disk (0600): the same token after a restart
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert bundle_token(load_read_key(key_file), cid) == token

@@ -102,8 +102,10 @@ def test_sample_is_reproducible_and_each_outcome_named():
 
 @pytest.mark.anvil
 def test_gym_audit_of_a_registered_nodes_receipt_log(ledger_devnet, tiny_model_dir):
+    from committee_world import VERIFIER_KEYS, register_verifiers
     from test_registry import serve_registered, stop
 
+    from devnet.deploy import Deployment
     from ledger.chain import LogKind
 
     gym = ledger_devnet.gym
@@ -130,8 +132,18 @@ def test_gym_audit_of_a_registered_nodes_receipt_log(ledger_devnet, tiny_model_d
             time.sleep(0.5)
         assert contract.log_info(log_id).kind == LogKind.PUBLISHER
 
+        # the node serves its users' bundles to registered verifiers only: an auditor without
+        # a verifier's key is refused each sampled bundle (and told why) ...
+        anonymous = gym.run("audit", name, "--sample", "1", "--seed", "1",
+                            extra_env=extra_env, timeout=300)
+        assert anonymous.returncode == 1 and "answered 401" in anonymous.stdout, \
+            anonymous.stdout + anonymous.stderr
+        # ... one reading as a registered verifier checks them in full
+        register_verifiers(Deployment.load(gym.deployment_file))
+        extra_env["GYM_AUDIT_KEY"] = VERIFIER_KEYS[0]
         audited = gym.run("audit", name, "--model", str(tiny_model_dir), "--sample", "2",
-                          "--seed", "1", extra_env=extra_env, timeout=300)
+                          "--seed", "1", "--key-env", "GYM_AUDIT_KEY", extra_env=extra_env,
+                          timeout=300)
         assert audited.returncode == 0, audited.stdout + audited.stderr
         assert "audit clean" in audited.stdout and "receipt audit clean" in audited.stdout
         assert "3 receipts; signer " + signer + " (the log's owner)" in audited.stdout

@@ -113,15 +113,20 @@ def test_completion_with_echo_and_a_streamed_chat(client, tmp_path, tiny_model_d
 
 def test_by_cid_from_the_node(client, node, tmp_path, tiny_model_dir):
     answer = client.chat.completions.create(**{**CHAT, "seed": 9}).model_dump()
-    cid = answer["receipt_evidence"]["receipt_cid"]
-    done = gym_verify(tmp_path, "--cid", cid, "--node", node.base_url, "--model",
-                      str(tiny_model_dir))
+    cid, token = (answer["receipt_evidence"][k] for k in ("receipt_cid", "bundle_token"))
+    done = gym_verify(tmp_path, "--cid", cid, "--token", token, "--node", node.base_url,
+                      "--model", str(tiny_model_dir))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok" in row(done.stdout, "inclusion") or "skipped" in row(done.stdout, "inclusion")
     assert "ok" in row(done.stdout, "termination")
+    # the bundle holds the user's request and answer: without the answer's token, or with
+    # another receipt's, the node does not serve it
+    anonymous = gym_verify(tmp_path, "--cid", cid, "--node", node.root_url)
+    assert anonymous.returncode == 1 and "answered 401" in anonymous.stderr, anonymous.stderr
+    assert "bundle_token" in anonymous.stderr
     other = "bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy"
-    missing = gym_verify(tmp_path, "--cid", other, "--node", node.root_url)
-    assert missing.returncode == 1 and "does not retain" in missing.stderr, missing.stderr
+    missing = gym_verify(tmp_path, "--cid", other, "--token", token, "--node", node.root_url)
+    assert missing.returncode == 1 and "answered 403" in missing.stderr, missing.stderr
     both = gym_verify(tmp_path, "--cid", cid, "--node", node.root_url, "--response",
                       save(tmp_path, "r.json", answer))
     assert both.returncode == 2 and "exactly one receipt source" in both.stderr

@@ -64,24 +64,32 @@ class CommitteeWorld:
         aggregator.tick()
 
 
-def committee_world(deployment: Deployment) -> CommitteeWorld:
-    """Three registered verifiers (slots 0, 1, 2, 100 GYM each) and a registered node."""
+def register_verifiers(deployment: Deployment) -> CommitteeWorld:
+    """Three registered verifiers (slots 0, 1, 2, 100 GYM each; ``VERIFIER_KEYS``, ``BLS``),
+    and the challenger funded; no node."""
     w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
     token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
                             abi=load_artifact("GymToken").abi)
-    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
-                               abi=load_artifact("NodeRegistry").abi)
     for key in [CHALLENGER_KEY, *VERIFIER_KEYS]:  # account 0 funds them
         send(w3, token.functions.transfer(Account.from_key(key).address, 150 * GYM),
              ANVIL_DEV_KEYS[0])
-    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
-                            load_artifact("ExperienceLedger").abi, OPERATOR_KEY)
-    log_id, _ = ledger.create_log("node receipts")
-    send(w3, token.functions.approve(registry.address, 300 * GYM), OPERATOR_KEY)
-    send(w3, registry.functions.register(Account.from_key(SIGNER_KEY).address, keccak(b"model"),
-                                         "http://127.0.0.1:9", 300 * GYM, log_id), OPERATOR_KEY)
     world = CommitteeWorld(w3, deployment, token, Account.from_key(OPERATOR_KEY).address,
                            deployment.contracts["VerifierCommittee"].address)
     for key, sk in zip(VERIFIER_KEYS, BLS, strict=True):
         world.client(key).register(sk, VERIFIER_STAKE)
+    return world
+
+
+def committee_world(deployment: Deployment) -> CommitteeWorld:
+    """Three registered verifiers (``register_verifiers``) and a registered node."""
+    world = register_verifiers(deployment)
+    w3 = world.w3
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, OPERATOR_KEY)
+    log_id, _ = ledger.create_log("node receipts")
+    send(w3, world.token.functions.approve(registry.address, 300 * GYM), OPERATOR_KEY)
+    send(w3, registry.functions.register(Account.from_key(SIGNER_KEY).address, keccak(b"model"),
+                                         "http://127.0.0.1:9", 300 * GYM, log_id), OPERATOR_KEY)
     return world

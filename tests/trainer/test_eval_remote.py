@@ -13,10 +13,12 @@ import time
 import pytest
 import typer
 import uvicorn
+from eth_account import Account
 from typer.testing import CliRunner
 
 from devnet.anvil import free_port
 from devnet.settings import ANVIL_DEV_KEYS
+from inference_node.bundle_access import BundleAccess, verifier_headers
 from inference_node.bundle_store import BundleStore
 from inference_node.library import StaticLibrarySource
 from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
@@ -29,6 +31,9 @@ from trainer.data import generate_problems, write_jsonl
 MODEL_NAME = "tiny-trainer-llama"
 
 
+AUDITOR = Account.from_key("0x" + "a1" * 32)
+
+
 @pytest.fixture(scope="module")
 def node_url(tiny_model_dir, tmp_path_factory):
     """The /v1 URL of a receipt-signing node serving the tiny model, which keeps each receipt's
@@ -39,7 +44,10 @@ def node_url(tiny_model_dir, tmp_path_factory):
                            model_digest(tiny_model_dir))
     bundles = BundleStore(tmp_path_factory.mktemp("bundles") / "bundles.sqlite",
                           retention_s=3600)
-    app = create_app(engine, StaticLibrarySource(), receipts=signer, bundles=bundles)
+    # a verifier (AUDITOR) may read every bundle; anyone else only with its answer's token
+    access = BundleAccess(bytes(32), is_verifier=lambda address: address == AUDITOR.address)
+    app = create_app(engine, StaticLibrarySource(), receipts=signer, bundles=bundles,
+                     bundle_access=access)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
@@ -105,7 +113,6 @@ def test_tfgrpo_against_the_node_publishes_experiences_naming_their_receipts(
     run publishes name the receipts of the rollouts they were learned from, those receipts
     are the node's, and the published log audits clean."""
     import httpx
-    from eth_account import Account
 
     from ledger import LocalBlockStore, LogStore, decode_entry
     from ledger.audit import audit_log
@@ -136,10 +143,13 @@ def test_tfgrpo_against_the_node_publishes_experiences_naming_their_receipts(
     cited = [e.provenance.receipts for e in entries if e.type == "experience"]
     assert cited and all(cited), "every experience names its rollouts' receipts"
     for cid in {cid for receipts in cited for cid in receipts}:
-        # each is a receipt this node logged (its bundle store serves it)
-        reply = httpx.get(f"{node_url}/receipts/{cid}", timeout=30)
+        # each is a receipt this node logged: its bundle store serves it to a verifier (the
+        # user's request and answer go to no one else without the answer's token)
+        url = f"{node_url}/receipts/{cid}"
+        reply = httpx.get(url, headers=verifier_headers(AUDITOR, cid), timeout=30)
         assert reply.status_code == 200, (cid, reply.text)
         assert reply.json()["receipt"]["node"] == Account.from_key(ANVIL_DEV_KEYS[1]).address.lower()
+        assert httpx.get(url, timeout=30).status_code == 401
     log = store.get_log("alice/remote")
     audit = audit_log(contract, content, log.chain_log_id,
                       from_block=ledger_devnet.deployment_block)
