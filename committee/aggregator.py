@@ -45,7 +45,7 @@ from committee.bls import (
 from committee.client import ChallengeState, CommitteeChallenge, VerifierCommittee
 from committee.committee_set import CommitteeSet
 from committee.messages import SignedVerdict, Verdict, decode_signed_verdict, reason_text
-from ledger.evm import ChainError
+from ledger.evm import ChainError, ContractRevertError
 
 log = logging.getLogger("gym.verifier.aggregate")
 
@@ -244,7 +244,17 @@ class Aggregator:
         found = self.pool.settlement(challenge_id, judging)
         if found is None:
             return
-        self.committee.settle(found.verdict, found.signer_bitmap, found.sigma, found.apk2, judging)
+        try:
+            self.committee.settle(found.verdict, found.signer_bitmap, found.sigma, found.apk2,
+                                  judging)
+        except ContractRevertError as exc:
+            if exc.name != "CommitteeWrongStatus":
+                raise
+            # another aggregator settled it first (they run side by side): nothing to do
+            self.pool.drop(challenge_id)
+            self._settled.add(challenge_id)
+            self._report(f"challenge {challenge_id} was settled by another aggregator")
+            return
         self.pool.drop(challenge_id)
         self.settlements[challenge_id] = found
         self._settled.add(challenge_id)
@@ -258,12 +268,12 @@ class Aggregator:
             ends = challenge.settled_at + self.committee.appeal_window()
             if self._now() < ends:
                 return
-            self.committee.finalize(challenge_id)
-            self._report(f"challenge {challenge_id} finalized")
+            if self._raced(self.committee.finalize, challenge_id):
+                self._report(f"challenge {challenge_id} finalized")
             challenge = self.committee.challenge(challenge_id)
         if challenge.status == ChallengeState.REVERSED:
-            self.committee.finalize(challenge_id)
-            self._report(f"challenge {challenge_id} (reversed by governance) finalized")
+            if self._raced(self.committee.finalize, challenge_id):
+                self._report(f"challenge {challenge_id} (reversed by governance) finalized")
             challenge = self.committee.challenge(challenge_id)
         if challenge.status == ChallengeState.FINALIZED:
             self._claim_all(challenge)
@@ -275,9 +285,21 @@ class Aggregator:
         for index in challenge.signers:
             if challenge.claimed_bitmap >> index & 1:
                 continue
-            self.committee.claim(challenge.challenge_id, index)
-            self._report(f"challenge {challenge.challenge_id}: reward {challenge.reward_share} "
-                         f"claimed for verifier {index}")
+            if self._raced(self.committee.claim, challenge.challenge_id, index):
+                self._report(f"challenge {challenge.challenge_id}: reward "
+                             f"{challenge.reward_share} claimed for verifier {index}")
+
+    @staticmethod
+    def _raced(call: Callable[..., Any], *args: Any) -> bool:
+        """``call(*args)``; False when another aggregator did it first (the contract refuses a
+        second finalize or claim with these errors), so side-by-side aggregators agree."""
+        try:
+            call(*args)
+        except ContractRevertError as exc:
+            if exc.name not in ("CommitteeWrongStatus", "CommitteeNothingToClaim"):
+                raise
+            return False
+        return True
 
     def _scan(self) -> None:
         head = self.committee.head()

@@ -197,8 +197,9 @@ def serve(
     model: Annotated[Path, typer.Option(help="The model the receipts name (a checkpoint "
                                              "directory), to re-run their prefill.",
                                         exists=True, file_okay=False)],
-    aggregator: Annotated[str, typer.Option(help="The aggregator's URL, e.g. "
-                                                 "http://127.0.0.1:8470.")],
+    aggregator: Annotated[list[str], typer.Option(
+        help="An aggregator's URL, e.g. http://127.0.0.1:8470; repeat it to send every verdict "
+             "to several (any that gathers two thirds settles).")],
     bls_key: BlsKey = None,
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between polls.")] = 2.0,
     state: Annotated[Path | None, typer.Option(
@@ -219,7 +220,7 @@ def serve(
     from functools import partial
 
     from committee import keyfile
-    from committee.service import VerifierService, evidence_judge, post_verdict
+    from committee.service import Fanout, VerifierService, evidence_judge, post_verdict
     from inference_node.verify import check_receipt_bundle, load_verifier_model
 
     rt = _runtime(ctx)
@@ -234,7 +235,8 @@ def serve(
 
     service = VerifierService(
         committee, sk, judge_challenge=evidence_judge(rt.content, check),
-        send=partial(post_verdict, aggregator, account=committee.account),
+        send=Fanout({url: partial(post_verdict, url, account=committee.account)
+                     for url in dict.fromkeys(aggregator)}),
         state_file=state or path.with_name(f"state-{committee.address.lower()}.json"),
         report=lambda line: console.print(line, highlight=False, markup=False),
         stop=threading.Event())
@@ -242,7 +244,7 @@ def serve(
     with console.status(f"loading {model}"):
         loaded = load_verifier_model(model)
     console.print(f"verifier {address} (slot {index}) judging challenges of committee "
-                  f"{committee.address}; verdicts to {aggregator}", highlight=False)
+                  f"{committee.address}; verdicts to {', '.join(aggregator)}", highlight=False)
     auditor = None
     if audit_rate:
         auditor = _auditor(rt, committee, check, audit_rate,

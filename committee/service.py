@@ -106,6 +106,46 @@ def post_verdict(url: str, signed: SignedVerdict, account: Any = None) -> dict[s
     return response.json()
 
 
+class Fanout:
+    """``send`` for several aggregators (``gym verifier serve --aggregator A --aggregator B``),
+    so that liveness hinges on no one aggregator process: each verdict goes to every one, and
+    any that gathers two thirds settles (two settling at once do not conflict: the second
+    ``settle`` reverts and that aggregator drops the challenge). A verdict counts as delivered
+    once every aggregator has taken it or refused it for good; until then it is sent again to
+    those that have not (``DeliveryDeferred``, with the shortest ``Retry-After``). All of them
+    refusing it is a ``DeliveryRefused``. What was sent where is kept in memory: after a
+    restart a verdict goes to all again, and an aggregator that has it answers ``duplicate``."""
+
+    def __init__(self, sends: dict[str, Callable[[SignedVerdict], Any]]):
+        if not sends:
+            raise ValueError("at least one aggregator")
+        self.sends = sends
+        self._done: dict[int, dict[str, bool]] = {}  # challenge -> aggregator -> accepted
+
+    def __call__(self, signed: SignedVerdict) -> dict[str, Any]:
+        done = self._done.setdefault(signed.verdict.challenge_id, {})
+        answers: dict[str, Any] = {}
+        waits: list[float] = []
+        pending: list[str] = []
+        for name, send in self.sends.items():
+            if name in done:
+                continue
+            try:
+                answers[name] = send(signed)
+                done[name] = True
+            except DeliveryRefused as exc:
+                done[name] = False
+                answers[name] = f"refused: {exc}"
+            except Exception as exc:  # noqa: BLE001 - sent again at a later tick
+                pending.append(f"{name}: {exc}")
+                waits.append(exc.retry_after if isinstance(exc, DeliveryDeferred) else 0.0)
+        if pending:
+            raise DeliveryDeferred("; ".join(pending)[:600], min(waits))
+        if not any(done.values()):
+            raise DeliveryRefused("; ".join(str(a) for a in answers.values())[:600])
+        return answers
+
+
 @dataclass
 class Decision:
     """What this verifier decided on one challenge."""
@@ -360,5 +400,5 @@ def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[Open
     return judge_challenge
 
 
-__all__ = ["Decision", "DeliveryDeferred", "DeliveryRefused", "VerifierService", "evidence_judge", "post_verdict",
+__all__ = ["Decision", "DeliveryDeferred", "DeliveryRefused", "Fanout", "VerifierService", "evidence_judge", "post_verdict",
            "read_bounded"]

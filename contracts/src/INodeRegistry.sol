@@ -139,10 +139,6 @@ interface INodeRegistry {
     /// `recovered` (zero when it is not a valid signature).
     error NodeRegistryNotSignedByNode(address operator, bytes32 receiptHash, address recovered);
 
-    /// @notice Receipt `receiptHash` is already challenged by challenge `challengeId`, which is
-    /// `status` (open or upheld): one receipt is judged, and slashed for, once.
-    error NodeRegistryReceiptChallenged(bytes32 receiptHash, uint256 challengeId, ChallengeStatus status);
-
     /// @notice No challenge has id `challengeId`.
     error NodeRegistryUnknownChallenge(uint256 challengeId);
 
@@ -228,9 +224,7 @@ interface INodeRegistry {
     /// - `operator` has a node (bonded or unbonding);
     /// - `signature` recovers, over `receiptHash`, to a key `operator` has named as its signer
     ///   (the current one or an earlier one: rotating keys does not retire old receipts);
-    /// - `evidenceCid` is not empty;
-    /// - no earlier challenge of `receiptHash` is open or upheld (one dismissed, or expired at
-    ///   the committee, does not count: a receipt stays challengeable until it is judged).
+    /// - `evidenceCid` is not empty.
     ///
     /// Emits: `ChallengeOpened`.
     function challenge(
@@ -295,9 +289,6 @@ interface INodeRegistry {
     ///
     /// Emits: nothing.
     function isActive(address operator) external view returns (bool);
-
-    /// @notice The latest challenge of receipt `receiptHash` (0 when it was never challenged).
-    function challengeOfReceipt(bytes32 receiptHash) external view returns (uint256 challengeId);
 
     /// @notice Challenge `challengeId`; all zero when it does not exist.
     ///

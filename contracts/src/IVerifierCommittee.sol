@@ -194,6 +194,9 @@ interface IVerifierCommittee {
     error CommitteeInvalidVerdict(uint8 verdict);
     /// @notice An upheld verdict names the failing check in `reason`; a rejected one has none.
     error CommitteeReasonMismatch(uint8 verdict, bytes32 reason);
+    /// @notice Receipt `receiptHash` is already before the committee in challenge
+    /// `challengeId`, still open or upheld: one receipt is judged, and slashed for, once.
+    error CommitteeReceiptChallenged(bytes32 receiptHash, uint256 challengeId);
     /// @notice The signer bitmap is empty, or names `index`, a free or unbonding slot (or one
     /// past the set).
     error CommitteeInvalidSigner(uint256 index);
@@ -267,7 +270,10 @@ interface IVerifierCommittee {
     /// challenger), pulling `challengeBond()` GYM from the caller.
     ///
     /// Requirements: the registry is bound; the registry's `challenge` requirements; the bond
-    /// is approved.
+    /// is approved; no earlier committee challenge of `receiptHash` is open, settled awaiting
+    /// its appeal window, or upheld (its registry challenge open or upheld): a rejected or
+    /// expired one leaves the receipt challengeable. A challenge opened in the NodeRegistry
+    /// directly (governance's path, no bond) does not count: anyone could open one for free.
     ///
     /// Emits: `ChallengeOpened` (and the registry's).
     function openChallenge(address operator, bytes32 receiptHash, bytes calldata nodeSignature, string calldata evidenceCid)
@@ -356,6 +362,9 @@ interface IVerifierCommittee {
 
     /// @notice The slot `verifier` holds, and whether it holds one.
     function indexOf(address verifier) external view returns (uint256 index, bool found);
+
+    /// @notice The latest committee challenge of receipt `receiptHash` (0: never challenged).
+    function challengeOfReceipt(bytes32 receiptHash) external view returns (uint256 challengeId);
 
     /// @notice Committee challenge `challengeId`.
     function challengeOf(uint256 challengeId) external view returns (ChallengeInfo memory);

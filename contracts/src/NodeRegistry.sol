@@ -40,7 +40,6 @@ contract NodeRegistry is INodeRegistry {
     mapping(address signer => address operator) private _operatorOfSigner;
     mapping(address operator => mapping(address signer => bool)) private _signedFor;
     mapping(uint256 challengeId => Challenge) private _challenges;
-    mapping(bytes32 receiptHash => uint256 challengeId) private _latestChallengeOf;
 
     /// @dev Governance, or the verifier committee carrying out a final verdict.
     modifier onlyJudge() {
@@ -159,15 +158,7 @@ contract NodeRegistry is INodeRegistry {
             revert NodeRegistryNotSignedByNode(operator, receiptHash, recovered);
         }
         if (bytes(evidenceCid).length == 0) revert NodeRegistryEmptyEvidence(operator);
-        uint256 prior = _latestChallengeOf[receiptHash];
-        if (prior != 0) {
-            ChallengeStatus priorStatus = _challenges[prior].status;
-            if (priorStatus == ChallengeStatus.Open || priorStatus == ChallengeStatus.Upheld) {
-                revert NodeRegistryReceiptChallenged(receiptHash, prior, priorStatus);
-            }
-        }
         challengeId = ++challengeCount;
-        _latestChallengeOf[receiptHash] = challengeId;
         _challenges[challengeId] = Challenge({
             operator: operator,
             challenger: msg.sender,
@@ -240,11 +231,6 @@ contract NodeRegistry is INodeRegistry {
     function isActive(address operator) external view returns (bool) {
         Node storage node = _nodes[operator];
         return node.registeredAt != 0 && node.unbondingEnds == 0 && node.stake >= minStake;
-    }
-
-    /// @inheritdoc INodeRegistry
-    function challengeOfReceipt(bytes32 receiptHash) external view returns (uint256) {
-        return _latestChallengeOf[receiptHash];
     }
 
     /// @inheritdoc INodeRegistry

@@ -154,6 +154,7 @@ contract VerifierCommittee is IVerifierCommittee {
     mapping(address verifier => uint256 indexPlusOne) private _indexOf;
     mapping(bytes32 pkHash => bool) private _keyUsed;
     mapping(uint256 challengeId => Record) private _records;
+    mapping(bytes32 receiptHash => uint256 challengeId) private _latestOf;
 
     modifier onlyGovernance() {
         if (msg.sender != governance) revert CommitteeNotGovernance(msg.sender);
@@ -301,12 +302,14 @@ contract VerifierCommittee is IVerifierCommittee {
     ) external returns (uint256 challengeId) {
         INodeRegistry registry_ = registry;
         if (address(registry_) == address(0)) revert CommitteeRegistryNotBound();
+        _requireNotBeforeCommittee(registry_, receiptHash);
         uint256 registryId = registry_.challenge(operator, receiptHash, nodeSignature, evidenceCid);
         uint256 bond = challengeBond;
         bytes32 set = setHash;
         // the binding's first 24 bytes, for `settle` (see `Record`)
         uint256 binding = uint256(keccak256(abi.encode(receiptHash, set))) >> 64;
         challengeId = ++challengeCount;
+        _latestOf[receiptHash] = challengeId;
         _records[challengeId] = Record({
             // casting to uint128 and uint64 is safe: the binding's low 128 bits, then 64 more
             // forge-lint: disable-next-line(unsafe-typecast)
@@ -574,6 +577,11 @@ contract VerifierCommittee is IVerifierCommittee {
     }
 
     /// @inheritdoc IVerifierCommittee
+    function challengeOfReceipt(bytes32 receiptHash) external view returns (uint256) {
+        return _latestOf[receiptHash];
+    }
+
+    /// @inheritdoc IVerifierCommittee
     function challengeOf(uint256 challengeId) external view returns (ChallengeInfo memory) {
         Record storage r = _records[challengeId];
         // never settled: word 0's bitmap and settledAt bits hold the binding (see `Record`)
@@ -633,6 +641,18 @@ contract VerifierCommittee is IVerifierCommittee {
             mstore(add(p, 0xa0), verdict)
             mstore(add(p, 0xc0), reason)
             digest := keccak256(p, 0xe0)
+        }
+    }
+
+    /// @dev Reverts while an earlier committee challenge of `receiptHash` is open, settled (the
+    /// appeal may flip it) or upheld: its registry challenge is then open or upheld; rejected
+    /// and expired ones were dismissed there.
+    function _requireNotBeforeCommittee(INodeRegistry registry_, bytes32 receiptHash) private view {
+        uint256 prior = _latestOf[receiptHash];
+        if (prior == 0) return;
+        INodeRegistry.ChallengeStatus status = registry_.challengeOf(_records[prior].registryChallengeId).status;
+        if (status == INodeRegistry.ChallengeStatus.Open || status == INodeRegistry.ChallengeStatus.Upheld) {
+            revert CommitteeReceiptChallenged(receiptHash, prior);
         }
     }
 

@@ -63,12 +63,8 @@ abstract contract NodeRegistryFixture is GymTest {
     }
 
     function _challengeAlice() internal returns (uint256 id) {
-        id = _challengeAliceOn(RECEIPT);
-    }
-
-    function _challengeAliceOn(bytes32 receipt) internal returns (uint256 id) {
         vm.prank(mallory);
-        id = registry.challenge(alice, receipt, _sign(ALICE_SIGNER_KEY, receipt), "bafyevidence");
+        id = registry.challenge(alice, RECEIPT, _sign(ALICE_SIGNER_KEY, RECEIPT), "bafyevidence");
     }
 
     /// @dev Alice registered with MIN_STAKE and challenged by mallory: the challenge's id.
@@ -402,37 +398,7 @@ contract NodeRegistryTest is NodeRegistryFixture {
         assertEq(uint256(ch.openedAt), block.timestamp, "opened at");
         assertEq(uint256(ch.status), uint256(INodeRegistry.ChallengeStatus.Open), "open");
         assertEq(ch.receiptHash, keccak256("receipt"), "receipt");
-        assertEq(_challengeAliceOn(keccak256("receipt 2")), 2, "second id");
-    }
-
-    function test_challenge_oneOpenOrUpheldChallengePerReceipt() public {
-        _registerAlice(150e18);
-        assertEq(registry.challengeOfReceipt(RECEIPT), 0, "never challenged");
-        uint256 first = _challengeAlice();
-        assertEq(registry.challengeOfReceipt(RECEIPT), first, "latest");
-        vm.expectRevert(
-            abi.encodeWithSelector(
-                INodeRegistry.NodeRegistryReceiptChallenged.selector, RECEIPT, first, INodeRegistry.ChallengeStatus.Open
-            )
-        );
-        _challengeAlice();
-        vm.prank(dao);
-        registry.resolveChallenge(first, false);
-        uint256 second = _challengeAlice(); // dismissed: the receipt may be challenged again
-        assertEq(registry.challengeOfReceipt(RECEIPT), second, "latest");
-        vm.prank(dao);
-        registry.slash(alice, 1e18, second, mallory);
-        vm.expectRevert(
-            abi.encodeWithSelector(
-                INodeRegistry.NodeRegistryReceiptChallenged.selector,
-                RECEIPT,
-                second,
-                INodeRegistry.ChallengeStatus.Upheld
-            )
-        );
-        _challengeAlice(); // upheld: judged once, slashed once
-        assertEq(_challengeAliceOn(keccak256("receipt 2")), 3, "other receipts are not affected");
-        assertEq(registry.challengeCount(), 3, "count");
+        assertEq(_challengeAlice(), 2, "second id");
     }
 
     function test_challenge_worksWhileUnbonding() public {
@@ -615,7 +581,7 @@ contract NodeRegistryTest is NodeRegistryFixture {
     function test_resolveChallenge_upholdsOrDismisses() public {
         _registerAlice(MIN_STAKE);
         uint256 first = _challengeAlice();
-        uint256 second = _challengeAliceOn(keccak256("receipt 2"));
+        uint256 second = _challengeAlice();
         vm.expectEmit(true, true, false, true, address(registry));
         emit INodeRegistry.ChallengeResolved(first, alice, false);
         vm.prank(dao);

@@ -332,26 +332,18 @@ contract VerifierCommitteeTest is CommitteeFixture {
     function test_openChallenge_oneOpenOrUpheldChallengePerReceipt() public {
         _registerMany(3, MIN_VERIFIER_STAKE);
         uint256 id = _open(_receipt(1));
-        bytes memory whileOpen = abi.encodeWithSelector(
-            INodeRegistry.NodeRegistryReceiptChallenged.selector, _receipt(1), 1, INodeRegistry.ChallengeStatus.Open
-        );
-        vm.expectRevert(whileOpen);
+        bytes memory blocked =
+            abi.encodeWithSelector(IVerifierCommittee.CommitteeReceiptChallenged.selector, _receipt(1), id);
+        vm.expectRevert(blocked);
         _open(_receipt(1));
         _settle(id, UPHELD, SAMPLING, 0x7);
-        vm.expectRevert(whileOpen); // settled, not final: the appeal may still flip it
+        vm.expectRevert(blocked); // settled, not final: the appeal may still flip it
         _open(_receipt(1));
         vm.warp(block.timestamp + WINDOW);
         committee.finalize(id);
-        vm.expectRevert(
-            abi.encodeWithSelector(
-                INodeRegistry.NodeRegistryReceiptChallenged.selector,
-                _receipt(1),
-                1,
-                INodeRegistry.ChallengeStatus.Upheld
-            )
-        );
-        _open(_receipt(1)); // slashed once for it, never again
-        assertEq(registry.challengeOfReceipt(_receipt(1)), 1, "the upheld challenge");
+        vm.expectRevert(blocked); // slashed once for it, never again
+        _open(_receipt(1));
+        assertEq(committee.challengeOfReceipt(_receipt(1)), id, "the upheld challenge");
 
         // a rejected challenge, or an expired one, leaves the receipt open to the next
         uint256 rejected = _open(_receipt(2));
@@ -362,9 +354,21 @@ contract VerifierCommitteeTest is CommitteeFixture {
         vm.warp(block.timestamp + TIMEOUT);
         committee.expire(expired);
         uint256 third = _open(_receipt(2));
-        assertEq(registry.challengeOfReceipt(_receipt(2)), committee.challengeOf(third).registryChallengeId, "latest");
+        assertEq(committee.challengeOfReceipt(_receipt(2)), third, "latest");
         _settle(third, UPHELD, SAMPLING, 0x7);
         _assertSolvent();
+    }
+
+    /// @dev The NodeRegistry's own challenge (governance's path) is free: one opened there
+    /// first must not keep the committee from judging the receipt.
+    function test_openChallenge_aFreeRegistryChallengeDoesNotBlockTheCommittee() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(ALICE_SIGNER_KEY, _receipt(1));
+        vm.prank(alice); // the node itself, to shield its receipt
+        registry.challenge(alice, _receipt(1), abi.encodePacked(r, s, v), "bafyjunk");
+        uint256 id = _open(_receipt(1));
+        _settle(id, UPHELD, SAMPLING, 0x7);
+        assertEq(uint256(committee.challengeOf(id).status), uint256(IVerifierCommittee.Status.Settled), "judged");
     }
 
     /// @dev The bitmap names signers 0, 1, 2 but σ holds only 0 and 1's signatures.

@@ -160,16 +160,15 @@ def test_a_rejected_challenge_forfeits_the_bond_and_no_quorum_settles_nothing(wo
 
 
 def test_a_receipt_is_judged_once_but_a_rejected_challenge_leaves_it_open(world):
-    """One open or upheld challenge per receipt (issue: "a second challenge of the same
-    receipt"); a rejected one does not protect a receipt from the next, honest, challenge."""
-    w3, _, registry, client, cw = world
+    """One open or upheld committee challenge per receipt (issue: "a second challenge of the
+    same receipt"); a rejected one does not protect a receipt from the next, honest, one."""
+    w3, _, _, client, cw = world
     reader = client()
     first, digest = cw.open(1)
-    with pytest.raises(ContractRevertError, match="NodeRegistryReceiptChallenged") as refused:
+    with pytest.raises(ContractRevertError, match="CommitteeReceiptChallenged") as refused:
         cw.open(1)
-    assert refused.value.values["status"] == 1  # open
-    assert registry.functions.challengeOfReceipt(digest).call() == reader.challenge(
-        first).registry_challenge_id
+    assert refused.value.values["challengeId"] == first
+    assert reader.contract.functions.challengeOfReceipt(digest).call() == first
     cw.settle(first, digest, verdict=REJECTED, reason="")
     from governance.devnet_time import advance_time
 
@@ -179,9 +178,9 @@ def test_a_receipt_is_judged_once_but_a_rejected_challenge_leaves_it_open(world)
     cw.settle(second, digest)  # upheld: sampling
     advance_time(w3, reader.appeal_window() + 1)
     client(ANVIL_DEV_KEYS[0]).finalize(second)
-    with pytest.raises(ContractRevertError, match="NodeRegistryReceiptChallenged") as refused:
+    with pytest.raises(ContractRevertError, match="CommitteeReceiptChallenged") as refused:
         cw.open(1)  # slashed once for it, never again
-    assert refused.value.values["status"] == 2  # upheld
+    assert refused.value.values["challengeId"] == second
 
 
 def _serve(aggregator, **kwargs):
@@ -562,3 +561,69 @@ def test_a_stop_ends_the_tick_between_challenges(world, tmp_path):
                             report=lambda line: None)
     again.tick()
     assert judged == [first, second]
+
+
+def test_two_aggregators_side_by_side_settle_once_and_one_down_stalls_nothing(world, tmp_path):
+    """Liveness hinges on no one aggregator: each verifier sends to two (``Fanout``); while
+    the second is down the first settles, the verdicts wait for the second only until the
+    challenge closes; then both tick at once on a new challenge: one settles, the other sees
+    it settled, both finalize and claim without a failure reported."""
+    import threading
+    from functools import partial
+
+    from committee.judge import Judgement
+    from committee.service import Fanout, VerifierService, post_verdict
+    from governance.devnet_time import advance_time
+
+    w3, _, _, client, cw = world
+    reports: list[str] = []
+    first_agg = Aggregator(client(ANVIL_DEV_KEYS[0]), report=reports.append)
+    second_agg = Aggregator(client(ANVIL_DEV_KEYS[1]), report=reports.append)
+    first_server, first_url = _serve(first_agg)
+    down_url = "http://127.0.0.1:9"  # nothing listens: the second aggregator is down
+    services = []
+    for i in range(3):
+        verifier = client(VERIFIER_KEYS[i])
+        services.append(VerifierService(
+            verifier, BLS[i], judge_challenge=lambda opened: Judgement("upheld", "sampling", ""),
+            send=Fanout({url: partial(post_verdict, url, account=verifier.account)
+                         for url in (first_url, down_url)}),
+            state_file=tmp_path / f"state-{i}.json", report=reports.append))
+    try:
+        one, _ = cw.open(1)
+        for service in services:
+            service.tick()
+        assert not any(s.decisions[one].delivered for s in services)  # the second is down
+        first_agg.tick()
+        assert client().challenge(one).status == ChallengeState.SETTLED
+        for service in services:
+            service.tick()  # the challenge closed: the verdicts wait for no one
+        assert all(s.decisions[one].delivered for s in services)
+
+        # the second comes up; both receive every verdict of a new challenge and tick at once
+        second_server, second_url = _serve(second_agg)
+        for i, service in enumerate(services):
+            verifier = client(VERIFIER_KEYS[i])
+            service.send = Fanout({url: partial(post_verdict, url, account=verifier.account)
+                                   for url in (first_url, second_url)})
+        two, _ = cw.open(2)
+        for service in services:
+            service.tick()
+        assert all(s.decisions[two].delivered for s in services)
+        reports.clear()
+        ticks = [threading.Thread(target=a.tick) for a in (first_agg, second_agg)]
+        for thread in ticks:
+            thread.start()
+        for thread in ticks:
+            thread.join()
+        assert client().challenge(two).status == ChallengeState.SETTLED
+        advance_time(w3, client().appeal_window() + 1)
+        for aggregator in (first_agg, second_agg, first_agg, second_agg):
+            aggregator.tick()
+        final = client().challenge(two)
+        assert final.status == ChallengeState.FINALIZED
+        assert final.claimed_bitmap == final.signer_bitmap  # every reward claimed, once
+        assert not any("failed" in line for line in reports), reports
+        second_server.shutdown()
+    finally:
+        first_server.shutdown()

@@ -153,8 +153,7 @@ def register_node(deployment: Deployment, key: str = OPERATOR_KEY, stake: int = 
 
 def open_challenge(node: Node, key: str = CHALLENGER_KEY, evidence: str = "bafyevidence",
                    receipt: bytes = b"a disputed receipt") -> int:
-    """A challenge of a receipt digest the node's signer signed (the contract wants that; and
-    one open challenge per receipt)."""
+    """A challenge of a receipt digest the node's signer signed (the contract wants that)."""
     digest = keccak(receipt)
     signature = Account.from_key(devnet_account_key(6)).unsafe_sign_hash(digest).signature
     receipt = send(node.registry.w3, node.registry.functions.challenge(
