@@ -163,20 +163,29 @@ class BundleAccess:
         return answer
 
 
-def committee_verifier_check(w3: Any, address: str) -> Callable[[str], bool]:
-    """``is_verifier`` for ``BundleAccess``: an active slot in the VerifierCommittee at
-    ``address`` (a chain error counts as no)."""
-    from committee.client import VerifierCommittee
-    from ledger.evm import ChainError
+ACTIVE_SLOT = 1  # IVerifierCommittee.VerifierInfo.state of an active slot
 
-    committee = VerifierCommittee(w3, address)
+
+def committee_verifier_check(w3: Any, address: str) -> Callable[[str], bool]:
+    """``is_verifier`` for ``BundleAccess``: ``candidate`` holds an active slot in the
+    VerifierCommittee at ``address`` (``indexOf`` then ``verifierAt``; read with the ABI alone,
+    as the node does not depend on the committee package). A chain error counts as no."""
+    from web3 import Web3
+
+    from contracts import load_artifact
+
+    committee = w3.eth.contract(address=Web3.to_checksum_address(address),
+                                abi=load_artifact("VerifierCommittee").abi)
 
     def is_verifier(candidate: str) -> bool:
         try:
-            index = committee.index_of(candidate)
-            return index is not None and committee.slot(index).active
-        except ChainError:
+            index, found = committee.functions.indexOf(candidate).call()
+            if not found:
+                return False
+            holder, _stake, _unbonding, state, _pk1 = committee.functions.verifierAt(index).call()
+        except Exception:  # noqa: BLE001 - RPC down, a revert: no right to read
             return False
+        return state == ACTIVE_SLOT and holder.lower() == candidate.lower()
 
     return is_verifier
 

@@ -170,6 +170,10 @@ def test_no_import_cycles():
 INTERNAL_ERRORS = {
     "committee.aggregator.PoolError",  # answered as an HTTP status by the aggregator
     "committee.service.DeliveryRefused",  # logged by the verifier loop
+    "committee.service.DeliveryDeferred",  # likewise: the verdict is sent again later
+    "committee.verdict_auth.AuthError",  # answered 401 by the aggregator
+    "inference_node.bundle_access.AccessError",  # answered 401/403 by the node
+    "devnet.ipfs_server.ClientGone",  # the client left: nothing is answered
     "devnet.ipfs_server.RpcError",
     "devnet.ipfs_gateway.GatewayError",
     "governance.dashboard.rpc_proxy.RpcRefusal",
