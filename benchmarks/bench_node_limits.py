@@ -9,6 +9,12 @@ random model, and the figures the hardening issue quoted.
 3. `/metrics` size before and after 5,000 GETs of random receipt ids.
 4. Latency of a 4-token request right after 8 non-streamed `max_tokens: 400` requests whose
    clients left once they were sent (baseline: the same request on the idle node).
+5. A small 2-token request sent while the node receives a 3.9 MB prompt and a 2.2 MB `tools`
+   list (issue "judges that cannot be stalled": refused from their byte size before any
+   tokenizing or schema validation): its median latency over 7 rounds against the same
+   request on the idle node (the baseline), and the node's memory before and after; exits 1
+   when the small request is delayed by more than 100 ms or the node keeps more than 50 MiB
+   (``inference_node.launch.return_large_buffers``).
 
 Run it against any checkout (`PYTHONPATH=<checkout>`) to compare code before and after a change:
 
@@ -170,6 +176,53 @@ async def after_abandoned(root: str) -> None:
           f"after 8 abandoned max_tokens=400 requests")
 
 
+def beside_big_prompts(root: str, pid: int) -> bool:
+    """Scenario 5; True when the small request is delayed by at most 100 ms and the node's
+    memory comes back (within 50 MiB)."""
+    import concurrent.futures
+
+    def tool(n: int) -> dict:
+        properties = {f"p{n}_{i}": {"type": "string", "description": "a field of the tool"}
+                      for i in range(500)}
+        return {"type": "function", "function": {"name": f"f{n}", "description": "d" * 100,
+                "parameters": {"type": "object", "properties": properties}}}
+
+    big = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user",
+                                                         "content": "x" * 3_900_000}]})
+    tools = json.dumps({"model": MODEL_NAME, "messages": USER, "tools": [tool(n) for n in
+                                                                         range(64)]})
+    small = {"model": MODEL_NAME, "messages": USER, "max_tokens": 2}
+    headers = {"content-type": "application/json"}
+    with httpx.Client(base_url=f"{root}/v1", timeout=120) as client, \
+            concurrent.futures.ThreadPoolExecutor(2) as pool:
+        def timed() -> float:
+            started = time.perf_counter()
+            client.post("/chat/completions", json=small).raise_for_status()
+            return time.perf_counter() - started
+
+        def send_big(body: str) -> int:
+            with httpx.Client(base_url=f"{root}/v1", timeout=120) as other:
+                return other.post("/chat/completions", content=body, headers=headers).status_code
+
+        timed()  # warm
+        idle = statistics.median(timed() for _ in range(7))
+        before = rss_mib(pid)
+        beside, statuses = [], set()
+        for _ in range(7):
+            sent = [pool.submit(send_big, body) for body in (big, tools)]
+            time.sleep(0.02)  # the big bodies are arriving
+            beside.append(timed())
+            statuses.update(f.result() for f in sent)
+    now = statistics.median(beside)
+    delay_ms = (now - idle) * 1e3
+    kept = rss_mib(pid) - before
+    print(f"2-token request: {idle * 1e3:.0f} ms on the idle node (baseline), {now * 1e3:.0f} ms "
+          f"beside a 3.9 MB prompt and a 2.2 MB tools list (answered {sorted(statuses)}): "
+          f"{delay_ms:+.0f} ms ({now / idle:.2f}x); node memory {before:.0f} MiB before, "
+          f"{kept:+.0f} MiB after")
+    return delay_ms <= 100 and kept <= 50
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="HF model dir (default: the tiny test model)")
@@ -184,6 +237,7 @@ def main() -> int:
         process, root = start_node(model_dir, Path(tmp) / "node")
         try:
             big_bodies(root, process.pid)
+            within = beside_big_prompts(root, process.pid)
             metrics_growth(root)
             asyncio.run(after_abandoned(root))
         finally:
@@ -196,6 +250,10 @@ def main() -> int:
         finally:
             process.terminate()
             process.wait(60)
+    if not within:
+        print("FAIL: the small request was delayed by more than 100 ms, or the node kept "
+              "more than 50 MiB")
+        return 1
     return 0
 
 

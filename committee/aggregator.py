@@ -337,14 +337,17 @@ def run_forever(aggregator: Aggregator, interval_s: float, stop: threading.Event
 
 # --------------------------------------------------------------------------- HTTP
 
-MAX_CONCURRENT_CHECKS = 2  # pairing checks at once (~1 s of CPU each); more wait for a 429
+MAX_CONCURRENT_CHECKS = 2  # pairing checks at once (~1 s of CPU each); more wait their turn
+MAX_WAITING = 32  # authenticated posts waiting for a check; more are answered 429 at once
+CHECK_WAIT_S = 20.0  # how long a post waits for a check before a 429 (verifiers wait 30 s)
 RETRY_AFTER_S = 1  # what a 429 asks the verifier to wait
 READ_TIMEOUT_S = 10  # a connection that sends nothing for this long is closed
 
 
 def make_http_server(aggregator: Aggregator, host: str, port: int, *,
                      read_timeout_s: float = READ_TIMEOUT_S,
-                     max_checks: int = MAX_CONCURRENT_CHECKS) -> Any:
+                     max_checks: int = MAX_CONCURRENT_CHECKS,
+                     check_wait_s: float = CHECK_WAIT_S) -> Any:
     """The aggregator's HTTP endpoint (a ``ThreadingHTTPServer``, not started):
 
     - ``POST /v1/verdicts``: one ``SignedVerdict`` (at most ``MAX_SIGNED_VERDICT_BYTES``; a
@@ -352,8 +355,11 @@ def make_http_server(aggregator: Aggregator, host: str, port: int, *,
       "duplicate", "challenge_id", "verifier_index"}``, or ``{"error": message}`` with 400
       (malformed, wrong receipt, not a verifier, bad signature), 401 (no ``X-Gym-Verifier-Auth``,
       or it is not the verdict's verifier: ``committee.verdict_auth``, checked before anything
-      else), 404 (no such challenge), 409 (no longer open), 429 (too many checks at once;
-      ``Retry-After``), 503 (pool full, chain unreachable);
+      else), 404 (no such challenge), 409 (no longer open), 429 (no check free within
+      ``check_wait_s``, or ``MAX_WAITING`` posts already waiting; ``Retry-After``), 503 (pool
+      full, chain unreachable). An authenticated post waits its turn for one of
+      ``max_checks`` checks, so verifiers arriving together are checked back to back rather
+      than sent away to retry into an idle aggregator;
     - ``GET /health``: ``{"status": "ok", "pending": [challenge ids with verdicts held]}``.
     """
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -361,6 +367,7 @@ def make_http_server(aggregator: Aggregator, host: str, port: int, *,
     from committee.messages import MAX_SIGNED_VERDICT_BYTES
 
     checks = threading.BoundedSemaphore(max_checks)
+    waiting = threading.BoundedSemaphore(MAX_WAITING)
 
     from committee.verdict_auth import HEADER, AuthError, check_poster
 
@@ -417,7 +424,16 @@ def make_http_server(aggregator: Aggregator, host: str, port: int, *,
             except AuthError as exc:
                 self._answer(401, {"error": str(exc)})
                 return
-            if not checks.acquire(blocking=False):
+            if not waiting.acquire(blocking=False):
+                self._answer(429, {"error": "too many verdicts waiting to be checked; retry"},
+                             {"Retry-After": str(RETRY_AFTER_S)})
+                return
+            try:
+                turn = checks.acquire(timeout=check_wait_s) if check_wait_s > 0 else \
+                    checks.acquire(blocking=False)
+            finally:
+                waiting.release()
+            if not turn:
                 self._answer(429, {"error": "too many verdicts being checked; retry"},
                              {"Retry-After": str(RETRY_AFTER_S)})
                 return

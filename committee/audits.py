@@ -57,7 +57,7 @@ from typing import Any
 from eth_abi import encode as abi_encode
 from eth_utils import keccak
 
-from committee.judge import ABSTAIN_OUTCOME, UPHELD_OUTCOME, judge
+from committee.judge import ABSTAIN_OUTCOME, UPHELD_OUTCOME, Judgement, judge
 from inference_node.bundle_sources import NotRetainedError, fetch_bundle, receipt_cid
 from inference_node.challenges import challenge_evidence, challenged_receipt
 from inference_node.errors import NodeError, ReceiptError
@@ -77,6 +77,20 @@ MAX_CURSOR_BYTES = 1024 * 1024
 VERIFIED, FAILED, NOT_RETAINED, UNREACHABLE = "verified", "failed", "not retained", "unreachable"
 INVALID_BUNDLE, ABSTAINED, PENDING = "invalid bundle", "abstained", "pending"
 UNAUDITABLE, ERROR = "unauditable", "error"  # a checkpoint's manifest; a log's chain reads
+
+
+def judge_checked(evidence: bytes, digest: bytes, *, check: Check) -> tuple[Judgement, bool]:
+    """``committee.judge.judge`` of an audit's ``evidence``, and whether ``check`` passed (a
+    rejection after it did means the receipt verifies, one before it that the bundle's own
+    parts are wrong)."""
+    passed: list[bool] = []
+
+    def checked(bundle: dict) -> Any:
+        checks = check(bundle)
+        passed.append(True)
+        return checks
+
+    return judge(evidence, digest, check=checked), bool(passed)
 
 
 def audit_seed(block_hash: bytes, log_id: int, size: int) -> bytes:
@@ -213,6 +227,7 @@ class AuditCursor:
 
 
 Check = Callable[[dict], Any]
+JudgeEvidence = Callable[[bytes, bytes], "tuple[Judgement, bool]"]
 OpenChallenge = Callable[[dict, str], int]
 Fetch = Callable[[str, str], dict]
 
@@ -225,11 +240,14 @@ class Auditor:
     content store holding the batch manifests; ``from_block``: where a log never audited is
     read from (the deployment block); ``check(bundle)``: the full receipt verification
     (``inference_node.verify.check_receipt_bundle`` with chain, content store, registry and
-    model); ``open_challenge(bundle, reason)``: opens a challenge with that bundle as its
+    model), or ``judge_evidence(evidence, receipt_hash)``: ``judge_checked`` with that
+    check, run elsewhere (``gym verifier serve`` runs it in its bounded judge worker,
+    ``committee.judge_worker``); ``open_challenge(bundle, reason)``: opens a challenge with that bundle as its
     evidence and returns its id; ``fetch(endpoint, cid)``: a node's bundle."""
 
     def __init__(self, contract: Any, registry: Any, content: Any, *, from_block: int,
-                 check: Check, open_challenge: OpenChallenge, fetch: Fetch = fetch_bundle,
+                 check: Check | None = None, open_challenge: OpenChallenge,
+                 fetch: Fetch = fetch_bundle, judge_evidence: JudgeEvidence | None = None,
                  rate_bps: int = DEFAULT_RATE_BPS, delay_blocks: int = AUDIT_DELAY_BLOCKS,
                  confirmations: int = 0, max_checks: int = DEFAULT_MAX_CHECKS,
                  cursor: AuditCursor | None = None) -> None:
@@ -237,9 +255,12 @@ class Auditor:
         if delay_blocks < 1 or confirmations < 0 or max_checks < 1 or from_block < 0:
             raise ValueError("delay_blocks and max_checks must be >= 1, confirmations and "
                              "from_block >= 0")
+        if (check is None) == (judge_evidence is None):
+            raise ValueError("an Auditor needs check or judge_evidence (one of them)")
         self.contract, self.registry, self.content = contract, registry, content
-        self.from_block, self.check, self.open_challenge, self.fetch = (
-            from_block, check, open_challenge, fetch)
+        self.from_block, self.open_challenge, self.fetch = from_block, open_challenge, fetch
+        self.judge_evidence = judge_evidence or (lambda evidence, digest: judge_checked(
+            evidence, digest, check=check))
         self.rate_bps, self.delay_blocks, self.confirmations = rate_bps, delay_blocks, confirmations
         self.max_checks = max_checks
         self.cursor = cursor if cursor is not None else AuditCursor()
@@ -366,15 +387,8 @@ class Auditor:
             return finding(INVALID_BUNDLE, getattr(exc, "reason", "malformed"), str(exc))
         except Exception as exc:  # noqa: BLE001 - a bundle no parser expected
             return finding(INVALID_BUNDLE, "malformed", f"{type(exc).__name__}: {exc}")
-        passed: list[bool] = []
-
-        def check(judged: dict) -> Any:
-            checks = self.check(judged)
-            passed.append(True)
-            return checks
-
         try:
-            judgement = judge(evidence, digest, check=check)
+            judgement, checked = self.judge_evidence(evidence, digest)
         except Exception as exc:  # noqa: BLE001 - judge's own failure: this verifier cannot say
             return finding(ABSTAINED, "", f"{type(exc).__name__}: {exc}")
         if judgement.outcome == UPHELD_OUTCOME:
@@ -386,6 +400,6 @@ class Auditor:
             return finding(FAILED, judgement.reason, judgement.detail, int(challenge_id))
         if judgement.outcome == ABSTAIN_OUTCOME:
             return finding(ABSTAINED, "", judgement.detail)
-        if passed:
+        if checked:
             return finding(VERIFIED, "", judgement.detail)
         return finding(INVALID_BUNDLE, "evidence", judgement.detail)

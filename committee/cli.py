@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -171,14 +172,16 @@ class _Stopped(BaseException):
     challenge: int | None = None
 
 
-def _stop_event(service: Any = None) -> threading.Event:
+def _stop_event(service: Any = None, busy: Callable[[], bool] | None = None
+                ) -> threading.Event:
     """An event SIGINT/SIGTERM set; with ``service`` (a ``VerifierService``, whose ``stop``
-    it is) a signal during a judgement also interrupts it, so the process stops at once."""
+    it is) a signal during a judgement (or while ``busy()``: loading the judge) also
+    interrupts it, so the process stops at once."""
     stop = service.stop if service is not None else threading.Event()
 
     def handler(*_: Any) -> None:
         stop.set()
-        if service is not None and service.judging is not None:
+        if service is not None and (service.judging is not None or (busy and busy())):
             _Stopped.challenge = service.judging
             raise _Stopped
 
@@ -209,6 +212,12 @@ def serve(
         min=0, max=10_000, help="Random audits: basis points of every registered node's newly "
                                 "anchored receipts to fetch and check (0: off); a failed one "
                                 "opens a committee challenge, bonded by this account.")] = 500,
+    judge_deadline: Annotated[float, typer.Option(
+        min=1, help="Seconds one judgement (or one audit's check) may take; past it the judge "
+                    "process is killed and the evidence rejected as too costly.")] = 300.0,
+    judge_memory: Annotated[int, typer.Option(
+        min=64, help="MiB of memory one judgement may add to the judge process (Linux); past "
+                     "it, likewise.")] = 4096,
     once: Annotated[bool, typer.Option("--once", help="Poll once and exit.")] = False,
     key_env: KeyEnv = KEY_ENV,
     account: Account_ = None,
@@ -220,48 +229,53 @@ def serve(
     from functools import partial
 
     from committee import keyfile
-    from committee.service import Fanout, VerifierService, evidence_judge, post_verdict
-    from inference_node.verify import check_receipt_bundle, load_verifier_model
+    from committee.judge_worker import JudgeBounds, JudgeWorker
+    from committee.service import Fanout, VerifierService, post_verdict, verifier_ops, worker_judges
 
     rt = _runtime(ctx)
     committee = open_committee(ctx, _key(rt, key_env, account))
     path = _bls_path(ctx, bls_key)
     sk = keyfile.load(path)
     registry = _lookup(ctx, "node_registry_address")
-    loaded: Any = None
-
-    def check(bundle: dict) -> Any:
-        return check_receipt_bundle(bundle, rt, registry=registry, model_dir=model, loaded=loaded)
-
+    # the judgements run in a worker process under these bounds (docs/committee.md "Judging
+    # under bounds"); it rebuilds this deployment's runtime from the same settings
+    worker = JudgeWorker(partial(verifier_ops, ctx.meta["ledger_runtime"], str(model), registry),
+                         JudgeBounds(deadline_s=judge_deadline, memory_mib=judge_memory))
+    judge_challenge, judge_evidence = worker_judges(worker)
     service = VerifierService(
-        committee, sk, judge_challenge=evidence_judge(rt.content, check),
+        committee, sk, judge_challenge=judge_challenge,
         send=Fanout({url: partial(post_verdict, url, account=committee.account)
                      for url in dict.fromkeys(aggregator)}),
         state_file=state or path.with_name(f"state-{committee.address.lower()}.json"),
         report=lambda line: console.print(line, highlight=False, markup=False),
         stop=threading.Event())
     index, address = service.identity()  # before the model loads: a wrong key fails at once
-    with console.status(f"loading {model}"):
-        loaded = load_verifier_model(model)
-    console.print(f"verifier {address} (slot {index}) judging challenges of committee "
-                  f"{committee.address}; verdicts to {', '.join(aggregator)}", highlight=False)
-    auditor = None
-    if audit_rate:
-        auditor = _auditor(rt, committee, check, audit_rate,
-                           path.with_name(f"audit-{committee.address.lower()}.json"))
-        console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts",
-                      highlight=False)
-    stop = _stop_event(service)
+    stop = _stop_event(service, busy=lambda: not worker.ready)
     try:
-        while True:
+        with console.status(f"loading {model} in the judge process"):
+            worker.start()
+        console.print(f"verifier {address} (slot {index}) judging challenges of committee "
+                      f"{committee.address}; verdicts to {', '.join(aggregator)}; each "
+                      f"judgement within {judge_deadline:g} s and {judge_memory} MiB",
+                      highlight=False)
+        auditor = None
+        if audit_rate:
+            auditor = _auditor(rt, committee, judge_evidence, audit_rate,
+                               path.with_name(f"audit-{committee.address.lower()}.json"))
+            console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts",
+                          highlight=False)
+        while not stop.is_set():
             service.tick()
             if auditor is not None:
                 auditor.tick()
             if once or stop.wait(interval):
                 break
     except _Stopped:
-        console.print(f"stopped while judging challenge {_Stopped.challenge}: it is judged "
-                      "again at the next start", highlight=False)
+        if _Stopped.challenge is not None:
+            console.print(f"stopped while judging challenge {_Stopped.challenge}: it is "
+                          "judged again at the next start", highlight=False)
+    finally:
+        worker.close()
     console.print("verifier stopped")
 
 
@@ -290,7 +304,7 @@ class _PersistentAuditor:
         tmp.replace(self.cursor_file)
 
 
-def _auditor(rt: Any, committee: VerifierCommittee, check: Any, rate_bps: int,
+def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bps: int,
              cursor_file: Path) -> _PersistentAuditor:
     from committee.audits import AuditCursor, Auditor
     from committee.challenges import open_committee_challenge
@@ -315,7 +329,8 @@ def _auditor(rt: Any, committee: VerifierCommittee, check: Any, rate_bps: int,
 
     # nodes serve their users' bundles to registered verifiers, who sign their reads
     return _PersistentAuditor(Auditor(rt.contract, registry, rt.content,
-                                      from_block=rt.chain.deployment_block, check=check,
+                                      from_block=rt.chain.deployment_block,
+                                      judge_evidence=judge_evidence,
                                       open_challenge=open_challenge, rate_bps=rate_bps,
                                       cursor=cursor,
                                       fetch=partial(fetch_bundle, account=committee.account)),

@@ -400,5 +400,54 @@ def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[Open
     return judge_challenge
 
 
+def verifier_ops(runtime: Callable[[], Any], model_dir: str, registry: str | None
+                 ) -> dict[str, Callable[..., Any]]:
+    """The judge worker's ops for `gym verifier serve` (``committee.judge_worker``; run in the
+    worker): ``runtime()`` builds the deployment's ``LedgerRuntime`` there, the model in
+    ``model_dir`` is loaded once; ``challenge(opened)`` is ``evidence_judge``, ``audit(evidence,
+    receipt_hash)`` is ``committee.audits.judge_checked``, both with the full receipt
+    verification against the NodeRegistry at ``registry``."""
+    from committee.audits import judge_checked
+    from inference_node.verify import check_receipt_bundle, load_verifier_model
+
+    rt, model = runtime(), Path(model_dir)
+    loaded = load_verifier_model(model)
+
+    def check(bundle: dict) -> Any:
+        return check_receipt_bundle(bundle, rt, registry=registry, model_dir=model,
+                                    loaded=loaded)
+
+    return {"challenge": evidence_judge(rt.content, check),
+            "audit": lambda evidence, digest: judge_checked(evidence, digest, check=check)}
+
+
+def worker_judges(worker: Any) -> tuple[Callable[[OpenedChallenge], Judgement],
+                                        Callable[[bytes, bytes], tuple[Judgement, bool]]]:
+    """``judge_challenge`` for ``VerifierService`` and ``judge_evidence`` for
+    ``committee.audits.Auditor``, running ``worker``'s (a ``committee.judge_worker.JudgeWorker``
+    over ``verifier_ops``) ops under its bounds. A judgement that passes a bound is a rejection:
+    the evidence costs more to judge than verifiers allow (docs/committee.md "Judging under
+    bounds"); one whose op failed in the worker is an abstention."""
+    from committee.judge_worker import BoundExceeded, WorkerFailed
+
+    def judge_challenge(opened: OpenedChallenge) -> Judgement:
+        try:
+            return worker.call("challenge", opened)
+        except BoundExceeded as exc:
+            return Judgement(REJECTED_OUTCOME, "", f"judging the evidence "
+                             f"{opened.evidence_cid!r:.120} {exc}: more than verifiers allow")
+        except WorkerFailed as exc:
+            return Judgement(ABSTAIN_OUTCOME, "", f"cannot judge: {exc}")
+
+    def judge_evidence(evidence: bytes, digest: bytes) -> tuple[Judgement, bool]:
+        try:
+            return worker.call("audit", evidence, digest)
+        except BoundExceeded as exc:
+            return Judgement(REJECTED_OUTCOME, "", f"checking this bundle {exc}: more than "
+                             "verifiers allow"), False
+
+    return judge_challenge, judge_evidence
+
+
 __all__ = ["Decision", "DeliveryDeferred", "DeliveryRefused", "Fanout", "VerifierService", "evidence_judge", "post_verdict",
-           "read_bounded"]
+           "read_bounded", "verifier_ops", "worker_judges"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -115,6 +116,8 @@ def root(
     ctx.meta["node_registry_address"] = lambda: deployed_address(settings, "NodeRegistry")
     ctx.meta["committee_address"] = lambda: deployed_address(settings, "VerifierCommittee")
     ctx.meta["data_dir"] = lambda: settings.data_dir
+    # picklable: `gym verifier serve`'s judge process rebuilds the runtime with it
+    ctx.meta["ledger_runtime"] = partial(ledger_runtime, settings)
 
 
 @app.command(name="audit")

@@ -172,6 +172,8 @@ INTERNAL_ERRORS = {
     "committee.service.DeliveryRefused",  # logged by the verifier loop
     "committee.service.DeliveryDeferred",  # likewise: the verdict is sent again later
     "committee.verdict_auth.AuthError",  # answered 401 by the aggregator
+    "committee.judge_worker.BoundExceeded",  # a rejection (committee.service.worker_judges)
+    "committee.judge_worker.WorkerFailed",  # an abstention, or an audit finding
     "inference_node.bundle_access.AccessError",  # answered 401/403 by the node
     "devnet.ipfs_server.ClientGone",  # the client left: nothing is answered
     "devnet.ipfs_server.RpcError",

@@ -80,6 +80,23 @@ def register_verifiers(deployment: Deployment) -> CommitteeWorld:
     return world
 
 
+def more_verifiers(world: CommitteeWorld, count: int) -> list[tuple[str, SecretKey]]:
+    """``count`` more registered verifiers, beyond Anvil's ten accounts: fresh keys given ETH
+    by ``anvil_setBalance`` and their 100 GYM stake by accounts 1-3 in turn (up to 30 of
+    them); (key, BLS key) in slot order."""
+    added = []
+    for i in range(count):
+        key = "0x" + keccak(f"gym test verifier {i}".encode()).hex()
+        sk = SecretKey.from_seed(f"gym-test-verifier-{i}")
+        address = Account.from_key(key).address
+        world.w3.provider.make_request("anvil_setBalance", [address, hex(10**20)])
+        send(world.w3, world.token.functions.transfer(address, VERIFIER_STAKE),
+             ANVIL_DEV_KEYS[1 + i % 3])
+        world.client(key).register(sk, VERIFIER_STAKE)
+        added.append((key, sk))
+    return added
+
+
 def committee_world(deployment: Deployment) -> CommitteeWorld:
     """Three registered verifiers (``register_verifiers``) and a registered node."""
     world = register_verifiers(deployment)
