@@ -11,7 +11,10 @@ CID proves nothing. A node that keeps bundles serves one to:
 - **a registered verifier** (audits, challenges): ``X-Gym-Verifier-Auth``, the EIP-191
   signature by its Ethereum key of ``gym-bundle-read:<cid>:<time>``, with ``X-Gym-Auth-Time``
   the unix time it signed at (within ``MAX_SKEW_S`` of the node's clock). The node asks the
-  VerifierCommittee whether the signer holds an active slot (answers cached ``CACHE_S``).
+  VerifierCommittee whether the signer holds an active slot (answers cached ``CACHE_S``). A
+  signature by a fresh random key costs nothing to make and two chain reads to check, so at
+  most ``MAX_LOOKUPS`` are checked at once; a read beyond them is answered 429 (a cached
+  verifier is not: its answer needs no lookup).
 
 Anyone else gets 401 (no credential) or 403 (one that does not hold). A receipt stays
 verifiable without its bundle (its signature, and its inclusion proof at ``/proof``); a
@@ -41,11 +44,13 @@ AUTH_HEADER = "X-Gym-Verifier-Auth"
 TIME_HEADER = "X-Gym-Auth-Time"
 MAX_SKEW_S = 300
 CACHE_S = 60.0
+MAX_LOOKUPS = 4  # registration lookups (chain reads) at once; more readers get a 429
 KEY_BYTES = 32
 
 
 class AccessError(Exception):
-    """The read is refused: ``status`` 401 (no credential) or 403 (one that does not hold)."""
+    """The read is refused: ``status`` 401 (no credential), 403 (one that does not hold) or 429
+    (too many registration lookups at once: retry)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -105,6 +110,7 @@ class BundleAccess:
         self._key, self._is_verifier, self._clock = key, is_verifier, clock
         self._verifiers: dict[str, tuple[bool, float]] = {}  # address -> (answer, expiry)
         self._lock = threading.Lock()
+        self._lookups = threading.BoundedSemaphore(MAX_LOOKUPS)
 
     def token(self, cid: str) -> str:
         return bundle_token(self._key, cid)
@@ -155,7 +161,13 @@ class BundleAccess:
             cached = self._verifiers.get(address)
             if cached is not None and cached[1] > now:
                 return cached[0]
-        answer = bool(self._is_verifier(address))
+        if not self._lookups.acquire(blocking=False):
+            raise AccessError(429, "the node is checking other readers' registrations; retry "
+                              "in a second")
+        try:
+            answer = bool(self._is_verifier(address))
+        finally:
+            self._lookups.release()
         with self._lock:
             if len(self._verifiers) > 4096:
                 self._verifiers.clear()

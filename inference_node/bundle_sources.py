@@ -36,6 +36,7 @@ from inference_node.verify import MAX_BUNDLE_BYTES
 from ledger.entries import encode_entry, entry_cid
 
 FETCH_TIMEOUT_S = 30.0
+BUSY_RETRIES = 2  # a 429 (the node checking other readers) is tried again after 1 s
 MAX_CHUNKS = 1_000_000  # a streamed answer: at most one chunk per token, and far fewer tokens
 
 
@@ -155,6 +156,8 @@ def fetch_bundle(node_url: str, cid: str, *, timeout_s: float = FETCH_TIMEOUT_S,
     ``NodeError`` when it cannot be fetched (a 404 says the node does not retain it, 401/403
     that the reader has no right to it), ``ReceiptError`` malformed when the node sends
     another receipt's."""
+    import time
+
     import httpx
 
     from inference_node.bundle_access import client_headers, verifier_headers
@@ -163,19 +166,23 @@ def fetch_bundle(node_url: str, cid: str, *, timeout_s: float = FETCH_TIMEOUT_S,
     if not cid.isalnum() or len(cid) > 128:
         raise NodeError(f"not a receipt CID: {cid[:80]!r}")
     url = bundles_url(node_url, cid)
-    try:
-        headers = (client_headers(token) if token is not None
-                   else verifier_headers(account, cid) if account is not None else {})
-        with httpx.stream("GET", url, timeout=timeout_s, follow_redirects=False,
-                          headers=headers) as reply:
-            data = bytearray()
-            for part in reply.iter_bytes():
-                data += part
-                if len(data) > max_bytes:
-                    raise NodeError(f"{url}: the answer exceeds {max_bytes} bytes")
-            status = reply.status_code
-    except httpx.HTTPError as exc:
-        raise NodeError(f"cannot fetch {url}: {exc}") from None
+    for attempt in range(BUSY_RETRIES + 1):
+        try:
+            headers = (client_headers(token) if token is not None
+                       else verifier_headers(account, cid) if account is not None else {})
+            with httpx.stream("GET", url, timeout=timeout_s, follow_redirects=False,
+                              headers=headers) as reply:
+                data = bytearray()
+                for part in reply.iter_bytes():
+                    data += part
+                    if len(data) > max_bytes:
+                        raise NodeError(f"{url}: the answer exceeds {max_bytes} bytes")
+                status = reply.status_code
+        except httpx.HTTPError as exc:
+            raise NodeError(f"cannot fetch {url}: {exc}") from None
+        if status != 429 or attempt == BUSY_RETRIES:
+            break
+        time.sleep(1.0)  # the node is checking other readers' registrations
     if status == 404:
         raise NotRetainedError(f"the node does not retain the bundle of receipt {cid}: "
                                f"{_message(data)}")

@@ -496,8 +496,8 @@ class OpenAIServing:
         try:
             self.bundle_access.check(cid, headers)
         except AccessError as exc:
-            raise APIError(exc.status, str(exc), param="cid",
-                           code="unauthorized" if exc.status == 401 else "forbidden") from None
+            code = {401: "unauthorized", 403: "forbidden"}.get(exc.status, "busy")
+            raise APIError(exc.status, str(exc), param="cid", code=code) from None
         stored = self.bundles.get(cid)
         if stored is None:
             raise APIError(404, f"No bundle for receipt {cid[:MAX_CID_CHARS]!r}: unknown, or no "

@@ -214,3 +214,55 @@ def test_a_bundle_is_served_to_its_client_and_to_registered_verifiers_only(engin
     # the key is on disk (0600): the same token after a restart
     assert key_file.stat().st_mode & 0o777 == 0o600
     assert bundle_token(load_read_key(key_file), cid) == token
+
+
+def test_registration_lookups_are_capped_and_a_known_verifier_still_reads(tmp_path):
+    """A signature by a fresh random key costs its maker nothing and the node two chain reads:
+    at most MAX_LOOKUPS run at once, the next stranger is answered 429 at once, and a verifier
+    whose registration is cached is not held up by them."""
+    import threading
+
+    from eth_account import Account
+
+    from inference_node.bundle_access import (
+        MAX_LOOKUPS,
+        AccessError,
+        BundleAccess,
+        load_read_key,
+        verifier_headers,
+    )
+
+    verifier = Account.from_key("0x" + "71" * 32)
+    release, entered = threading.Event(), threading.Semaphore(0)
+
+    def is_verifier(address: str) -> bool:  # the chain read, held until released
+        if address != verifier.address:
+            entered.release()
+            release.wait(30)
+        return address == verifier.address
+
+    access = BundleAccess(load_read_key(tmp_path / "read-key"), is_verifier=is_verifier)
+    cid = "bafkreiexample"
+    assert access.check(cid, verifier_headers(verifier, cid)) == "verifier"  # now cached
+    strangers = [Account.from_key("0x" + f"{i + 1:02x}" * 32) for i in range(MAX_LOOKUPS + 1)]
+    answers: list = []
+
+    def read(account) -> None:
+        try:
+            answers.append(access.check(cid, verifier_headers(account, cid)))
+        except AccessError as exc:
+            answers.append(exc.status)
+
+    threads = [threading.Thread(target=read, args=(a,)) for a in strangers[:MAX_LOOKUPS]]
+    for thread in threads:
+        thread.start()
+    for _ in range(MAX_LOOKUPS):
+        assert entered.acquire(timeout=10)
+    with pytest.raises(AccessError) as busy:
+        access.check(cid, verifier_headers(strangers[-1], cid))
+    assert busy.value.status == 429
+    assert access.check(cid, verifier_headers(verifier, cid)) == "verifier"
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert answers == [403] * MAX_LOOKUPS
