@@ -146,6 +146,9 @@ def audit(
         help="With --sample: the environment variable holding the hex key of a registered "
              "verifier, which signs the bundle reads (nodes serve their users' requests and "
              "answers to verifiers only).")] = None,
+    account: Annotated[int | None, typer.Option(
+        "--account", help="With --sample on the devnet: Anvil's account N signs the bundle "
+                          "reads instead of --key-env.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (every "
                                           "value in full); the exit code is the same.")] = False,
 ) -> None:
@@ -170,10 +173,12 @@ def audit(
         receipts = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,
                                                         model=model, sample=sample, node=node,
                                                         seed=seed, quiet=as_json,
-                                                        key_env=key_env)
+                                                        key_env=key_env,
+                                                        reader_account=account)
         ok = receipts.ok and ok
-    elif sample is not None or model is not None or node is not None:
-        raise typer.BadParameter("--model, --sample and --node apply to a log of receipts; "
+    elif sample is not None or model is not None or node is not None or account is not None:
+        raise typer.BadParameter("--model, --sample, --node and --account apply to a log of "
+                                 "receipts; "
                                  f"log {report.log_id} holds none")
     if as_json:
         data = audit_report_json(report)

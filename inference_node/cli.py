@@ -533,7 +533,8 @@ def _fail(exc: NodeError | ReceiptError, json_title: str | None = None) -> NoRet
 def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None,
                       model: Path | None = None, sample: int | None = None,
                       node: str | None = None, seed: int | None = None,
-                      quiet: bool = False, key_env: str | None = None):
+                      quiet: bool = False, key_env: str | None = None,
+                      reader_account: int | None = None):
     """The receipt part of `gym audit` (``inference_node.receipt_audit``), after the log's
     replay gave ``collector`` its receipts: every signature under the deployment's domain and
     one signer; with ``sample``, that many bundles fetched from ``node`` (default: the endpoint
@@ -559,7 +560,7 @@ def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None
         registry = registry_address(ctx)
         url = node or _registered_endpoint(ctx, registry, report.signer)
         loaded = load_verifier_model(model) if model is not None else None
-        account = _reader_account(key_env)
+        account = _reader_account(contract.w3.eth.chain_id, key_env, reader_account)
         with console.status(f"checking {len(chosen)} receipts' bundles from {url}") as status:
             verify_sample(
                 report, chosen, lambda cid: fetch_bundle(url, cid, account=account),
@@ -572,19 +573,24 @@ def audit_receipt_log(ctx: typer.Context, collector, *, owner: str | None = None
     return report
 
 
-def _reader_account(key_env: str | None) -> Any:
-    """The registered verifier's account whose key is in ``$key_env`` (None without one: the
-    node then refuses the reads, and each sampled receipt is reported unreachable)."""
-    if key_env is None:
+def _reader_account(chain_id: int, key_env: str | None, account: int | None) -> Any:
+    """The registered verifier's account that signs bundle reads: the hex key in ``$key_env``,
+    or devnet account ``account`` (``contracts.signing.signing_key``'s rule); None without
+    either (the node then refuses the reads, and each sampled receipt is reported
+    unreachable)."""
+    if key_env is None and account is None:
         return None
+    if key_env is not None and account is not None:
+        raise typer.BadParameter("give --key-env or --account, not both", param_hint="--account")
     from eth_account import Account
 
-    value = os.environ.get(key_env)
-    if not value:
-        raise typer.BadParameter(f"${key_env} is empty: it holds the hex key of a registered "
-                                 "verifier", param_hint="--key-env")
+    from contracts.signing import signing_key
+    from inference_node.launch import load_key
+
+    key = signing_key(chain_id, key_env or "--key-env", load_key(key_env, None, "")
+                      if key_env else None, account, announce=None)
     try:
-        return Account.from_key(value)
+        return Account.from_key(key)
     except Exception:  # noqa: BLE001 - eth-keys raises several types for junk
         raise typer.BadParameter(f"${key_env} is not a hex private key",
                                  param_hint="--key-env") from None

@@ -148,6 +148,11 @@ def test_gym_audit_of_a_registered_nodes_receipt_log(ledger_devnet, tiny_model_d
         assert "audit clean" in audited.stdout and "receipt audit clean" in audited.stdout
         assert "3 receipts; signer " + signer + " (the log's owner)" in audited.stdout
         assert audited.stdout.count("verified") == 2, audited.stdout
+        # on the devnet, --account N picks the same verifier by its Anvil account (7)
+        by_account = gym.run("audit", name, "--model", str(tiny_model_dir), "--sample", "1",
+                             "--seed", "1", "--account", "7", extra_env=extra_env, timeout=300)
+        assert by_account.returncode == 0, by_account.stdout + by_account.stderr
+        assert by_account.stdout.count("verified") == 1, by_account.stdout
 
         # A node that keeps no bundles: reported as not retained, not as a forgery.
         with run_server(make_engine(tiny_model_dir), StaticLibrarySource()) as bare:
