@@ -73,7 +73,7 @@ def entries(n: int, offset: int = 0) -> list[bytes]:
 def devnet(workdir: Path) -> tuple[dict, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(workdir / "data"), GYM_DEPLOYMENT_FILE=str(workdir / "d.json"),
-               GYM_ANVIL_PORT="0")
+               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0")
     subprocess.run([str(GYM), "devnet", "up"], env=env, check=True, capture_output=True)
     return json.loads((workdir / "d.json").read_text()), env
 

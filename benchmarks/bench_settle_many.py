@@ -130,7 +130,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-settle-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(workdir / "data"), GYM_DEPLOYMENT_FILE=str(workdir / "d.json"),
-               GYM_ANVIL_PORT="0")
+               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0")
     subprocess.run([str(GYM), "devnet", "up"], env=env, check=True, capture_output=True)
     try:
         cw = committee_world(Deployment.load(workdir / "d.json"))

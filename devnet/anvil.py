@@ -113,7 +113,7 @@ def start_anvil(data_dir: Path, host: str, port: int, chain_id: int) -> AnvilPro
         except RpcUnreachableError:
             time.sleep(0.1)
     else:
-        _terminate(proc.pid)
+        terminate(proc.pid)
         raise DevnetError(f"anvil did not answer on {anvil.rpc_url} within {STARTUP_TIMEOUT_S:.0f} s")
     pid_file(data_dir).write_text(json.dumps(asdict(anvil), indent=2) + "\n")
     return anvil
@@ -138,19 +138,20 @@ def _is_our_anvil(anvil: AnvilProcess) -> bool:
         cmdline = Path(f"/proc/{anvil.pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return cmdline[0].decode(errors="replace") == anvil.binary and not _zombie(anvil.pid)
+    return cmdline[0].decode(errors="replace") == anvil.binary and not zombie(anvil.pid)
 
 
 def stop_anvil(data_dir: Path) -> AnvilProcess | None:
     """Stop the Anvil recorded in ``data_dir``; returns it, or None when none was running."""
     anvil = running_anvil(data_dir)
     if anvil is not None:
-        _terminate(anvil.pid)
+        terminate(anvil.pid)
     pid_file(data_dir).unlink(missing_ok=True)
     return anvil
 
 
-def _terminate(pid: int, grace_s: float = 5.0) -> None:
+def terminate(pid: int, grace_s: float = 5.0) -> None:
+    """SIGTERM ``pid``, SIGKILL it after ``grace_s`` (reaped when it is our child)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -163,7 +164,7 @@ def _terminate(pid: int, grace_s: float = 5.0) -> None:
                 return
         except ChildProcessError:
             pass  # started by an earlier CLI process: not ours to reap
-        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+        if not Path(f"/proc/{pid}").exists() or zombie(pid):
             return
         time.sleep(0.05)
     try:
@@ -172,7 +173,7 @@ def _terminate(pid: int, grace_s: float = 5.0) -> None:
         pass
 
 
-def _zombie(pid: int) -> bool:
+def zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"
     except OSError:

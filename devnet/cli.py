@@ -199,10 +199,13 @@ def up(
     as_json: Annotated[bool, typer.Option("--json", help="Print the deployment as JSON.")
                        ] = False,
 ) -> None:
-    """Start Anvil (unless running or GYM_RPC_URL is set) and deploy every contract.
+    """Start Anvil (unless running or GYM_RPC_URL is set) and deploy every contract; start the
+    content service beside it (`gym ipfs serve` on GYM_IPFS_PORT, default 5001, over the
+    local store) unless GYM_IPFS_API names one.
 
-    Writes the deployment manifest (devnet/deployment.json). Idempotent: run it again and it
-    only redeploys when the chain no longer holds the recorded deployment.
+    Writes the deployment manifest (devnet/deployment.json), with the content endpoint that
+    other parties point GYM_IPFS_API at. Idempotent: run it again and it only redeploys when
+    the chain no longer holds the recorded deployment.
     """
     from devnet.deploy import deployment_json, print_deployment
     from devnet.network import devnet_up
@@ -214,6 +217,7 @@ def up(
     if as_json:
         typer.echo(json.dumps({"deployed": result.deployed, "reason": result.reason,
                                "anvil_pid": result.anvil and result.anvil.pid,
+                               "content_pid": result.content and result.content.pid,
                                "deployment_file": str(settings.deployment_file),
                                **deployment_json(result.deployment,
                                                  result.deployment.rpc_url)}, indent=2))
@@ -221,6 +225,11 @@ def up(
     if result.anvil is not None:
         verb = "started" if result.started_anvil else "already running"
         console.print(f"anvil {verb}: pid {result.anvil.pid}, {result.anvil.rpc_url}")
+    if result.content is not None:
+        verb = "started" if result.started_content else "already running"
+        console.print(f"content service {verb}: pid {result.content.pid}, "
+                      f"{result.content.url} (store {result.content.store_dir})",
+                      highlight=False, soft_wrap=True)
     if result.deployed:
         console.print(f"deployed contracts ({result.reason}); wrote {settings.deployment_file}")
     else:
@@ -244,6 +253,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if as_json:
         typer.echo(json.dumps({"healthy": result.healthy, "problems": result.problems,
                                "anvil_pid": result.anvil and result.anvil.pid,
+                               "content_pid": result.content and result.content.pid,
                                "block_number": result.block_number,
                                **(deployment_json(result.deployment, result.rpc_url)
                                   if result.deployment else {})},
@@ -255,6 +265,12 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
         console.print(f"anvil: running, pid {result.anvil.pid}, {result.anvil.rpc_url}")
     else:
         console.print(f"anvil: not started by gym; using {result.rpc_url}")
+    if result.content is not None:
+        console.print(f"content service: running, pid {result.content.pid}, "
+                      f"{result.content.url}", highlight=False)
+    elif result.deployment is not None and result.deployment.content_api:
+        console.print(f"content service: not started by gym here; the deployment's is "
+                      f"{result.deployment.content_api}", highlight=False)
     console.print(f"chain head: block {result.block_number}")
     print_deployment(console, result.deployment, result.rpc_url)
     if not result.healthy:
@@ -267,15 +283,19 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 
 @devnet_app.command()
 def down() -> None:
-    """Stop the Anvil that `gym devnet up` started (never any other process)."""
+    """Stop the Anvil and the content service that `gym devnet up` started (never any other
+    process)."""
     from devnet.network import devnet_down
     from devnet.settings import GymSettings
 
-    stopped = devnet_down(GymSettings())
-    if stopped is None:
+    anvil, content = devnet_down(GymSettings())
+    if anvil is None and content is None:
         console.print("no devnet started by gym is running")
-    else:
-        console.print(f"stopped anvil (pid {stopped.pid}, {stopped.rpc_url})")
+    if anvil is not None:
+        console.print(f"stopped anvil (pid {anvil.pid}, {anvil.rpc_url})")
+    if content is not None:
+        console.print(f"stopped the content service (pid {content.pid}, {content.url})",
+                      highlight=False)
 
 
 @devnet_app.command()

@@ -123,6 +123,7 @@ class Deployment(BaseModel):
     created_at: str
     curated_log_id: int | None = None  # ExperienceLedger log id of the DAO's curated library
     governance: GovernanceParams | None = None  # what the DAO was deployed with
+    content_api: str | None = None  # the content endpoint (Kubo RPC) the parties share
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -332,6 +333,7 @@ def deployment_problems(w3: Web3, deployment: Deployment) -> list[str]:
 def deployment_json(deployment: Deployment, rpc_url: str) -> dict:
     """The deployment as `gym devnet up|status --json` print it."""
     return {"chain_id": deployment.chain_id, "rpc_url": rpc_url,
+            "content_api": deployment.content_api,
             "deployment_block": deployment.deployment_block,
             "curated_log_id": deployment.curated_log_id,
             "contracts": {name: c.address for name, c in deployment.contracts.items()}}
@@ -339,7 +341,7 @@ def deployment_json(deployment: Deployment, rpc_url: str) -> dict:
 
 def print_deployment(console: Console, deployment: Deployment, rpc_url: str) -> None:
     """The deployment as `gym devnet up|status` and `gym demo` show it: a table of contracts,
-    then the RPC URL and the deployment block."""
+    then the RPC URL, the content endpoint and the deployment block."""
     from rich.table import Table
 
     from ledger.tables import print_table
@@ -349,3 +351,6 @@ def print_deployment(console: Console, deployment: Deployment, rpc_url: str) -> 
         table.add_row(name, contract.address)
     print_table(table, console)
     console.print(f"RPC: {rpc_url}  deployment block: {deployment.deployment_block}")
+    if deployment.content_api:
+        console.print(f"content (Kubo RPC, gateway /ipfs/): {deployment.content_api}   parties "
+                      f"elsewhere: GYM_IPFS_API={deployment.content_api}", soft_wrap=True)

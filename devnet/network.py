@@ -3,13 +3,23 @@
 ``devnet_up`` is idempotent: with a running Anvil whose chain still holds the recorded
 deployment it changes nothing; when the chain lost the deployment (Anvil restarted from
 scratch, another chain behind the URL) it deploys again and rewrites ``deployment.json``.
+Beside the chain it runs the content service (``devnet.content_service``: `gym ipfs serve`)
+unless ``GYM_IPFS_API`` names one, and records the endpoint in the manifest (``content_api``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from devnet.anvil import AnvilProcess, running_anvil, start_anvil, stop_anvil
+from devnet.content_service import (
+    ContentService,
+    answers,
+    running_content_service,
+    start_content_service,
+    stop_content_service,
+)
 from devnet.deploy import (
     Deployment,
     GovernanceParams,
@@ -29,6 +39,8 @@ class DevnetUp:
     started_anvil: bool  # this call started Anvil
     deployed: bool  # this call deployed the contracts
     reason: str  # why it deployed, or why it did not need to
+    content: ContentService | None = None  # None when GYM_IPFS_API names the content endpoint
+    started_content: bool = False  # this call started the content service
 
 
 @dataclass
@@ -38,6 +50,7 @@ class DevnetStatus:
     deployment: Deployment | None
     problems: list[str] = field(default_factory=list)
     block_number: int | None = None
+    content: ContentService | None = None  # the content service `gym devnet up` started
 
     @property
     def healthy(self) -> bool:
@@ -61,6 +74,9 @@ def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = F
         rpc_url = anvil.rpc_url
     w3 = connect(rpc_url)
 
+    content, started_content = _content_service(settings)
+    content_api = settings.ipfs_api or content.url
+
     reason = "redeploy requested" if redeploy else ""
     if not redeploy:
         try:
@@ -71,12 +87,29 @@ def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = F
         else:
             problems = deployment_problems(w3, existing)
             if not problems:
-                return DevnetUp(existing, anvil, started, False, "deployment matches the chain")
+                if existing.content_api != content_api:
+                    existing.content_api = content_api
+                    existing.save(settings.deployment_file)
+                return DevnetUp(existing, anvil, started, False, "deployment matches the chain",
+                                content, started_content)
             reason = problems[0]
     governance = GovernanceParams(timelock_min_delay=settings.timelock_min_delay)
     deployment = deploy_all(w3, settings.deployer_key.get_secret_value(), rpc_url, governance)
+    deployment.content_api = content_api
     deployment.save(settings.deployment_file)
-    return DevnetUp(deployment, anvil, started, True, reason)
+    return DevnetUp(deployment, anvil, started, True, reason, content, started_content)
+
+
+def _content_service(settings: GymSettings) -> tuple[ContentService | None, bool]:
+    """The content service beside the chain: (it, whether this call started it); (None,
+    False) when ``GYM_IPFS_API`` names the endpoint to use instead."""
+    if settings.ipfs_api:
+        return None, False
+    running = running_content_service(settings.data_dir)
+    if running is not None:
+        return running, False
+    return start_content_service(settings.data_dir, settings.anvil_host,
+                                 settings.ipfs_port), True
 
 
 def devnet_status(settings: GymSettings) -> DevnetStatus:
@@ -96,11 +129,21 @@ def devnet_status(settings: GymSettings) -> DevnetStatus:
                 f"the devnet is not running (nothing answers at {rpc_url}): run `gym devnet up`"
             ) from None
         raise
-    status = DevnetStatus(rpc_url, anvil, deployment, block_number=w3.eth.block_number)
+    status = DevnetStatus(rpc_url, anvil, deployment, block_number=w3.eth.block_number,
+                          content=running_content_service(settings.data_dir))
     status.problems = deployment_problems(w3, deployment)
+    if deployment.content_api and not answers(deployment.content_api):
+        status.problems.append(f"the content endpoint {deployment.content_api} does not answer "
+                               "(its Kubo RPC): run `gym devnet up` to start it again")
     return status
 
 
-def devnet_down(settings: GymSettings) -> AnvilProcess | None:
-    """Stop the Anvil that ``gym devnet up`` started; never any other process."""
-    return stop_anvil(settings.data_dir)
+def devnet_down(settings: GymSettings) -> tuple[AnvilProcess | None, ContentService | None]:
+    """Stop the Anvil and the content service that ``gym devnet up`` started; never any
+    other process. What was stopped (None: was not running)."""
+    return stop_local_processes(settings.data_dir)
+
+
+def stop_local_processes(data_dir: Path) -> tuple[AnvilProcess | None, ContentService | None]:
+    """``devnet_down`` for the processes recorded in ``data_dir``."""
+    return stop_anvil(data_dir), stop_content_service(data_dir)

@@ -38,6 +38,8 @@ class GymSettings(BaseSettings):
     )
     db_url: str | None = Field(None, description="SQLAlchemy URL; unset: SQLite in the data dir")
     ipfs_api: str | None = Field(None, description="Kubo RPC URL; unset: the local content store")
+    ipfs_port: int = Field(5001, ge=0, le=65535, description="port of the content service "
+                           "`gym devnet up` starts (unless GYM_IPFS_API is set); 0 picks a free one")
     deployer_key: SecretStr = Field(
         SecretStr(ANVIL_DEFAULT_KEY), description="key that deploys contracts (Anvil account 0)"
     )

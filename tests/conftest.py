@@ -55,13 +55,14 @@ def gym_env(tmp_path: Path):
     deployment_file = tmp_path / "deployment.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(data_dir), GYM_DEPLOYMENT_FILE=str(deployment_file),
-               GYM_ANVIL_PORT="0", COLUMNS="200", NO_COLOR="1")
+               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0", COLUMNS="200", NO_COLOR="1")
     gym = GymEnv(data_dir, deployment_file, env)
     yield gym
-    # Never leave an Anvil behind: what `gym devnet down` does, without a process per test.
-    from devnet.anvil import stop_anvil
+    # Never leave an Anvil or a content service behind: what `gym devnet down` does, without
+    # a process per test.
+    from devnet.network import stop_local_processes
 
-    stop_anvil(data_dir)
+    stop_local_processes(data_dir)
 
 
 def _postgres_bin() -> Path | None:
@@ -179,12 +180,12 @@ class SharedDevnet:
     def _deploy(self) -> None:
         import json
 
-        from devnet.anvil import stop_anvil
+        from devnet.network import stop_local_processes
 
-        stop_anvil(self.data_dir)
+        stop_local_processes(self.data_dir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
         env.update(GYM_DATA_DIR=str(self.data_dir), GYM_DEPLOYMENT_FILE=str(self.deployment_file),
-                   GYM_ANVIL_PORT="0")
+                   GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0")
         up = subprocess.run([str(GYM), "devnet", "up", "--redeploy"], env=env,
                             capture_output=True, text=True, check=False, timeout=300)
         assert up.returncode == 0, up.stderr
@@ -221,9 +222,9 @@ class SharedDevnet:
             self._snapshot = None
 
     def stop(self) -> None:
-        from devnet.anvil import stop_anvil
+        from devnet.network import stop_local_processes
 
-        stop_anvil(self.data_dir)
+        stop_local_processes(self.data_dir)
 
 
 @pytest.fixture(scope="session")

@@ -134,7 +134,7 @@ def test_the_readme_role_sections_run_as_written(tmp_path):
     view = _repo_view(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(tmp_path / "data"), GYM_DEPLOYMENT_FILE=str(tmp_path / "dep.json"),
-               GYM_ANVIL_PORT="0", NO_COLOR="1", COLUMNS="100")
+               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0", NO_COLOR="1", COLUMNS="100")
     state = tmp_path / "shell-state.sh"
     state.write_text("")
     builtin = set(subprocess.run(["bash", "-c", "compgen -v"], capture_output=True, text=True,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -198,6 +200,47 @@ def test_down_stops_only_its_own_anvil(gym_env):
     assert running_anvil(gym_env.data_dir) is None
     assert _exited(pid)
     assert "no devnet started by gym is running" in gym_env.run("devnet", "down").stdout
+
+
+def test_up_runs_the_content_service_beside_the_chain_and_down_stops_it(gym_env):
+    """Issue "past one machine": `up` starts `gym ipfs serve` over the local store and records
+    its endpoint in the manifest; a real Kubo client adds and reads through it; a second `up`
+    keeps it; `status` names a recorded endpoint that stopped answering; `down` stops it."""
+    import ipfshttpclient
+
+    from devnet.content_service import answers, running_content_service
+    from ledger.blockstore import LocalBlockStore
+    from ledger.kubo import api_multiaddr
+
+    up = gym_env.run("devnet", "up")
+    assert up.returncode == 0, up.stderr
+    service = running_content_service(gym_env.data_dir)
+    assert service is not None and f"content service started: pid {service.pid}" in up.stdout
+    url = json.loads(gym_env.deployment_file.read_text())["content_api"]
+    assert url == service.url and f"GYM_IPFS_API={url}" in up.stdout
+    with ipfshttpclient.Client(addr=api_multiaddr(url)) as kubo:
+        cid = kubo.add(io.BytesIO(b"shared through the endpoint"), cid_version=1,
+                       raw_leaves=True)["Hash"]
+        assert kubo.cat(cid) == b"shared through the endpoint"
+    assert LocalBlockStore(gym_env.data_dir / "ipfs").cat(cid) == b"shared through the endpoint"
+
+    again = gym_env.run("devnet", "up")
+    assert f"content service already running: pid {service.pid}" in again.stdout
+    status = gym_env.run("devnet", "status")
+    assert status.returncode == 0 and f"content service: running, pid {service.pid}" in \
+        status.stdout
+
+    os.kill(service.pid, signal.SIGKILL)
+    assert _exited(service.pid)
+    status = gym_env.run("devnet", "status")
+    assert status.returncode == 1
+    assert f"the content endpoint {url} does not answer" in status.stderr
+    restarted = gym_env.run("devnet", "up")
+    assert "content service started" in restarted.stdout, restarted.stdout + restarted.stderr
+    service = running_content_service(gym_env.data_dir)
+    down = gym_env.run("devnet", "down")
+    assert f"stopped the content service (pid {service.pid}" in down.stdout
+    assert _exited(service.pid) and not answers(service.url)
 
 
 def test_down_refuses_a_pid_that_is_not_its_anvil(gym_env):
