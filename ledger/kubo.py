@@ -121,8 +121,8 @@ class KuboStore:
         except (ipfs_errors.ConnectionError, ipfs_errors.TimeoutError) as exc:
             raise ContentStoreUnreachableError(
                 f"cannot reach the IPFS RPC API at {self.api_url} (GYM_IPFS_API): "
-                f"{_first_line(exc)}; start one with `gym ipfs serve`, or unset GYM_IPFS_API "
-                "to use the local store"
+                f"{_unreachable_reason(exc)}. Start it (`gym devnet up` "
+                "runs one, `gym ipfs serve` alone), or unset GYM_IPFS_API to use the local store"
             ) from exc
         except ipfs_errors.Error as exc:
             raise KuboError(f"the IPFS node at {self.api_url} failed {endpoint}: "
@@ -237,6 +237,22 @@ def _same_cid(text: str, cid: CID) -> bool:
         return CID.parse(str(text).removeprefix("/ipfs/")).to_v1() == cid.to_v1()
     except ValueError:  # MultiformatError is one
         return False
+
+
+def _unreachable_reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few words: the OS error at the root of the client's
+    exception chain (``Connection refused``, ``timed out``), else its first line."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, TimeoutError) or "timed out" in str(cause).lower():
+            return "timed out"
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__ or next(
+            (arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
+    return _first_line(exc)[:200]
 
 
 def _first_line(exc: BaseException) -> str:
