@@ -19,6 +19,10 @@ that the migrated database and this metadata agree.
   an append writes whole database pages: 16-hash rows of 0001 each spilled a mostly empty
   overflow page, which made the database 4x the size of its hashes and appends slow.
 - ``checkpoints``: every anchored (size, root), with where it was anchored.
+- ``index_records`` and ``index_blocks`` (since 0004): durable indexes of chain events
+  (``ledger.event_index``; the dashboard's): per ``source`` (one event stream of one chain)
+  the decoded record of each indexed event, and the hash of the blocks where indexing
+  stopped, to resume there and to find the fork point after a reorganisation.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
     func,
 )
 
@@ -74,4 +79,19 @@ checkpoints = Table(
     Column("tx_hash", String(66), nullable=True),
     Column("block_number", BigInteger, nullable=True),
     Column("anchored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+index_records = Table(
+    "index_records", metadata,
+    Column("source", String(200), primary_key=True),
+    Column("block_number", BigInteger, primary_key=True, autoincrement=False),
+    Column("log_index", Integer, primary_key=True, autoincrement=False),
+    Column("record", Text, nullable=False),  # JSON
+)
+
+index_blocks = Table(
+    "index_blocks", metadata,
+    Column("source", String(200), primary_key=True),
+    Column("block_number", BigInteger, primary_key=True, autoincrement=False),
+    Column("block_hash", String(66), nullable=False),  # 0x-prefixed
 )

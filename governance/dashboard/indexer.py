@@ -10,8 +10,15 @@ like ``ledger.chain``), so each page view costs one ``eth_getLogs`` over the new
 
 The tallies are sums of the indexed vote weights; the tests hold them equal to the governor's
 ``proposalVotes``. A proposal's *state* is not derived here: it depends on the clock and the
-quorum rules, so the pages ask the governor's ``state`` view. If the block the index last saw
-is no longer on the chain (Anvil restarted, a reorg), the index starts over from scratch.
+quorum rules, so the pages ask the governor's ``state`` view.
+
+Each event is decoded into a record (a JSON object: ``_record``) and the index is built from
+records (``_apply``). With ``durable`` (a ``ledger.event_index.EventIndexStore`` in the
+installation's database) every page's records and its last block's hash are committed as the
+page is read, and a new indexer loads them instead of reading the chain from the deployment
+block: a restart resumes after the last indexed block. If a recorded block is no longer on the
+chain (a reorganisation, Anvil restarted from scratch), the index rewinds to the newest
+recorded block the chain still holds and reads on from there (from scratch when none is).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from web3.exceptions import Web3Exception
 
 from governance.client import VoteType
 from governance.errors import GovernanceError
+from ledger.event_index import KEEP_BLOCKS, EventIndexStore, fork_point
 from ledger.evm import PAGE_BLOCKS
 from ledger.multiformats import CID, MultiformatError
 
@@ -104,7 +112,8 @@ class GovernorIndexer:
     ledger at ``ledger``, indexed from ``from_block``; thread-safe, ``sync`` before reading."""
 
     def __init__(self, w3: Web3, governor, ledger_address: str, ledger_abi: list[dict],
-                 curated_log_id: int, from_block: int = 0, page_blocks: int = PAGE_BLOCKS):
+                 curated_log_id: int, from_block: int = 0, page_blocks: int = PAGE_BLOCKS,
+                 durable: EventIndexStore | None = None):
         self.w3 = w3
         self.governor = governor
         self.ledger = w3.eth.contract(address=to_checksum_address(ledger_address), abi=ledger_abi)
@@ -115,7 +124,11 @@ class GovernorIndexer:
         self._topics = {event_abi_to_log_topic(governor.events[name].abi): name
                         for name in GOVERNOR_EVENTS}
         self._leaf_topic = event_abi_to_log_topic(self.ledger.events.LeafAppended.abi)
+        self.durable = durable
         self._reset()
+        self._blocks: list[tuple[int, str]] = []  # recorded page ends (durable), oldest first
+        if durable is not None:
+            self._load()
 
     def _reset(self) -> None:
         self.last_block = self.from_block - 1
@@ -123,6 +136,16 @@ class GovernorIndexer:
         self._proposals: dict[int, IndexedProposal] = {}
         self._curated: list[CuratedLeaf] = []
         self._timestamps: dict[int, int] = {}
+
+    def _load(self) -> None:
+        """The index as ``durable`` holds it: records applied, resuming after its last block."""
+        self._reset()
+        records, self._blocks = self.durable.load()
+        for record in records:
+            self._apply(record)
+        if self._blocks:
+            self.last_block = self._blocks[-1][0]
+            self._last_hash = bytes.fromhex(self._blocks[-1][1][2:])
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -149,7 +172,7 @@ class GovernorIndexer:
             try:
                 head = self.w3.eth.block_number
                 if self._chain_changed(head):
-                    self._reset()  # the chain we indexed is gone: start over
+                    self._rewind()  # the chain we indexed is gone: back to where it is not
                 start, span = self.last_block + 1, self.page_blocks
                 while start <= head:
                     end = min(start + span - 1, head)
@@ -160,9 +183,15 @@ class GovernorIndexer:
                             raise
                         span = max(1, span // 2)  # the node's range or result limit
                         continue
-                    for raw in raw_logs:
-                        self._apply(raw)
-                    self.last_block, self._last_hash = end, bytes(self._block(end)["hash"])
+                    records = [(raw["blockNumber"], raw["logIndex"], self._record(raw))
+                               for raw in raw_logs]
+                    end_hash = bytes(self._block(end)["hash"])
+                    if self.durable is not None:
+                        self.durable.commit(records, end, "0x" + end_hash.hex())
+                        self._blocks = [*self._blocks[-KEEP_BLOCKS:], (end, "0x" + end_hash.hex())]
+                    for _, _, record in records:
+                        self._apply(record)
+                    self.last_block, self._last_hash = end, end_hash
                     start = end + 1
                 return head
             except (OSError, Web3Exception, ValueError) as exc:
@@ -176,6 +205,21 @@ class GovernorIndexer:
             return False
         return head < self.last_block or bytes(self._block(self.last_block)["hash"]) \
             != self._last_hash
+
+    def _rewind(self) -> None:
+        """After a reorganisation: without ``durable``, start over; with it, back to the
+        newest recorded block the chain still holds (``ledger.event_index.fork_point``)."""
+        if self.durable is None:
+            self._reset()
+            return
+        head = self.w3.eth.block_number
+
+        def chain_hash(number: int) -> str | None:
+            return None if number > head else "0x" + bytes(self._block(number)["hash"]).hex()
+
+        fork = fork_point(self._blocks, chain_hash)
+        self.durable.rewind(fork[0] if fork is not None else -1)
+        self._load()
 
     def _logs(self, start: int, end: int) -> list:
         governor = self.w3.eth.get_logs({
@@ -195,7 +239,8 @@ class GovernorIndexer:
             self._timestamps[block_number] = self._block(block_number)["timestamp"]
         return self._timestamps[block_number]
 
-    def _apply(self, raw) -> None:
+    def _record(self, raw) -> dict:
+        """The JSON record of one raw log (what ``_apply`` builds the index from)."""
         block, tx = raw["blockNumber"], raw["transactionHash"].to_0x_hex()
         when = self._timestamp(block)
         if raw["address"].lower() == self.ledger.address.lower():
@@ -204,28 +249,51 @@ class GovernorIndexer:
                 cid: str | None = str(CID.from_bytes(args["entryCid"]))
             except MultiformatError:
                 cid = None
-            self._curated.append(CuratedLeaf(args["index"], bytes(args["leafHash"]), cid, block,
-                                             when, tx))
-            return
+            return {"kind": "leaf", "index": args["index"], "leaf_hash": bytes(
+                args["leafHash"]).hex(), "cid": cid, "block": block, "when": when, "tx": tx}
         name = self._topics[bytes(raw["topics"][0])]
         args = self.governor.events[name]().process_log(raw)["args"]
+        record = {"kind": name, "id": str(args["proposalId"]), "block": block, "when": when,
+                  "tx": tx}
         if name == "ProposalCreated":
-            self._proposals[args["proposalId"]] = IndexedProposal(
-                args["proposalId"], to_checksum_address(args["proposer"]),
-                [to_checksum_address(t) for t in args["targets"]], list(args["values"]),
-                [bytes(c) for c in args["calldatas"]], args["description"], args["voteStart"],
-                args["voteEnd"], block, when, tx)
+            record.update(
+                proposer=to_checksum_address(args["proposer"]),
+                targets=[to_checksum_address(t) for t in args["targets"]],
+                values=[str(v) for v in args["values"]],
+                calldatas=[bytes(c).hex() for c in args["calldatas"]],
+                description=args["description"], vote_start=args["voteStart"],
+                vote_end=args["voteEnd"])
+        elif name in ("VoteCast", "VoteCastWithParams"):
+            record.update(voter=to_checksum_address(args["voter"]), support=args["support"],
+                          weight=str(args["weight"]), reason=args["reason"],
+                          params=bytes(args.get("params", b"")).hex())
+        elif name == "ProposalQueued":
+            record["eta"] = args["etaSeconds"]
+        return record
+
+    def _apply(self, r: dict) -> None:
+        block, when, tx = r["block"], r["when"], r["tx"]
+        if r["kind"] == "leaf":
+            self._curated.append(CuratedLeaf(r["index"], bytes.fromhex(r["leaf_hash"]),
+                                             r["cid"], block, when, tx))
             return
-        proposal = self._proposals.get(args["proposalId"])
+        proposal_id = int(r["id"])
+        if r["kind"] == "ProposalCreated":
+            self._proposals[proposal_id] = IndexedProposal(
+                proposal_id, r["proposer"], r["targets"], [int(v) for v in r["values"]],
+                [bytes.fromhex(c) for c in r["calldatas"]], r["description"], r["vote_start"],
+                r["vote_end"], block, when, tx)
+            return
+        proposal = self._proposals.get(proposal_id)
         if proposal is None:  # an event of a proposal made before from_block: not ours to show
             return
-        if name in ("VoteCast", "VoteCastWithParams"):
+        if r["kind"] in ("VoteCast", "VoteCastWithParams"):
             proposal.votes.append(IndexedVote(
-                to_checksum_address(args["voter"]), VoteType(args["support"]), args["weight"],
-                args["reason"], bytes(args.get("params", b"")), block, when, tx))
-        elif name == "ProposalQueued":
-            proposal.queued_at, proposal.eta = when, args["etaSeconds"]
-        elif name == "ProposalExecuted":
+                r["voter"], VoteType(r["support"]), int(r["weight"]), r["reason"],
+                bytes.fromhex(r["params"]), block, when, tx))
+        elif r["kind"] == "ProposalQueued":
+            proposal.queued_at, proposal.eta = when, r["eta"]
+        elif r["kind"] == "ProposalExecuted":
             proposal.executed_at, proposal.executed_tx = when, tx
-        elif name == "ProposalCanceled":
+        elif r["kind"] == "ProposalCanceled":
             proposal.canceled_at = when

@@ -13,6 +13,13 @@ from ledger.content import ContentStore
 from ledger.logstore import LogStore
 
 
+def index_source(chain_id: int, governor: str, ledger: str, curated_log_id: int,
+                 from_block: int) -> str:
+    """The name of the dashboard's event index in the database (``ledger.event_index``)."""
+    return (f"dashboard:{chain_id}:{governor.lower()}:{ledger.lower()}:{curated_log_id}:"
+            f"{from_block}")
+
+
 @dataclass
 class DashboardRuntime:
     client: GovernanceClient  # reads, and relays with ``relayer_key``; signs nothing else
@@ -26,9 +33,16 @@ class DashboardRuntime:
 
     def __post_init__(self) -> None:
         client = self.client
+        durable = None
+        if self.store is not None:  # the index lives in the installation's database
+            from ledger.event_index import EventIndexStore
+
+            durable = EventIndexStore(self.store.engine, index_source(
+                client.w3.eth.chain_id, client.governor.address, client.ledger.address,
+                client.curated_log_id, client.from_block))
         self.indexer = GovernorIndexer(client.w3, client.governor, client.ledger.address,
                                        client.ledger.abi, client.curated_log_id,
-                                       from_block=client.from_block)
+                                       from_block=client.from_block, durable=durable)
 
     @cached_property
     def chain_id(self) -> int:

@@ -672,3 +672,52 @@ def test_the_committee_page_says_plainly_when_there_is_no_committee(dash):
         assert dash.http.get("/committee").status_code == 404
     finally:
         dash.runtime.client.committee = committee
+
+
+@pytest.mark.anvil
+def test_the_index_is_durable_resumes_after_a_restart_and_survives_a_reorganisation(
+        dash, database_url):
+    """Issue "past one machine": the dashboard's event index lives in the database (SQLite and
+    PostgreSQL): a restarted dashboard has the proposals and tallies before reading the chain
+    and reads only the blocks after the last indexed one; after a reorganisation (Anvil's
+    snapshot/revert, then new blocks) it rewinds to the fork point, forgets what the lost
+    blocks held, and indexes on."""
+    from ledger.event_index import EventIndexStore
+
+    store = LogStore(database_url)
+
+    def restart() -> DashboardRuntime:
+        return DashboardRuntime(client=dash.net.client(), content=dash.net.content,
+                                rpc_url=dash.net.deployment.rpc_url, origins=(ORIGIN,),
+                                store=store)
+
+    proposal_id, _ = propose(dash)
+    dash.client.vote(proposal_id, "for", key=ANVIL_DEV_KEYS[1])
+    first = restart().indexer
+    head = first.sync()
+    assert first.proposal(proposal_id).votes_for == 1000 * 10**18
+
+    second = restart().indexer  # nothing read from the chain yet
+    assert second.last_block == head and second.proposal(proposal_id).votes_for == 1000 * 10**18
+    ranges: list[tuple[int, int]] = []
+    read_logs = second._logs
+    second._logs = lambda start, end: ranges.append((start, end)) or read_logs(start, end)
+    assert second.sync() == head and ranges == []  # resumed: no block read twice
+
+    fork = dash.net.rpc("evm_snapshot")
+    dash.client.vote(proposal_id, "against", key=ANVIL_DEV_KEYS[2])
+    lost_head = second.sync()
+    assert second.proposal(proposal_id).votes_against == 1000 * 10**18
+    assert dash.net.rpc("evm_revert", [fork])  # the vote's blocks are gone ...
+    dash.net.rpc("anvil_mine", [hex(lost_head - head + 2)])  # ... and others replace them
+    third = restart().indexer
+    new_head = third.sync()
+    assert new_head > lost_head
+    again = third.proposal(proposal_id)
+    assert (again.votes_for, again.votes_against) == (1000 * 10**18, 0)
+    source = third.durable.source
+    records, blocks = EventIndexStore(store.engine, source).load()
+    assert [r["kind"] for r in records].count("VoteCast") == 1
+    assert blocks[-1][0] == new_head
+    assert blocks[-1][1] == "0x" + bytes(dash.net.w3.eth.get_block(new_head)["hash"]).hex()
+    store.engine.dispose()
