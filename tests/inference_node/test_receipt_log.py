@@ -42,8 +42,8 @@ class CountingStore(LogStore):
         return super().append(name, entries)
 
 
-def test_burst_is_appended_in_batches_in_order(tmp_path):
-    store = CountingStore(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+def test_burst_is_appended_in_batches_in_order(tmp_path, database_url):
+    store = CountingStore(database_url)
     content = LocalBlockStore(tmp_path / "ipfs")
     log = ReceiptLog(store, content, None, "node/receipts")
     batch = receipts(40)
@@ -82,8 +82,8 @@ class FlakyStore(LocalBlockStore):
         return super().add_file(source, pin=pin)
 
 
-def test_failed_append_is_retried_and_loses_nothing(tmp_path):
-    store = LogStore(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+def test_failed_append_is_retried_and_loses_nothing(tmp_path, database_url):
+    store = LogStore(database_url)
     log = ReceiptLog(store, FlakyStore(tmp_path / "ipfs"), None, "node/receipts")
     cids = [log.submit(r) for r in receipts(3)]
     assert log.pending() >= 3

@@ -29,8 +29,10 @@ def experiences(start: int, count: int) -> list[bytes]:
 
 
 @pytest.fixture
-def ledger(ledger_devnet, tmp_path):
-    store = LogStore(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+def ledger(ledger_devnet, tmp_path, database_url):
+    """A publisher's log on the devnet, its index on SQLite and on PostgreSQL (issue "past
+    one machine": publish and audit pass the same tests on both)."""
+    store = LogStore(database_url)
     content = LocalBlockStore(tmp_path / "content")
     contract = ledger_devnet.contract()
     store.create_log("alice/physics")
