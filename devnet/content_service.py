@@ -53,9 +53,39 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def start_content_service(data_dir: Path, host: str, port: int) -> ContentService:
-    """Start `gym ipfs serve` over ``<data_dir>/ipfs`` on ``host:port`` (``port`` 0: a free one)
-    and wait until it answers."""
+class Starting:
+    """A content service launched and not yet answering: ``wait()`` for it (`gym devnet up`
+    deploys the contracts meanwhile, so the interpreter's start costs no extra time)."""
+
+    def __init__(self, data_dir: Path, proc: subprocess.Popen, service: ContentService):
+        self.data_dir, self.proc, self.service = data_dir, proc, service
+
+    def wait(self, timeout_s: float = STARTUP_TIMEOUT_S) -> ContentService:
+        """The service once it answers, recorded in ``<data_dir>/ipfs-serve.json``;
+        ``DevnetError`` if it exits or does not answer within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        log_path = Path(self.service.log_file)
+        while not answers(self.service.url):
+            if self.proc.poll() is not None:
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or [
+                    "no output"]
+                raise DevnetError(f"the content service exited with code "
+                                  f"{self.proc.returncode} at start: {tail[0]}")
+            if time.monotonic() > deadline:
+                terminate(self.proc.pid)
+                raise DevnetError(f"the content service did not answer on {self.service.url} "
+                                  f"within {timeout_s:.0f} s (log: {log_path})")
+            time.sleep(0.1)
+        record_file(self.data_dir).write_text(json.dumps(asdict(self.service), indent=2) + "\n")
+        return self.service
+
+    def cancel(self) -> None:
+        terminate(self.proc.pid)
+
+
+def launch_content_service(data_dir: Path, host: str, port: int) -> Starting:
+    """Launch `gym ipfs serve` over ``<data_dir>/ipfs`` on ``host:port`` (``port`` 0: a free
+    one), detached; ``wait()`` on the result."""
     if port == 0:
         port = free_port(host)
     elif not port_is_free(host, port):
@@ -70,20 +100,13 @@ def start_content_service(data_dir: Path, host: str, port: int) -> ContentServic
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    service = ContentService(proc.pid, host, port, str(store_dir), str(log_path))
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while not answers(service.url):
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise DevnetError(f"the content service exited with code {proc.returncode} at "
-                              f"start: {tail[0]}")
-        if time.monotonic() > deadline:
-            terminate(proc.pid)
-            raise DevnetError(f"the content service did not answer on {service.url} within "
-                              f"{STARTUP_TIMEOUT_S:.0f} s (log: {log_path})")
-        time.sleep(0.1)
-    record_file(data_dir).write_text(json.dumps(asdict(service), indent=2) + "\n")
-    return service
+    return Starting(data_dir, proc, ContentService(proc.pid, host, port, str(store_dir),
+                                                   str(log_path)))
+
+
+def start_content_service(data_dir: Path, host: str, port: int) -> ContentService:
+    """``launch_content_service`` and wait until it answers."""
+    return launch_content_service(data_dir, host, port).wait()
 
 
 def running_content_service(data_dir: Path) -> ContentService | None:
@@ -119,5 +142,5 @@ def stop_content_service(data_dir: Path) -> ContentService | None:
     return service
 
 
-__all__ = ["ContentService", "answers", "running_content_service", "start_content_service",
-           "stop_content_service"]
+__all__ = ["ContentService", "Starting", "answers", "launch_content_service",
+           "running_content_service", "start_content_service", "stop_content_service"]

@@ -15,9 +15,10 @@ from pathlib import Path
 from devnet.anvil import AnvilProcess, running_anvil, start_anvil, stop_anvil
 from devnet.content_service import (
     ContentService,
+    Starting,
     answers,
+    launch_content_service,
     running_content_service,
-    start_content_service,
     stop_content_service,
 )
 from devnet.deploy import (
@@ -60,23 +61,41 @@ class DevnetStatus:
 def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = False) -> DevnetUp:
     """Start Anvil unless it runs (or an external RPC is set), and deploy unless deployed."""
     check_build()
-    anvil, started = None, False
+    content = _content_service(settings)  # it starts while Anvil starts and contracts deploy
+    try:
+        anvil, started, rpc_url = _chain(settings, port)
+        deployment, deployed, reason = _deployment(settings, connect(rpc_url), rpc_url,
+                                                   redeploy)
+        service = content.wait() if isinstance(content, Starting) else content
+    except BaseException:
+        if isinstance(content, Starting):
+            content.cancel()
+        raise
+    content_api = settings.ipfs_api or service.url
+    if deployment.content_api != content_api:
+        deployment.content_api = content_api
+        deployment.save(settings.deployment_file)
+    return DevnetUp(deployment, anvil, started, deployed, reason, service,
+                    isinstance(content, Starting))
+
+
+def _chain(settings: GymSettings, port: int | None) -> tuple[AnvilProcess | None, bool, str]:
+    """(Anvil, whether this call started it, the RPC URL): ``GYM_RPC_URL`` when set, else the
+    running Anvil or a new one."""
     if settings.rpc_url:
-        rpc_url = settings.rpc_url
-    else:
-        anvil = running_anvil(settings.data_dir)
-        if anvil is None:
-            anvil = start_anvil(
-                settings.data_dir, settings.anvil_host,
-                settings.anvil_port if port is None else port, settings.chain_id,
-            )
-            started = True
-        rpc_url = anvil.rpc_url
-    w3 = connect(rpc_url)
+        return None, False, settings.rpc_url
+    anvil = running_anvil(settings.data_dir)
+    if anvil is not None:
+        return anvil, False, anvil.rpc_url
+    anvil = start_anvil(settings.data_dir, settings.anvil_host,
+                        settings.anvil_port if port is None else port, settings.chain_id)
+    return anvil, True, anvil.rpc_url
 
-    content, started_content = _content_service(settings)
-    content_api = settings.ipfs_api or content.url
 
+def _deployment(settings: GymSettings, w3, rpc_url: str, redeploy: bool
+                ) -> tuple[Deployment, bool, str]:
+    """The recorded deployment if the chain holds it, else a new one (saved): (it, whether
+    this call deployed, why)."""
     reason = "redeploy requested" if redeploy else ""
     if not redeploy:
         try:
@@ -87,29 +106,23 @@ def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = F
         else:
             problems = deployment_problems(w3, existing)
             if not problems:
-                if existing.content_api != content_api:
-                    existing.content_api = content_api
-                    existing.save(settings.deployment_file)
-                return DevnetUp(existing, anvil, started, False, "deployment matches the chain",
-                                content, started_content)
+                return existing, False, "deployment matches the chain"
             reason = problems[0]
     governance = GovernanceParams(timelock_min_delay=settings.timelock_min_delay)
     deployment = deploy_all(w3, settings.deployer_key.get_secret_value(), rpc_url, governance)
-    deployment.content_api = content_api
     deployment.save(settings.deployment_file)
-    return DevnetUp(deployment, anvil, started, True, reason, content, started_content)
+    return deployment, True, reason
 
 
-def _content_service(settings: GymSettings) -> tuple[ContentService | None, bool]:
-    """The content service beside the chain: (it, whether this call started it); (None,
-    False) when ``GYM_IPFS_API`` names the endpoint to use instead."""
+def _content_service(settings: GymSettings) -> ContentService | Starting | None:
+    """The content service beside the chain: the running one, or one starting; None when
+    ``GYM_IPFS_API`` names the endpoint to use instead."""
     if settings.ipfs_api:
-        return None, False
+        return None
     running = running_content_service(settings.data_dir)
     if running is not None:
-        return running, False
-    return start_content_service(settings.data_dir, settings.anvil_host,
-                                 settings.ipfs_port), True
+        return running
+    return launch_content_service(settings.data_dir, settings.anvil_host, settings.ipfs_port)
 
 
 def devnet_status(settings: GymSettings) -> DevnetStatus:
