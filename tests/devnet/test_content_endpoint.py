@@ -49,3 +49,4 @@ def test_a_publisher_on_the_endpoint_only_and_its_endpoint_down(ledger_devnet, t
     audit = gym.run("audit", "--log-id", str(log_id), extra_env=auditor)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "audit clean: 1 checkpoints, 5 entries replayed" in audit.stdout
+

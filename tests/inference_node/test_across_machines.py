@@ -1,0 +1,85 @@
+"""Issue "past one machine": every party on its own data directory and database, sharing
+only the RPC URL and the content endpoint `gym devnet up` runs (the node needs the tiny model
+of this package's conftest)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.anvil
+
+SAMPLES = Path(__file__).resolve().parents[2] / "devnet" / "samples" / "experiences.jsonl"
+
+
+@pytest.mark.slow
+def test_parties_on_their_own_data_dirs_share_only_the_chain_and_the_endpoint(
+        ledger_devnet, tiny_model_dir, tmp_path):
+    """Each party has its own data directory and database and shares only the RPC URL and the
+    content endpoint `gym devnet up` runs: a researcher publishes through the endpoint, voters
+    (holding nothing) curate the entries, a node on an empty store follows the curated library
+    through the endpoint alone and signs receipts that it anchors, and an auditor with nothing
+    local replays the node's receipt log and checks every receipt signature."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+    from node_helpers import MODEL_NAME, NODE_KEY, free_port, wait_for_health
+
+    gym = ledger_devnet.gym
+    endpoint = json.loads(gym.deployment_file.read_text())["content_api"]
+
+    def party(name: str) -> dict[str, str]:
+        home = tmp_path / name
+        return {"GYM_DATA_DIR": str(home), "GYM_DB_URL": f"sqlite:///{home / 'index.sqlite'}",
+                "GYM_IPFS_API": endpoint}
+
+    def run(env: dict[str, str], *args: str) -> str:
+        result = gym.run(*args, extra_env=env, timeout=300)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result.stdout
+
+    researcher, voter, node, auditor = (party(n) for n in ("researcher", "voter", "node",
+                                                          "auditor"))
+    run(researcher, "ledger", "create", "alice/math")
+    run(researcher, "ledger", "append", "alice/math", str(SAMPLES))
+    run(researcher, "ledger", "publish", "alice/math")
+    run(researcher, "gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,2",
+        "--description", "Two rules worth keeping.", "--account", "1")
+    for account in ("1", "2"):
+        run(voter, "gov", "vote", "1", "for", "--account", account)
+    run(voter, "devnet", "mine", "--seconds", "301")
+    run(voter, "gov", "queue", "1", "--account", "3")
+    run(voter, "devnet", "mine", "--seconds", "61", "--blocks", "3")
+    assert "size 2" in run(voter, "gov", "execute", "1", "--account", "3")
+
+    port = free_port()
+    env = {**gym.env, **node, "GYM_NODE_KEY": NODE_KEY, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "gym"), "node", "serve",
+                             "--model", str(tiny_model_dir), "--device", "cpu",
+                             "--served-model-name", MODEL_NAME, "--port", str(port),
+                             "--follow-log", "1", "--curated", "--key-env", "GYM_NODE_KEY",
+                             "--anchor-interval", "3600"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        health = wait_for_health(proc, port, timeout_s=120)
+        assert health["library"]["size"] == 2 and health["library"]["error"] is None, health
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
+            "model": MODEL_NAME, "max_tokens": 4, "seed": 1,
+            "messages": [{"role": "user", "content": "the farmer buys twelve apples"}]})
+        assert reply.status_code == 200, reply.text
+        receipt = reply.json()["receipt"]
+        assert len(receipt["experience_ids"]) == 2  # the curated entries, from the endpoint
+    finally:
+        proc.send_signal(signal.SIGINT)  # graceful: the pending receipt is anchored
+        output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 0, output
+    # the node's own store stayed empty: everything it read and wrote went to the endpoint
+    local = tmp_path / "node" / "ipfs"
+    assert not local.exists() or not any(path.is_file() for path in local.rglob("*"))
+
+    audited = run(auditor, "audit", f"node/{receipt['node']}/receipts")
+    assert "receipt audit clean" in audited and "1 receipts; signer " + receipt["node"] in audited
