@@ -13,15 +13,10 @@ Usage: ``.venv/bin/python benchmarks/bench_audit.py [--entries 100000]``
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
+from fresh_devnet import fresh_devnet
 from web3 import Web3
 
 from contracts import load_artifact
@@ -31,7 +26,6 @@ from ledger.audit import audit_log
 from ledger.chain import LedgerContract
 from ledger.publish import append_entries, ensure_chain_log, publish
 
-GYM = Path(sys.executable).parent / "gym"
 TARGET_S = 10.0
 
 
@@ -47,15 +41,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=100_000)
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-audit-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(workdir / "data"), GYM_DEPLOYMENT_FILE=str(workdir / "d.json"),
-               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0")
-    subprocess.run([str(GYM), "devnet", "up"], env=env, check=True, capture_output=True)
-    try:
-        manifest = json.loads((workdir / "d.json").read_text())
-        w3 = Web3(Web3.HTTPProvider(manifest["rpc_url"]))
-        contract = LedgerContract(w3, manifest["contracts"]["ExperienceLedger"]["address"],
+    with fresh_devnet("bench-audit-") as (workdir, deployment):
+        w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
+        contract = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
                                   load_artifact("ExperienceLedger").abi, ANVIL_DEFAULT_KEY)
         store = LogStore(f"sqlite:///{workdir / 'ledger.sqlite'}")
         content = LocalBlockStore(workdir / "content")
@@ -70,12 +58,9 @@ def main() -> int:
               f"{time.perf_counter() - start:.1f} s")
 
         start = time.perf_counter()
-        report = audit_log(contract, content, log_id, from_block=manifest["deployment_block"])
+        report = audit_log(contract, content, log_id, from_block=deployment.deployment_block)
         elapsed = time.perf_counter() - start
         store.engine.dispose()
-    finally:
-        subprocess.run([str(GYM), "devnet", "down"], env=env, check=False, capture_output=True)
-        shutil.rmtree(workdir, ignore_errors=True)
     assert report.ok and report.leaves == args.entries, report.discrepancies[:3]
     scaled = elapsed * 100_000 / args.entries
     print(f"audit of {args.entries} entries, {len(report.checkpoints)} checkpoints: "

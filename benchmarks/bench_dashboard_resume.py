@@ -18,15 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from eth_account import Account
+from fresh_devnet import fresh_devnet
 from web3 import Web3
 
 from contracts import load_artifact
@@ -36,7 +32,6 @@ from governance.dashboard.indexer import GovernorIndexer
 from ledger.event_index import EventIndexStore
 from ledger.logstore import LogStore
 
-GYM = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gym"
 TARGET_S = 2.0
 
 
@@ -94,13 +89,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proposals", type=int, default=1000)
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(workdir / "data"), GYM_DEPLOYMENT_FILE=str(workdir / "d.json"),
-               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0")
-    subprocess.run([str(GYM), "devnet", "up"], env=env, check=True, capture_output=True)
-    try:
-        deployment = Deployment.load(workdir / "d.json")
+    with fresh_devnet("bench-dashboard-") as (workdir, deployment):
         w3 = Web3(Web3.HTTPProvider(deployment.rpc_url))
         start = time.perf_counter()
         events = make_events(w3, deployment, args.proposals)
@@ -120,9 +109,6 @@ def main() -> int:
         resume = time.perf_counter() - start
         same = summary(resumed) == summary(scratch) and len(summary(scratch)) == args.proposals
         store.engine.dispose()
-    finally:
-        subprocess.run([str(GYM), "devnet", "down"], env=env, check=False, capture_output=True)
-        shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps({"events": events, "from_block_0_s": round(from_zero, 2),
                       "resume_s": round(resume, 3), "ratio": round(resume / from_zero, 3)}))
     print(f"dashboard index over {events} events: from block 0 {from_zero:.2f} s, resumed "

@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from functools import partial
@@ -37,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))  # the tests' devnet committ
 
 from committee_world import BLS, VERIFIER_KEYS, committee_world, more_verifiers
 from eth_account import Account
+from fresh_devnet import fresh_devnet
 
 from committee import UPHELD, SignedVerdict, Verdict, reason_bytes
 from committee.aggregator import Aggregator, make_http_server
@@ -44,9 +41,6 @@ from committee.client import ChallengeState
 from committee.judge import Judgement
 from committee.service import VerifierService, post_verdict
 from contracts.devnet_accounts import ANVIL_DEV_KEYS
-from devnet.deploy import Deployment
-
-GYM = ROOT / ".venv" / "bin" / "gym"
 
 
 def serial_floor(cw, members) -> float:
@@ -127,20 +121,12 @@ def main() -> int:
     args = parser.parse_args()
     if not 3 <= args.verifiers <= 33:
         parser.error("--verifiers: 3 to 33")
-    workdir = Path(tempfile.mkdtemp(prefix="bench-settle-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-    env.update(GYM_DATA_DIR=str(workdir / "data"), GYM_DEPLOYMENT_FILE=str(workdir / "d.json"),
-               GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0")
-    subprocess.run([str(GYM), "devnet", "up"], env=env, check=True, capture_output=True)
-    try:
-        cw = committee_world(Deployment.load(workdir / "d.json"))
+    with fresh_devnet("bench-settle-") as (workdir, deployment):
+        cw = committee_world(deployment)
         members = list(zip(VERIFIER_KEYS, BLS, strict=True)) + more_verifiers(
             cw, args.verifiers - 3)
         floor = serial_floor(cw, members)
         elapsed, counted = at_once(cw, members, args.interval, workdir)
-    finally:
-        subprocess.run([str(GYM), "devnet", "down"], env=env, check=False, capture_output=True)
-        shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps({"verifiers": args.verifiers, "serial_floor_s": round(floor, 2),
                       "at_once_s": round(elapsed, 2), "counted": counted,
                       "ratio": round(elapsed / floor, 2)}))

@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -23,6 +24,7 @@ from contracts import foundry_binary
 from devnet.errors import DevnetError, PortInUseError, RpcUnreachableError
 from ledger.json_input import parse_json
 
+T = TypeVar("T")
 STARTUP_TIMEOUT_S = 15.0
 RPC_REPLY_BYTES = 16 * 1024 * 1024
 
@@ -119,18 +121,23 @@ def start_anvil(data_dir: Path, host: str, port: int, chain_id: int) -> AnvilPro
     return anvil
 
 
-def running_anvil(data_dir: Path) -> AnvilProcess | None:
-    """The Anvil this tool started from ``data_dir``, if it is still that process and alive."""
-    path = pid_file(data_dir)
+def read_record(path: Path, kind: type[T]) -> T | None:
+    """The process record at ``path`` (a JSON object of ``kind``'s fields), or None when there
+    is none; an unreadable one is deleted (it cannot name a process we own)."""
     try:
-        anvil = AnvilProcess(**parse_json(path.read_bytes(), max_bytes=64 * 1024, max_depth=2,
-                                          what=str(path)))
+        return kind(**parse_json(path.read_bytes(), max_bytes=64 * 1024, max_depth=2,
+                                 what=str(path)))
     except FileNotFoundError:
         return None
     except (ValueError, TypeError):  # JSONInputError is a ValueError
-        path.unlink(missing_ok=True)  # unreadable record: it cannot name a process we own
+        path.unlink(missing_ok=True)
         return None
-    return anvil if _is_our_anvil(anvil) else None
+
+
+def running_anvil(data_dir: Path) -> AnvilProcess | None:
+    """The Anvil this tool started from ``data_dir``, if it is still that process and alive."""
+    anvil = read_record(pid_file(data_dir), AnvilProcess)
+    return anvil if anvil is not None and _is_our_anvil(anvil) else None
 
 
 def _is_our_anvil(anvil: AnvilProcess) -> bool:

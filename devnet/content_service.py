@@ -19,9 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from devnet.anvil import free_port, port_is_free, terminate, zombie
+from devnet.anvil import free_port, port_is_free, read_record, terminate, zombie
 from devnet.errors import DevnetError, PortInUseError
-from ledger.json_input import parse_json
 
 STARTUP_TIMEOUT_S = 30.0  # a Python process importing the server stack on a loaded machine
 
@@ -111,16 +110,8 @@ def start_content_service(data_dir: Path, host: str, port: int) -> ContentServic
 
 def running_content_service(data_dir: Path) -> ContentService | None:
     """The content service started from ``data_dir``, if it is still that process and alive."""
-    path = record_file(data_dir)
-    try:
-        service = ContentService(**parse_json(path.read_bytes(), max_bytes=64 * 1024,
-                                              max_depth=2, what=str(path)))
-    except FileNotFoundError:
-        return None
-    except (ValueError, TypeError):  # JSONInputError is a ValueError
-        path.unlink(missing_ok=True)  # unreadable record: it cannot name a process we own
-        return None
-    return service if _is_ours(service) else None
+    service = read_record(record_file(data_dir), ContentService)
+    return service if service is not None and _is_ours(service) else None
 
 
 def _is_ours(service: ContentService) -> bool:
