@@ -44,6 +44,19 @@ class ContractArtifact:
     bytecode: str = field(repr=False)  # creation code, 0x-prefixed hex
     deployed_bytecode: str = field(repr=False)  # runtime code, 0x-prefixed hex
     source: str  # source path relative to contracts/, e.g. "src/ExperienceLedger.sol"
+    # (start, length) of each immutable the constructor writes into the runtime code
+    immutables: tuple[tuple[int, int], ...] = field(default=(), repr=False)
+
+    def is_runtime_code(self, code: bytes) -> bool:
+        """Whether ``code`` (``eth_getCode``) is this contract's runtime code, whatever values
+        its constructor wrote into the immutables (their bytes are compared as zeros)."""
+        expected = bytes.fromhex(self.deployed_bytecode[2:])
+        if len(code) != len(expected):
+            return False
+        masked = bytearray(code)
+        for start, length in self.immutables:
+            masked[start:start + length] = bytes(length)
+        return bytes(masked) == expected
 
     @property
     def runtime_code_hash(self) -> str:
@@ -85,6 +98,8 @@ def load_artifact(name: str, out_dir: Path | None = None, check_fresh: bool = Tr
         data = json.loads(path.read_text())
         bytecode = data["bytecode"]["object"]
         deployed = data["deployedBytecode"]["object"]
+        immutables = tuple((int(ref["start"]), int(ref["length"])) for refs in data[
+            "deployedBytecode"].get("immutableReferences", {}).values() for ref in refs)
         sources = data["metadata"]["sources"]
         target = next(iter(data["metadata"]["settings"]["compilationTarget"]))
     except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
@@ -110,4 +125,5 @@ def load_artifact(name: str, out_dir: Path | None = None, check_fresh: bool = Tr
         bytecode=bytecode if bytecode.startswith("0x") else "0x" + bytecode,
         deployed_bytecode=deployed if deployed.startswith("0x") else "0x" + deployed,
         source=target,
+        immutables=immutables,
     )

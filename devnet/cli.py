@@ -218,6 +218,7 @@ def up(
         typer.echo(json.dumps({"deployed": result.deployed, "reason": result.reason,
                                "anvil_pid": result.anvil and result.anvil.pid,
                                "content_pid": result.content and result.content.pid,
+                               "manifest_cid": result.manifest_cid,
                                "deployment_file": str(settings.deployment_file),
                                **deployment_json(result.deployment,
                                                  result.deployment.rpc_url)}, indent=2))
@@ -235,6 +236,9 @@ def up(
     else:
         console.print(f"contracts already deployed ({result.reason})")
     print_deployment(console, result.deployment, result.deployment.rpc_url)
+    console.print(f"manifest published: {result.manifest_cid}   another party joins with "
+                  f"`gym devnet join {result.manifest_cid}` (GYM_RPC_URL and GYM_IPFS_API set)",
+                  highlight=False, soft_wrap=True)
 
 
 @devnet_app.command()
@@ -296,6 +300,25 @@ def down() -> None:
     if content is not None:
         console.print(f"stopped the content service (pid {content.pid}, {content.url})",
                       highlight=False)
+
+
+@devnet_app.command()
+def join(
+    cid: Annotated[str, typer.Argument(help="The CID of the deployment manifest `gym devnet up` "
+                                            "published.")],
+) -> None:
+    """Join a deployment from its published manifest alone: fetch it from GYM_IPFS_API, check
+    it against the chain at GYM_RPC_URL (its blocks, every contract's code against this build,
+    how they are wired), and write it to GYM_DEPLOYMENT_FILE."""
+    from devnet.deploy import print_deployment
+    from devnet.network import devnet_join
+    from devnet.settings import GymSettings
+
+    settings = GymSettings()
+    deployment = devnet_join(settings, cid)
+    print_deployment(console, deployment, deployment.rpc_url)
+    console.print(f"joined: the chain holds deployment {cid} (this build's code, wired as "
+                  f"deployed); wrote {settings.deployment_file}", highlight=False)
 
 
 @devnet_app.command()

@@ -156,6 +156,21 @@ class Deployment(BaseModel):
             )
         return deployment
 
+    @classmethod
+    def from_published(cls, data: bytes, cid: str) -> Deployment:
+        """A manifest another party published (`gym devnet join CID`): parsed with the same
+        bounds; ``DeploymentFileError`` naming the CID when it is not one this gym reads."""
+        try:
+            deployment = cls.model_validate(parse_json(data, max_bytes=MAX_MANIFEST_BYTES,
+                                                       max_depth=8, what=cid))
+        except (ValueError, ValidationError) as exc:
+            raise DeploymentFileError(f"{cid} is not a deployment manifest "
+                                      f"({str(exc).splitlines()[0]})") from None
+        if deployment.version != MANIFEST_VERSION:
+            raise DeploymentFileError(f"{cid} is a version {deployment.version} manifest, this "
+                                      f"gym reads {MANIFEST_VERSION}")
+        return deployment
+
 
 def connect(rpc_url: str, timeout: float = 10.0) -> Web3:
     """A web3 client for ``rpc_url`` that has been checked to answer."""
@@ -327,6 +342,57 @@ def deployment_problems(w3: Web3, deployment: Deployment) -> list[str]:
         code_hash = "0x" + keccak(w3.eth.get_code(contract.address)).hex()
         if code_hash != contract.code_hash:
             problems.append(f"{name} at {contract.address} does not hold the deployed code")
+    return problems
+
+
+def foreign_problems(w3: Web3, deployment: Deployment) -> list[str]:
+    """Why a manifest from someone else (`gym devnet join`) does not describe this project's
+    contracts wired as ``deploy_all`` wires them; empty when it does. Beyond
+    ``deployment_problems`` (its chain, blocks and code hashes): every contract's runtime code
+    is this build's (whatever its immutables hold), the governor, the committee and the
+    registry name the manifest's token, timelock, ledger and each other, and the curated
+    library is a curated log the timelock owns."""
+    problems = deployment_problems(w3, deployment)
+    if problems:
+        return problems
+    if set(deployment.contracts) != set(CONTRACT_NAMES):
+        return [f"the manifest names {sorted(deployment.contracts)}, not {sorted(CONTRACT_NAMES)}"]
+    address = {name: c.address.lower() for name, c in deployment.contracts.items()}
+    for name in CONTRACT_NAMES:
+        if not load_artifact(name).is_runtime_code(bytes(w3.eth.get_code(
+                deployment.contracts[name].address))):
+            problems.append(f"{name} at {deployment.contracts[name].address} is not this "
+                            "build's contract")
+    if problems:
+        return problems
+
+    def named(contract: str, getter: str, expected: str) -> None:
+        c = w3.eth.contract(address=deployment.contracts[contract].address,
+                            abi=load_artifact(contract).abi)
+        found = str(getattr(c.functions, getter)().call()).lower()
+        if found != address[expected]:
+            problems.append(f"{contract}.{getter}() is {found}, not the manifest's {expected} "
+                            f"{address[expected]}")
+
+    for contract, getter, expected in (
+            ("GymGovernor", "token", "GymToken"), ("GymGovernor", "timelock", "TimelockController"),
+            ("VerifierCommittee", "token", "GymToken"),
+            ("VerifierCommittee", "governance", "TimelockController"),
+            ("VerifierCommittee", "registry", "NodeRegistry"),
+            ("NodeRegistry", "stakeToken", "GymToken"),
+            ("NodeRegistry", "governance", "TimelockController"),
+            ("NodeRegistry", "committee", "VerifierCommittee"),
+            ("NodeRegistry", "ledger", "ExperienceLedger")):
+        named(contract, getter, expected)
+    if deployment.curated_log_id is None:
+        problems.append("the manifest names no curated library")
+    else:
+        ledger = w3.eth.contract(address=deployment.contracts["ExperienceLedger"].address,
+                                 abi=load_artifact("ExperienceLedger").abi)
+        owner, kind, *_ = ledger.functions.logInfo(deployment.curated_log_id).call()
+        if owner.lower() != address["TimelockController"] or kind != CURATED_LOG_KIND:
+            problems.append(f"log {deployment.curated_log_id} is not a curated library owned "
+                            "by the manifest's timelock")
     return problems
 
 

@@ -42,6 +42,7 @@ class DevnetUp:
     reason: str  # why it deployed, or why it did not need to
     content: ContentService | None = None  # None when GYM_IPFS_API names the content endpoint
     started_content: bool = False  # this call started the content service
+    manifest_cid: str | None = None  # the manifest, published to the content endpoint
 
 
 @dataclass
@@ -75,8 +76,45 @@ def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = F
     if deployment.content_api != content_api:
         deployment.content_api = content_api
         deployment.save(settings.deployment_file)
+    manifest_cid = _content_store(settings).add_file(
+        deployment.model_dump_json(indent=2).encode(), pin=True)
     return DevnetUp(deployment, anvil, started, deployed, reason, service,
-                    isinstance(content, Starting))
+                    isinstance(content, Starting), manifest_cid)
+
+
+def _content_store(settings: GymSettings):
+    from ledger.content import open_content_store
+
+    return open_content_store(settings.ipfs_api, settings.data_dir / "ipfs")
+
+
+def devnet_join(settings: GymSettings, cid: str) -> Deployment:
+    """Join the deployment whose manifest another party published as ``cid``: fetched from
+    the content endpoint (``GYM_IPFS_API``), checked against the chain at ``GYM_RPC_URL``
+    (``deploy.foreign_problems``: its blocks, this build's code, the contracts' wiring), and
+    written to ``GYM_DEPLOYMENT_FILE`` with that RPC URL. ``DevnetError`` says why not."""
+    from devnet.deploy import MAX_MANIFEST_BYTES, foreign_problems
+    from devnet.errors import DevnetError
+
+    if not settings.rpc_url:
+        raise DevnetError("joining a deployment needs the chain it is on: set GYM_RPC_URL")
+    deployment = Deployment.from_published(
+        _content_store(settings).cat(cid, max_bytes=MAX_MANIFEST_BYTES), cid)
+    problems = foreign_problems(connect(settings.rpc_url), deployment)
+    if problems:
+        raise DevnetError(f"the chain at {settings.rpc_url} does not hold the deployment {cid}: "
+                          + "; ".join(problems[:3]))
+    if settings.deployment_file.exists():
+        try:
+            current = Deployment.load(settings.deployment_file)
+        except DeploymentFileError:
+            current = None
+        if current is not None and current.contracts != deployment.contracts:
+            raise DevnetError(f"{settings.deployment_file} holds another deployment: move it "
+                              "away (or set GYM_DEPLOYMENT_FILE) to join this one")
+    deployment.rpc_url = settings.rpc_url
+    deployment.save(settings.deployment_file)
+    return deployment
 
 
 def _chain(settings: GymSettings, port: int | None) -> tuple[AnvilProcess | None, bool, str]:

@@ -50,3 +50,46 @@ def test_a_publisher_on_the_endpoint_only_and_its_endpoint_down(ledger_devnet, t
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "audit clean: 1 checkpoints, 5 entries replayed" in audit.stdout
 
+
+
+def test_a_party_joins_from_the_published_manifest_alone(ledger_devnet, tmp_path):
+    """`gym devnet up` publishes its manifest to the content endpoint; a party with only the
+    RPC URL, the endpoint and that CID joins (the manifest checked against the chain: its
+    blocks, this build's code, the wiring) and can use the deployment. A manifest that swaps a
+    contract's address (code hash updated to match) or is not a manifest is refused."""
+    from eth_utils import keccak
+    from web3 import Web3
+
+    gym = ledger_devnet.gym
+    up = gym.run("devnet", "up", "--json")
+    assert up.returncode == 0, up.stderr
+    published = json.loads(up.stdout)
+    cid, endpoint = published["manifest_cid"], published["content_api"]
+    joiner = {"GYM_DATA_DIR": str(tmp_path / "joiner"), "GYM_IPFS_API": endpoint,
+              "GYM_DEPLOYMENT_FILE": str(tmp_path / "joiner" / "deployment.json")}
+    joined = gym.run("devnet", "join", cid, extra_env=joiner)
+    assert joined.returncode == 0, joined.stderr
+    assert f"joined: the chain holds deployment {cid}" in joined.stdout
+    mine = json.loads(gym.deployment_file.read_text())
+    theirs = json.loads((tmp_path / "joiner" / "deployment.json").read_text())
+    assert theirs["contracts"] == mine["contracts"] and theirs["rpc_url"] == gym.env["GYM_RPC_URL"]
+    listed = gym.run("gov", "list", extra_env=joiner)
+    assert listed.returncode == 0 and "no proposals yet" in listed.stdout, listed.stderr
+
+    # an impostor: the token's address swapped for another contract's, its hash to match
+    w3 = Web3(Web3.HTTPProvider(gym.env["GYM_RPC_URL"]))
+    forged = json.loads(json.dumps(mine))
+    other = mine["contracts"]["ExperienceLedger"]["address"]
+    forged["contracts"]["GymToken"] = {**forged["contracts"]["GymToken"], "address": other,
+                                       "code_hash": "0x" + keccak(w3.eth.get_code(other)).hex()}
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    (tmp_path / "junk.json").write_text('{"version": 9}')
+    for name, why in (("forged.json", "GymToken at " + other + " is not this build's contract"),
+                      ("junk.json", "is not a deployment manifest")):
+        added = gym.run("ipfs", "add", str(tmp_path / name), extra_env=joiner)
+        assert added.returncode == 0, added.stderr
+        bad_cid = added.stdout.split()[-1]
+        refused = gym.run("devnet", "join", bad_cid, extra_env={
+            **joiner, "GYM_DEPLOYMENT_FILE": str(tmp_path / f"{name}.deployment.json")})
+        assert refused.returncode == 1 and why in refused.stderr, refused.stderr
+        assert not (tmp_path / f"{name}.deployment.json").exists()
