@@ -85,8 +85,10 @@ def pid_file(data_dir: Path) -> Path:
     return data_dir / "anvil.json"
 
 
-def start_anvil(data_dir: Path, host: str, port: int, chain_id: int) -> AnvilProcess:
-    """Start Anvil on ``host:port`` (``port`` 0: a free one) and wait until it answers."""
+def start_anvil(data_dir: Path, host: str, port: int, chain_id: int,
+                fork_url: str | None = None) -> AnvilProcess:
+    """Start Anvil on ``host:port`` (``port`` 0: a free one) and wait until it answers; with
+    ``fork_url``, a fork of that chain (its chain id, state read from it on demand)."""
     if port == 0:
         port = free_port(host)
     elif not port_is_free(host, port):
@@ -97,7 +99,8 @@ def start_anvil(data_dir: Path, host: str, port: int, chain_id: int) -> AnvilPro
     binary = foundry_binary("anvil")
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "anvil.log"
-    cmd = [str(binary), "--host", host, "--port", str(port), "--chain-id", str(chain_id)]
+    cmd = [str(binary), "--host", host, "--port", str(port)]
+    cmd += ["--fork-url", fork_url] if fork_url else ["--chain-id", str(chain_id)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

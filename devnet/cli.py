@@ -302,6 +302,98 @@ def down() -> None:
                       highlight=False)
 
 
+@app.command(name="deploy")
+def deploy(
+    expect_chain_id: Annotated[int, typer.Option(
+        "--expect-chain-id", help="The chain id GYM_RPC_URL must report (e.g. 11155111 for "
+                                  "Sepolia); anything else is refused before a transaction.")],
+    holder: Annotated[list[str], typer.Option(
+        "--holder", metavar="ADDRESS", help="An address that receives the initial GYM (tokens_per_holder each); "
+                         "repeat it. Holders delegate their votes themselves later.")],
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Run the deployment on a local Anvil fork of the network: print "
+                          "the addresses and the gas; send nothing.")] = False,
+    params: Annotated[Path | None, typer.Option(
+        help="JSON of the DAO's parameters (devnet/deploy.py GovernanceParams: timelock delay, "
+             "voting period, stakes, ...); default: the devnet's short ones.",
+        exists=True, dir_okay=False)] = None,
+    key_env: Annotated[str | None, typer.Option(
+        help="Environment variable holding the deployer's hex key.")] = "GYM_DEPLOYER_KEY",
+    keystore: Annotated[Path | None, typer.Option(
+        help="Encrypted JSON keystore of the deployer (instead of --key-env).",
+        exists=True, dir_okay=False)] = None,
+    password_env: Annotated[str, typer.Option(
+        help="Environment variable holding the keystore's password.")] = "GYM_KEYSTORE_PASSWORD",
+) -> None:
+    """Deploy every contract to the EVM network at GYM_RPC_URL (not the devnet) with your own
+    key, and write the same manifest as `gym devnet up` (GYM_DEPLOYMENT_FILE), published to
+    GYM_IPFS_API for others to `gym devnet join`. Run it with --dry-run first."""
+    from eth_utils import is_address, to_checksum_address
+
+    from devnet.deploy import GovernanceParams, connect, print_deployment
+    from devnet.remote import check_target, deploy_remote, plan_deployment
+    from devnet.settings import GymSettings
+    from inference_node.launch import load_key
+    from ledger.json_input import parse_json
+
+    settings = GymSettings()
+    if not settings.rpc_url:
+        raise typer.BadParameter("set GYM_RPC_URL to the network's JSON-RPC endpoint",
+                                 param_hint="GYM_RPC_URL")
+    bad = [h for h in holder if not is_address(h)]
+    if bad:
+        raise typer.BadParameter(f"not an address: {bad[0]!r:.60}", param_hint="--holder")
+    holders = tuple(dict.fromkeys(to_checksum_address(h) for h in holder))
+    governance = GovernanceParams()
+    if params is not None:
+        try:
+            governance = GovernanceParams.model_validate(parse_json(
+                params.read_bytes(), max_bytes=64 * 1024, max_depth=4, what=str(params)))
+        except ValueError as exc:  # JSONInputError and pydantic's ValidationError
+            raise typer.BadParameter(f"{params}: {str(exc).splitlines()[0]}",
+                                     param_hint="--params") from None
+    key = load_key(None if keystore else key_env, keystore, password_env)
+    if key is None:
+        raise typer.BadParameter("give the deployer's key: --key-env VAR or --keystore FILE")
+    check_target(connect(settings.rpc_url), expect_chain_id, key)
+    if dry_run:
+        with err_console.status("deploying on a local fork of the network"):
+            plan = plan_deployment(settings.rpc_url, key, governance, holders)
+        from rich.table import Table
+
+        from ledger.tables import print_table
+
+        table = Table("contract", "address", title=f"dry run on chain {plan.chain_id} "
+                                                     f"(deployer {plan.deployer})")
+        for name, address in plan.addresses.items():
+            table.add_row(name, address)
+        print_table(table, console)
+        gwei = plan.gas_price_wei / 1e9
+        console.print(f"{len(plan.spent)} transactions, {plan.total_gas:,} gas; at {gwei:g} "
+                      f"gwei now: {plan.cost_wei / 1e18:.6f} ETH (the deployer holds "
+                      f"{plan.balance_wei / 1e18:.6f} ETH); nothing was sent", highlight=False)
+        if plan.balance_wei < plan.cost_wei:
+            err_console.print("[yellow]warning:[/yellow] the deployer cannot pay for it yet")
+        return
+    if settings.deployment_file.exists():
+        raise typer.BadParameter(f"{settings.deployment_file} exists: move it away or set "
+                                 "GYM_DEPLOYMENT_FILE, so no manifest is overwritten",
+                                 param_hint="GYM_DEPLOYMENT_FILE")
+    with err_console.status(f"deploying to chain {expect_chain_id}"):
+        deployment = deploy_remote(settings.rpc_url, key, governance, holders)
+        deployment.content_api = settings.ipfs_api
+        deployment.save(settings.deployment_file)
+    print_deployment(console, deployment, deployment.rpc_url)
+    console.print(f"wrote {settings.deployment_file}", highlight=False)
+    if settings.ipfs_api:
+        from ledger.content import open_content_store
+
+        cid = open_content_store(settings.ipfs_api, settings.data_dir / "ipfs").add_file(
+            deployment.model_dump_json(indent=2).encode(), pin=True)
+        console.print(f"manifest published: {cid}   others join with `gym devnet join {cid}`",
+                      highlight=False)
+
+
 @devnet_app.command()
 def join(
     cid: Annotated[str, typer.Argument(help="The CID of the deployment manifest `gym devnet up` "

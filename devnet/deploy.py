@@ -203,13 +203,14 @@ class Deployer:
         self.chain_id = w3.eth.chain_id
         self.evm = EvmConnection(w3, [load_artifact(name).abi for name in CONTRACT_NAMES],
                                  receipt_timeout=60)
+        self.spent: list[tuple[str, int]] = []  # (what, gas used) per transaction sent
 
     def deploy(self, name: str, *args) -> DeployedContract:
         from eth_utils import keccak
 
         artifact = load_artifact(name)
         factory = self.w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
-        receipt = self.send(factory.constructor(*args))
+        receipt = self.send(factory.constructor(*args), what=f"deploy {name}")
         address = receipt["contractAddress"]
         code = self.w3.eth.get_code(address)
         return DeployedContract(
@@ -221,7 +222,7 @@ class Deployer:
         """A web3 handle on a contract deployed here."""
         return self.w3.eth.contract(address=deployed.address, abi=load_artifact(name).abi)
 
-    def send(self, call, key: str | None = None):
+    def send(self, call, key: str | None = None, what: str = ""):
         """Build, sign and send a contract call or constructor; returns the receipt.
 
         Signs with the deployer's key, or with ``key`` (a devnet holder acting for itself).
@@ -232,9 +233,12 @@ class Deployer:
 
         account = self.account if key is None else Account.from_key(key)
         try:
-            return self.evm.send(call, account)
+            receipt = self.evm.send(call, account)
         except ChainError as exc:
             raise DevnetError(f"a deployment transaction failed: {exc}") from None
+        name = what or getattr(call, "fn_name", "transaction")
+        self.spent.append((name, int(receipt["gasUsed"])))
+        return receipt
 
 
 def deploy_all(
@@ -243,19 +247,26 @@ def deploy_all(
     rpc_url: str,
     governance: GovernanceParams,
     holder_keys: tuple[str, ...] = ANVIL_DEV_KEYS,
+    holders: tuple[str, ...] | None = None,
+    deployer: Deployer | None = None,
 ) -> Deployment:
     """Deploy every contract in dependency order, wire the DAO, return the manifest (not saved).
 
     ``holder_keys`` are the accounts that receive tokens and self-delegate; each needs ether
-    for one transaction.
+    for one transaction. Or ``holders``: the addresses that receive tokens, which delegate
+    later themselves (`gym gov delegate`; a deployment to a public network, `gym deploy`).
+    ``deployer``: the ``Deployer`` to send with (its ``spent`` lists the gas of each
+    transaction).
     """
     from eth_account import Account
 
     from ledger.evm import ZERO_ADDRESS
 
-    holders = [Account.from_key(key).address for key in holder_keys]
-    governance = governance.model_copy(update={"holders": holders})
-    deployer = Deployer(w3, private_key)
+    delegate = holders is None
+    if holders is None:
+        holders = tuple(Account.from_key(key).address for key in holder_keys)
+    governance = governance.model_copy(update={"holders": list(holders)})
+    deployer = deployer or Deployer(w3, private_key)
 
     contracts = {"ExperienceLedger": deployer.deploy("ExperienceLedger")}
     amount = governance.tokens_per_holder * GYM
@@ -266,7 +277,7 @@ def deploy_all(
     # the more blocks between delegation and the end of the deployment, the sooner the holders
     # can propose.
     token = deployer.contract(contracts["GymToken"], "GymToken")
-    for key, holder in zip(holder_keys, holders, strict=True):
+    for key, holder in zip(holder_keys, holders, strict=True) if delegate else ():
         deployer.send(token.functions.delegate(holder), key=key)
     # The deployer is the timelock's admin only until the governor exists and has its roles.
     contracts["TimelockController"] = deployer.deploy(
