@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,46 +64,19 @@ def gym_env(tmp_path: Path):
     stop_local_processes(data_dir)
 
 
-def _postgres_bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    return found[-1].parent if found else None
-
-
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory):
-    """A throwaway PostgreSQL cluster on a free loopback port, stopped after the session.
+def postgres_url():
+    """A throwaway PostgreSQL cluster (tests/support/postgres_cluster.py), stopped after the
+    session. Missing PostgreSQL fails the test in CI (setup installs it) and skips it
+    elsewhere."""
+    from postgres_cluster import postgres_bin, postgres_cluster
 
-    The server refuses to run as root, so as root it runs as the `postgres` system user.
-    Missing PostgreSQL fails the test in CI (setup installs it) and skips it elsewhere.
-    """
-    import shutil
-    import socket
-
-    bindir = _postgres_bin()
-    if bindir is None:
+    if postgres_bin() is None:
         if os.environ.get("CI"):
             pytest.fail("PostgreSQL is not installed: run `make setup` (apt-get install postgresql)")
         pytest.skip("PostgreSQL is not installed (make setup installs it)")
-    base = Path(tempfile.mkdtemp(prefix="gym-pg-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    data = base / "data"
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
-                    "postgres", "--no-sync"], check=True, capture_output=True)
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w",
-                    "-l", str(base / "log"), "start"], check=True, capture_output=True)
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                        "stop"], capture_output=True, check=False)
-        shutil.rmtree(base, ignore_errors=True)
+    with postgres_cluster() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
