@@ -346,6 +346,9 @@ def deploy(
     holders = tuple(dict.fromkeys(to_checksum_address(h) for h in holder))
     governance = GovernanceParams()
     if params is not None:
+        if params.stat().st_size > 64 * 1024:
+            raise typer.BadParameter(f"{params} is over 64 KiB: not a parameters file",
+                                     param_hint="--params")
         try:
             governance = GovernanceParams.model_validate(parse_json(
                 params.read_bytes(), max_bytes=64 * 1024, max_depth=4, what=str(params)))
