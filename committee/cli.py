@@ -250,7 +250,7 @@ def serve(
         report=lambda line: console.print(line, highlight=False, markup=False),
         stop=threading.Event())
     index, address = service.identity()  # before the model loads: a wrong key fails at once
-    stop = _stop_event(service, busy=lambda: not worker.ready)
+    stop = _stop_event(service, busy=lambda: worker.starting)
     try:
         with console.status(f"loading {model} in the judge process"):
             worker.start()

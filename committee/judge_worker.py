@@ -80,6 +80,7 @@ class JudgeWorker:
         self._baseline: int | None = None
         self.started = 0  # workers started so far (a killed one is replaced)
         self.ready = False  # a worker is up and has built its ops
+        self.starting = False  # start() is waiting for a worker to build its ops
 
     def start(self) -> None:
         """Start the worker and wait until its factory has run (JudgeWorkerError if it fails
@@ -97,10 +98,13 @@ class JudgeWorker:
         child.close()
         self._proc, self._conn = proc, parent
         self.started += 1
+        self.starting = True
         try:
             kind, detail = self._answer(self.bounds.start_s, memory=False)
         except BoundExceeded as exc:
             raise JudgeWorkerError(f"the judge worker did not start: {exc}") from None
+        finally:
+            self.starting = False
         if kind != "ready":
             self.close()
             raise JudgeWorkerError(f"the judge worker could not start: {detail}")

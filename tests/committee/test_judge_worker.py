@@ -83,7 +83,7 @@ def test_a_factory_that_fails_is_a_clear_error_at_start():
     broken = JudgeWorker(judge_ops.broken_ops)
     with pytest.raises(JudgeWorkerError, match="could not start: RuntimeError: no model in"):
         broken.start()
-    assert not broken.ready
+    assert not broken.ready and not broken.starting
 
 
 def test_a_signal_during_a_judgement_stops_it_at_once_and_kills_the_worker(worker):
