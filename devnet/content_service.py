@@ -60,26 +60,27 @@ class Starting:
         self.data_dir, self.proc, self.service = data_dir, proc, service
 
     def wait(self, timeout_s: float = STARTUP_TIMEOUT_S) -> ContentService:
-        """The service once it answers, recorded in ``<data_dir>/ipfs-serve.json``;
-        ``DevnetError`` if it exits or does not answer within ``timeout_s``."""
+        """The service once it answers (recorded in ``<data_dir>/ipfs-serve.json`` from its
+        launch); ``DevnetError`` if it exits or does not answer within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         log_path = Path(self.service.log_file)
         while not answers(self.service.url):
             if self.proc.poll() is not None:
+                record_file(self.data_dir).unlink(missing_ok=True)
                 tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or [
                     "no output"]
                 raise DevnetError(f"the content service exited with code "
                                   f"{self.proc.returncode} at start: {tail[0]}")
             if time.monotonic() > deadline:
-                terminate(self.proc.pid)
+                self.cancel()
                 raise DevnetError(f"the content service did not answer on {self.service.url} "
                                   f"within {timeout_s:.0f} s (log: {log_path})")
             time.sleep(0.1)
-        record_file(self.data_dir).write_text(json.dumps(asdict(self.service), indent=2) + "\n")
         return self.service
 
     def cancel(self) -> None:
         terminate(self.proc.pid)
+        record_file(self.data_dir).unlink(missing_ok=True)
 
 
 def launch_content_service(data_dir: Path, host: str, port: int) -> Starting:
@@ -99,13 +100,11 @@ def launch_content_service(data_dir: Path, host: str, port: int) -> Starting:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    return Starting(data_dir, proc, ContentService(proc.pid, host, port, str(store_dir),
-                                                   str(log_path)))
-
-
-def start_content_service(data_dir: Path, host: str, port: int) -> ContentService:
-    """``launch_content_service`` and wait until it answers."""
-    return launch_content_service(data_dir, host, port).wait()
+    service = ContentService(proc.pid, host, port, str(store_dir), str(log_path))
+    # recorded at once: a `gym devnet up` killed before it answers leaves a process that
+    # `gym devnet down` still finds and stops
+    record_file(data_dir).write_text(json.dumps(asdict(service), indent=2) + "\n")
+    return Starting(data_dir, proc, service)
 
 
 def running_content_service(data_dir: Path) -> ContentService | None:
@@ -134,4 +133,4 @@ def stop_content_service(data_dir: Path) -> ContentService | None:
 
 
 __all__ = ["ContentService", "Starting", "answers", "launch_content_service",
-           "running_content_service", "start_content_service", "stop_content_service"]
+           "running_content_service", "stop_content_service"]
