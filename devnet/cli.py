@@ -151,8 +151,15 @@ def audit(
                           "reads instead of --key-env.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (every "
                                           "value in full); the exit code is the same.")] = False,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue the last audit of this log where it stopped (its state is "
+                         "saved under GYM_DATA_DIR/audits as it goes; a later --resume also "
+                         "replays only the checkpoints anchored since).")] = False,
 ) -> None:
     """Replay a log from chain events and the content store alone; exit 1 on any discrepancy.
+
+    Through a Kubo endpoint (GYM_IPFS_API) entries arrive a thousand per request, as the CARs
+    of their batch's entries DAG; the report names the first bad entry (leaf and CID).
 
     When the log holds receipts (a node's receipt log), also check every receipt's signature
     under this deployment's domain and that one signer (the node) signed them all, naming each
@@ -167,7 +174,8 @@ def audit(
 
     collector = ReceiptCollector()
     report = ledger.cli.replay_log(ctx, log, log_id, from_block, on_entry=collector,
-                                   as_json=as_json)
+                                   as_json=as_json, resume=resume,
+                                   receipts=lambda: len(collector.receipts))
     ok, receipts = report.ok, None
     if collector.receipts:
         receipts = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,

@@ -129,7 +129,7 @@ def _dag_blocks(store: LocalBlockStore, root: CID, wanted: _Wanted) -> Iterator[
             stack.extend(reversed([link.cid for link in decode_pbnode(block).links]))
 
 
-def _car_bytes(root: CID, blocks: Iterator[tuple[CID, bytes]]) -> Iterator[bytes]:
+def car_bytes(root: CID, blocks: Iterator[tuple[CID, bytes]]) -> Iterator[bytes]:
     header = encode_header([root])
     yield encode_varint(len(header)) + header
     for cid, block in blocks:
@@ -202,5 +202,5 @@ def add_gateway(app: FastAPI, store: LocalBlockStore) -> None:
                 await run_in_threadpool(lambda: [None for _ in _dag_blocks(store, cid, wanted)])
         if request.method == "HEAD":
             return Response(b"", media_type=media_type, headers=headers)
-        return StreamingResponse(_car_bytes(cid, _dag_blocks(store, cid, wanted)),
+        return StreamingResponse(car_bytes(cid, _dag_blocks(store, cid, wanted)),
                                  media_type=media_type, headers=headers)

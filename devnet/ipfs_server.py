@@ -16,6 +16,9 @@ the field ``file``). Answers are JSON with Kubo's field names; errors are
   inline, directories) is refused: this store cannot make those DAGs, and a CID that differs
   from Kubo's must never be returned. ``pin`` defaults to true, as in Kubo.
 - ``cat``, ``block/get``, ``block/put``, ``block/stat``, ``pin/add``, ``pin/ls``, ``version``.
+- ``dag/export``: the DAG under ``arg`` as a CARv1 (parents first, each block once), streamed
+  as Kubo streams it: the root must be here before the 200; a block found missing or damaged
+  later ends the stream early, which the reader sees as a truncated CAR.
 
 The gateway (``GET``/``HEAD /ipfs/{cid}``, raw blocks and CARs) is ``devnet.ipfs_gateway``.
 
@@ -40,11 +43,11 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from devnet.ipfs_gateway import add_gateway, gateway_status, header_params
+from devnet.ipfs_gateway import add_gateway, car_bytes, gateway_status, header_params
 from ledger.blockstore import LocalBlockStore
 from ledger.errors import LedgerError, VerificationError
 from ledger.multiformats import CID, DAG_PB, RAW
-from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream
+from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream, walk_dag
 
 KUBO_RPC_VERSION = "0.35.0"  # the Kubo release whose RPC reference this subset follows
 KUBO_REPO_VERSION = "16"
@@ -338,6 +341,24 @@ def _verified_stream(chunks: Iterator[bytes]) -> StreamingResponse:
                              headers={"X-Stream-Output": "1"})
 
 
+def _exported(store: LocalBlockStore, root: CID, piece: int = 1 << 16) -> Iterator[bytes]:
+    """``dag/export``'s body in pieces of about ``piece`` bytes (a block is a few hundred
+    bytes: one write per block would cost more than the block); ends where a block fails."""
+    pending: list[bytes] = []
+    size = 0
+    try:
+        for part in car_bytes(root, walk_dag(root, store.get_block)):
+            pending.append(part)
+            size += len(part)
+            if size >= piece:
+                yield b"".join(pending)
+                pending, size = [], 0
+    except (LedgerError, VerificationError):
+        pass  # a missing or damaged block: the reader sees the CAR end early
+    if pending:
+        yield b"".join(pending)
+
+
 def _byte_range(chunks: Iterator[bytes], offset: int, length: int | None) -> Iterator[bytes]:
     for chunk in chunks:
         if offset >= len(chunk):
@@ -442,6 +463,13 @@ def create_app(store: LocalBlockStore) -> FastAPI:
                 await run_in_threadpool(store.pin_add, answer["Key"])
             answers.append(answer)
         return _ndjson(answers)
+
+    @app.post("/api/v0/dag/export")
+    async def dag_export(request: Request) -> Response:
+        root = _parse_cid(_Args(request).args("arg")[0])
+        await run_in_threadpool(store.get_block, root)  # Kubo's error before the 200
+        return StreamingResponse(_exported(store, root), media_type="application/vnd.ipld.car",
+                                 headers={"X-Stream-Output": "1"})
 
     @app.post("/api/v0/pin/add")
     async def pin_add(request: Request) -> dict:

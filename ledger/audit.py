@@ -37,12 +37,23 @@ about 6 s (``benchmarks/bench_audit.py``); full validation was kept, it does not
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger.batches import BatchError, BatchMismatchError, fetch_batch, verify_batch
+from ledger import batches
+from ledger.audit_state import AuditState, AuditStateError
+from ledger.batches import (
+    BatchError,
+    BatchMismatchError,
+    EntryChunk,
+    fetch_batch,
+    verify_batch,
+)
 from ledger.chain import (
     AnchorCall,
     AnchoredEvent,
@@ -51,14 +62,17 @@ from ledger.chain import (
     LedgerContract,
     LogKind,
 )
-from ledger.entries import decode_entry
+from ledger.entries import MAX_ENTRY_BYTES, decode_entry
 from ledger.errors import (
     ContentIntegrityError,
+    ContentStoreError,
+    ContentStoreUnreachableError,
     EntryError,
+    LedgerError,
     NotFoundError,
     VerificationError,
 )
-from ledger.multiformats import MultiformatError
+from ledger.multiformats import MultiformatError, raw_sha256_cid_bytes
 from ledger.rfc9162 import EMPTY_ROOT, verify_consistency
 
 if TYPE_CHECKING:
@@ -78,6 +92,7 @@ class Discrepancy:
     leaf: int | None = None  # leaf index concerned
     expected: object = None
     computed: object = None
+    entry_cid: str | None = None  # the entry concerned, where one is
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,12 @@ class _Tree:
             self._stack.append(sha(b"\x01" + self._stack.pop() + right).digest())
             count >>= 1
 
+    def stack(self) -> list[bytes]:
+        return list(self._stack)
+
+    def load(self, size: int, stack: list[bytes]) -> None:
+        self.size, self._stack = size, list(stack)
+
     def root(self) -> bytes:
         if not self._stack:
             return EMPTY_ROOT
@@ -150,22 +171,28 @@ class _Replay:
     def flag(self, kind: str, message: str, **where: Any) -> None:
         self.report.discrepancies.append(Discrepancy(kind, message, **where))
 
-    def read_entry(self, index: int, cid: str, checkpoint: int) -> bytes | None:
-        """Fetch and validate entry ``cid`` at leaf ``index``; None when unreadable."""
+    def read_entry(self, index: int, cid: str, checkpoint: int, data: bytes | None = None
+                   ) -> bytes | None:
+        """Validate entry ``cid`` at leaf ``index``: ``data`` when it came verified with its
+        batch's CAR, else fetched by CID; None when unreadable."""
         try:
-            data = self.content.cat(cid)
-        except NotFoundError as exc:
+            if data is None:
+                data = self.content.cat(cid)
+        except (NotFoundError, ContentStoreError) as exc:
+            if isinstance(exc, ContentStoreUnreachableError):
+                raise  # the endpoint is down: not a fault of the log
             self.flag("entry-missing", f"fetching entry {cid} of leaf {index}: {exc}",
-                      checkpoint=checkpoint, leaf=index)
+                      checkpoint=checkpoint, leaf=index, entry_cid=cid)
             return None
         except (ContentIntegrityError, MultiformatError) as exc:
             self.flag("entry-corrupt", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index,
-                      expected=exc.expected, computed=exc.computed)
+                      expected=exc.expected, computed=exc.computed, entry_cid=cid)
             return None
         try:
             decode_entry(data)
         except EntryError as exc:
-            self.flag("entry-invalid", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index)
+            self.flag("entry-invalid", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index,
+                      entry_cid=cid)
         else:
             if self.on_entry is not None:
                 self.on_entry(index, cid, data)
@@ -201,16 +228,34 @@ class _Replay:
 
 def audit_log(contract: LedgerContract, content: ContentStore, log_id: int, *,
               from_block: int = 0, to_block: int | None = None,
-              progress: Progress | None = None, on_entry: EntryHook | None = None
-              ) -> AuditReport:
+              progress: Progress | None = None, on_entry: EntryHook | None = None,
+              resume: AuditState | None = None,
+              save: Callable[[AuditState], None] | None = None,
+              save_every_s: float = 1.0) -> AuditReport:
     """Replay log ``log_id`` from chain events (from ``from_block``) and ``content``.
     ``on_entry`` is called with every valid entry read (leaf index, CID, bytes), in order: what
-    checks a log's entries further (``gym audit`` checks a receipt log's signatures with it)."""
+    checks a log's entries further (``gym audit`` checks a receipt log's signatures with it).
+
+    A publisher log's replay can be resumed: ``save`` is called with its state
+    (``ledger.audit_state``) at chunk and checkpoint boundaries, at most once per
+    ``save_every_s``, and at the end; ``resume`` continues from such a state (``AuditStateError`` if it belongs to
+    another log or chain, or its last checkpoint is not on chain any more). Entries replayed
+    before the resume are not passed to ``on_entry`` again. A curated log is always replayed
+    whole (``resume`` and ``save`` are ignored)."""
     state = contract.log_info(log_id)
     report = AuditReport(log_id, state.name, state.kind, state.owner, state.size, state.root)
     replay = _Replay(report, content, progress, on_entry)
     if state.kind == LogKind.PUBLISHER:
-        _audit_publisher(contract, replay, log_id, from_block, to_block)
+        base = AuditState(contract.w3.eth.chain_id, contract.address, log_id)
+        if resume is not None:
+            if not resume.belongs_to(base.chain_id, base.ledger, log_id):
+                raise AuditStateError(
+                    f"the saved audit is of log {resume.log_id} of ledger {resume.ledger} on "
+                    f"chain {resume.chain_id}, not of log {log_id} of {base.ledger} on chain "
+                    f"{base.chain_id}")
+            _restore(replay, resume)
+        saver = _Saver(base, save, save_every_s) if save is not None else None
+        _audit_publisher(contract, replay, log_id, from_block, to_block, resume, saver)
     else:
         _audit_curated(contract, replay, log_id, from_block, to_block)
     checkpoints = report.checkpoints
@@ -251,7 +296,17 @@ def print_audit_report(report: AuditReport, console: Console) -> None:
                          "" if d.expected is None else str(d.expected),
                          "" if d.computed is None else str(d.computed))
     print_table(problems, console)
+    bad = first_bad_entry(report)
+    if bad is not None:
+        console.print(f"first bad entry: leaf {bad.leaf}, {bad.entry_cid} ({bad.kind})",
+                      highlight=False)
     console.print(f"[red]audit failed[/red]: {len(report.discrepancies)} discrepancies")
+
+
+def first_bad_entry(report: AuditReport) -> Discrepancy | None:
+    """The discrepancy of the lowest leaf that names an entry, if any."""
+    named = [d for d in report.discrepancies if d.entry_cid is not None and d.leaf is not None]
+    return min(named, key=lambda d: d.leaf) if named else None
 
 
 def audit_report_json(report: AuditReport) -> dict[str, Any]:
@@ -263,44 +318,162 @@ def audit_report_json(report: AuditReport) -> dict[str, Any]:
         "log_id": report.log_id, "name": report.name, "kind": report.kind.name.lower(),
         "owner": report.owner, "size": report.size, "root": _hex(report.root),
         "leaves_replayed": report.leaves, "ok": report.ok,
+        "first_bad_entry": None if (bad := first_bad_entry(report)) is None else {
+            "leaf": bad.leaf, "entry_cid": bad.entry_cid, "kind": bad.kind},
         "checkpoints": [{"size": c.size, "root": _hex(c.root), "tx_hash": c.tx_hash,
                          "block_number": c.block_number, "batch_cid": c.batch_cid, "ok": c.ok}
                         for c in report.checkpoints],
         "discrepancies": [{"kind": d.kind, "message": d.message, "checkpoint": d.checkpoint,
-                           "leaf": d.leaf, "expected": plain(d.expected),
+                           "leaf": d.leaf, "entry_cid": d.entry_cid, "expected": plain(d.expected),
                            "computed": plain(d.computed)} for d in report.discrepancies],
     }
 
 
 def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, from_block: int,
-                     to_block: int | None) -> None:
-    prev_size, prev_root = 0, EMPTY_ROOT
+                     to_block: int | None, resume: AuditState | None,
+                     saver: _Saver | None) -> None:
+    prev_size, prev_root, position = 0, EMPTY_ROOT, 0
+    flagged_at: int | None = None
+    if resume is not None:
+        prev_size, prev_root = resume.prev_size, bytes.fromhex(resume.prev_root[2:])
+        position, flagged_at = resume.position, resume.flagged_at
     calls_by_tx: dict[str, list[AnchorCall] | ChainError] = {}  # one trace per transaction
     for event in contract.anchored(log_id, from_block, to_block):
-        flagged = len(replay.report.discrepancies)
-        if event.tx_hash not in calls_by_tx:
-            try:
-                calls_by_tx[event.tx_hash] = contract.anchor_calls(event.tx_hash)
-            except ChainError as exc:
-                calls_by_tx[event.tx_hash] = exc
-        _check_anchor_call(replay, event, calls_by_tx[event.tx_hash], prev_size, prev_root)
+        if event.size < prev_size:
+            continue  # replayed before the resume
+        if event.size == prev_size:
+            if resume is not None and event.root != prev_root:
+                raise AuditStateError(
+                    f"the saved audit passed log {log_id}'s checkpoint at size {prev_size} with "
+                    f"root {_hex(prev_root)}; the chain now anchors {_hex(event.root)} there: "
+                    "audit again without --resume")
+            continue
+        if flagged_at is not None:  # resumed inside this checkpoint: its call was checked
+            flagged, flagged_at = flagged_at, None
+        else:
+            flagged = len(replay.report.discrepancies)
+            if event.tx_hash not in calls_by_tx:
+                try:
+                    calls_by_tx[event.tx_hash] = contract.anchor_calls(event.tx_hash)
+                except ChainError as exc:
+                    calls_by_tx[event.tx_hash] = exc
+            _check_anchor_call(replay, event, calls_by_tx[event.tx_hash], prev_size, prev_root)
         cids = _batch_entries(replay, event, log_id, prev_size)
         if cids is None:  # without the manifest these leaves are unknown
             replay.broken_at = prev_size if replay.broken_at is None else replay.broken_at
-            replay.report.leaves += event.size - prev_size
+            replay.report.leaves += event.size - prev_size - position
         else:
-            for index, cid in enumerate(cids, start=prev_size):
-                data = replay.read_entry(index, cid, event.size)
+            for offset, cid, fetched in _entry_stream(replay.content, cids, position):
+                index = prev_size + offset
+                data = replay.read_entry(index, cid, event.size, fetched)
                 if data is None:
                     replay.broken_at = index if replay.broken_at is None else replay.broken_at
                 elif replay.broken_at is None:
                     replay.tree.append(hashlib.sha256(b"\x00" + data).digest())
                 replay.leaf_done()
+                done = offset + 1
+                if saver is not None and done % batches.ENTRY_DAG_FANOUT == 0 and done < len(cids):
+                    saver.boundary(replay, prev_size, prev_root, done, flagged)
+        position = 0
         replay.check_root(event.size, event.root)
         replay.report.checkpoints.append(CheckpointAudit(
             event.size, event.root, event.tx_hash, event.block_number, event.batch_cid,
             ok=len(replay.report.discrepancies) == flagged))
         prev_size, prev_root = event.size, event.root
+        if saver is not None:
+            saver.boundary(replay, prev_size, prev_root, 0, len(replay.report.discrepancies))
+    if saver is not None:
+        saver.boundary(replay, prev_size, prev_root, position,
+                       len(replay.report.discrepancies), force=True)
+
+
+class _Saver:
+    """Saves the replay's state (``ledger.audit_state``) at boundaries, at most once per
+    ``every_s`` seconds unless forced."""
+
+    def __init__(self, base: AuditState, save: Callable[[AuditState], None],
+                 every_s: float = 1.0):
+        self.base, self.save, self.every_s = base, save, every_s
+        self.last = time.monotonic()
+
+    def boundary(self, replay: _Replay, prev_size: int, prev_root: bytes, position: int,
+                 flagged_at: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        report = replay.report
+        json_report = audit_report_json(report)
+        self.save(dataclasses.replace(
+            self.base, prev_size=prev_size, prev_root=_hex(prev_root), position=position,
+            flagged_at=flagged_at, tree_size=replay.tree.size,
+            tree=[_hex(h) for h in replay.tree.stack()], broken_at=replay.broken_at,
+            diverged_at=replay.diverged_at, leaves=report.leaves,
+            checkpoints=json_report["checkpoints"], discrepancies=json_report["discrepancies"]))
+
+
+def _restore(replay: _Replay, state: AuditState) -> None:
+    report = replay.report
+    report.leaves = state.leaves
+    report.checkpoints = [CheckpointAudit(c["size"], bytes.fromhex(c["root"][2:]), c["tx_hash"],
+                                          c["block_number"], c["batch_cid"], c["ok"])
+                          for c in state.checkpoints]
+    report.discrepancies = [Discrepancy(d.get("kind"), d.get("message"), d.get("checkpoint"),
+                                        d.get("leaf"), d.get("expected"), d.get("computed"),
+                                        d.get("entry_cid"))
+                            for d in state.discrepancies]
+    replay.tree.load(state.tree_size, [bytes.fromhex(h[2:]) for h in state.tree])
+    replay.broken_at, replay.diverged_at = state.broken_at, state.diverged_at
+
+
+PREFETCH_CHUNKS = 2  # CARs of a thousand entries fetched ahead while the entries are checked
+
+
+def _export_chunk(export, chunk: EntryChunk) -> dict[bytes, bytes]:
+    """The blocks of one level-1 node's CAR, by binary CID (each verified on arrival)."""
+    blocks: dict[bytes, bytes] = {}
+    for cid, block in export(chunk.cid, max_blocks=chunk.count + 1,
+                             max_bytes=(chunk.count + 1) * (MAX_ENTRY_BYTES + 64)):
+        blocks[cid.to_v1().to_bytes()] = block
+    return blocks
+
+
+def _entry_stream(content: ContentStore, cids: Sequence[str], start: int
+                  ) -> Iterator[tuple[int, str, bytes | None]]:
+    """``(offset, cid, bytes or None)`` for the batch's entries from ``start`` on, in order.
+
+    Through a store that can export DAGs (``KuboStore``: a Kubo node, ``gym ipfs serve``),
+    the entries arrive a thousand per request: the CAR of each level-1 node of the batch's
+    entries DAG (``ledger.batches.batch_dag``, recomputed here from the manifest), fetched
+    ``PREFETCH_CHUNKS`` ahead in threads. ``None`` means "read it by CID": a store without
+    exports, a batch published without its DAG (the first export fails: the rest of the batch
+    is read entry by entry), or an entry its CAR lacked (the read names why)."""
+    export = getattr(content, "export_dag", None)
+    if export is None:
+        for offset in range(start, len(cids)):
+            yield offset, cids[offset], None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = [c for c in batches.batch_dag(cids).chunks if c.start + c.count > start]
+    with ThreadPoolExecutor(PREFETCH_CHUNKS, thread_name_prefix="audit-car") as pool:
+        pending = deque(pool.submit(_export_chunk, export, c) for c in chunks[:PREFETCH_CHUNKS])
+        for number, chunk in enumerate(chunks):
+            blocks: dict[bytes, bytes] = {}
+            if pending:
+                try:
+                    blocks = pending.popleft().result()
+                except (LedgerError, OSError):  # no DAG there, or no dag/export
+                    for future in pending:
+                        future.cancel()
+                    pending.clear()
+                else:
+                    ahead = number + PREFETCH_CHUNKS
+                    if ahead < len(chunks):
+                        pending.append(pool.submit(_export_chunk, export, chunks[ahead]))
+            for offset in range(max(start, chunk.start), chunk.start + chunk.count):
+                cid = cids[offset]
+                yield offset, cid, blocks.get(raw_sha256_cid_bytes(cid))
 
 
 def _check_anchor_call(replay: _Replay, event: AnchoredEvent,
@@ -379,7 +552,8 @@ def _audit_curated(contract: LedgerContract, replay: _Replay, log_id: int, from_
                     if computed != event.leaf_hash:
                         replay.flag("leaf-hash-mismatch", f"entry {event.entry_cid} does not "
                                     "hash to the leaf hash in LeafAppended", leaf=event.index,
-                                    expected=_hex(event.leaf_hash), computed=_hex(computed))
+                                    expected=_hex(event.leaf_hash), computed=_hex(computed),
+                                    entry_cid=event.entry_cid)
             # The chain folded the event's leaf hash: replay the same to check its roots.
             replay.tree.append(event.leaf_hash)
             replay.leaf_done()

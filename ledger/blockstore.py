@@ -51,10 +51,15 @@ class LocalBlockStore:
         self._blocks = self.root / "blocks"
         self._pins = self.root / "pins"
         self._blocks.mkdir(parents=True, exist_ok=True)
+        self._blocks_dir = str(self._blocks) + os.sep
         self._pins.mkdir(parents=True, exist_ok=True)
 
     def _block_path(self, cid: CID) -> Path:
         return self._blocks / str(cid.to_v1())
+
+    def _block_file(self, cid: CID) -> str:
+        """``_block_path`` as a str: reads are a few microseconds of I/O, pathlib doubled it."""
+        return self._blocks_dir + str(cid.to_v1())
 
     # --- blocks ---------------------------------------------------------------------------
 
@@ -79,7 +84,8 @@ class LocalBlockStore:
         """
         cid = CID.coerce(cid)
         try:
-            block = self._block_path(cid).read_bytes()
+            with open(self._block_file(cid), "rb") as handle:
+                block = handle.read()
         except FileNotFoundError:
             hint = f"; {self.missing_hint}" if self.missing_hint else ""
             raise NotFoundError(f"block {cid} is not in the local content store "
@@ -88,7 +94,7 @@ class LocalBlockStore:
         return block
 
     def has(self, cid: CID | str) -> bool:
-        return self._block_path(CID.coerce(cid)).is_file()
+        return os.path.isfile(self._block_file(CID.coerce(cid)))
 
     def delete_block(self, cid: CID | str) -> None:
         try:

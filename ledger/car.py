@@ -21,13 +21,14 @@ True
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from ledger.errors import VerificationError
 from ledger.multiformats import (
     CID,
-    RAW,  # noqa: F401  (used by the docstring example)
+    RAW,
     MultiformatError,
     decode_varint,
     encode_varint,
@@ -217,3 +218,52 @@ def _iter_sections(stream: BinaryIO) -> Iterator[tuple[CID, bytes]]:
         block = section[start:]
         verify_block(cid, block)
         yield cid, block
+
+
+_RAW_SHA256 = b"\x01\x55\x12\x20"  # CIDv1, raw, sha2-256, 32 bytes: an entry's CID
+
+
+def read_car_bytes(data: bytes) -> tuple[list[CID], list[tuple[CID, bytes]], bool]:
+    """``read_car`` over a CAR held in memory: its roots, its blocks (each verified against its
+    CID) and whether it ended cleanly (``False``: cut inside a section, which is dropped).
+
+    Several times faster than the stream reader on archives of small blocks (a thousand
+    entries per archive in an audit): offsets into one buffer, and raw sha2-256 blocks hashed
+    without building a ``CID`` first."""
+    view = memoryview(data)
+    try:
+        length, pos = decode_varint(view, 0)
+    except MultiformatError as exc:
+        raise CarError(f"empty or bad CAR header length: {exc}") from exc
+    if length == 0 or length > _MAX_HEADER or pos + length > len(data):
+        raise CarError(f"bad CAR header length {length}")
+    roots = decode_header(bytes(view[pos:pos + length]))
+    pos += length
+    blocks: list[tuple[CID, bytes]] = []
+    end = len(data)
+    sha256 = hashlib.sha256
+    while pos < end:
+        try:
+            length, start = decode_varint(view, pos)
+        except MultiformatError:
+            return roots, blocks, False
+        if length > _MAX_SECTION:
+            raise CarError(f"CAR section of {length} bytes is too large")
+        if start + length > end:
+            return roots, blocks, False
+        pos = start + length
+        if length > 36 and data[start:start + 4] == _RAW_SHA256:
+            block = data[start + 36:pos]
+            if sha256(block).digest() != data[start + 4:start + 36]:
+                cid = CID.from_bytes(data[start:start + 36])
+                verify_block(cid, block)  # raises, naming the CID
+            blocks.append((CID(1, RAW, data[start + 2:start + 36]), block))
+            continue
+        try:
+            cid, block_start = CID.read(view[start:pos])
+        except MultiformatError as exc:
+            raise CarError(f"bad CID in CAR section: {exc}") from exc
+        block = data[start + block_start:pos]
+        verify_block(cid, block)
+        blocks.append((cid, block))
+    return roots, blocks, True

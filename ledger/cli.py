@@ -27,11 +27,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from ledger.errors import LedgerError, NotFoundError, VerificationError
@@ -518,10 +526,17 @@ def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:
 
 def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
                from_block: int | None, on_entry: EntryHook | None = None,
-               as_json: bool = False) -> AuditReport:
+               as_json: bool = False, resume: bool = False,
+               receipts: Callable[[], int] = lambda: 0) -> AuditReport:
     """What `gym audit` runs: the log named by ``log`` or ``log_id`` replayed (``audit_log``,
-    ``on_entry`` called with every valid entry) with a progress bar, and its report printed."""
+    ``on_entry`` called with every valid entry) with a progress bar, and its report printed.
+
+    A publisher log's replay state is saved under ``<data dir>/audits/`` as it goes
+    (``ledger.audit_state``); ``resume`` continues from it. ``receipts`` says how many
+    receipts ``on_entry`` has collected: a state with receipts is not resumed, their
+    signatures are checked over the whole log."""
     from ledger.audit import audit_log, print_audit_report
+    from ledger.audit_state import load_state, save_state
 
     rt = runtime_of(ctx)
     if (log is None) == (log_id is None):
@@ -530,14 +545,39 @@ def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,
     if log_id is None:
         log_id = _resolve_log_id(rt, log)
     start = rt.chain.deployment_block if from_block is None else from_block
+    chain_id = rt.contract.w3.eth.chain_id
+    state_file = (Path(rt.content_dir).parent / "audits"
+                  / f"{chain_id}-{rt.contract.address.lower()}-{log_id}.json")
+    saved = load_state(state_file) if resume else None
+    if saved is not None and saved.receipts:
+        err_console.print(f"log {log_id} holds receipts: their signatures are checked over the "
+                          "whole log, so it is replayed from the start", highlight=False)
+        saved = None
+    elif saved is not None:
+        err_console.print(f"resuming the audit of log {log_id} at leaf {saved.leaves} "
+                          f"({state_file})", highlight=False)
+    elif resume:
+        err_console.print(f"no saved audit of log {log_id} ({state_file}): replaying it whole",
+                          highlight=False)
+
+    def save(state) -> None:
+        state.receipts = receipts()
+        save_state(state_file, state)
+
     columns = (TextColumn("replaying log {task.fields[log_id]}"), BarColumn(),
-               MofNCompleteColumn(), TimeElapsedColumn())
+               MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("audit", total=None, log_id=log_id)
-        report = audit_log(rt.contract, rt.content, log_id, from_block=start,
-                           progress=lambda done, total: bar.update(task, completed=done,
-                                                                   total=total),
-                           on_entry=on_entry)
+        try:
+            report = audit_log(rt.contract, rt.content, log_id, from_block=start,
+                               progress=lambda done, total: bar.update(task, completed=done,
+                                                                       total=total),
+                               on_entry=on_entry, resume=saved, save=save)
+        except KeyboardInterrupt:
+            bar.stop()
+            err_console.print(f"interrupted: `gym audit {log_id} --resume` continues where the "
+                              f"last saved state stopped ({state_file})", highlight=False)
+            raise typer.Exit(130) from None
     if not as_json:
         print_audit_report(report, console)
     return report

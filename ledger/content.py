@@ -5,7 +5,7 @@ blocks, the embedded default) and ``KuboStore`` (a Kubo node or an IPFS Cluster 
 Kubo RPC API, the production path). Both verify every block they read against its CID, so a
 caller never needs to trust where the bytes came from. ``ContentStore`` names the only methods
 other packages may call; anything else a backend has (CAR export, pin listing) is
-backend-specific on purpose.
+backend-specific on purpose (``ledger.audit`` uses ``KuboStore.export_dag`` where it exists).
 
 ``open_content_store`` maps the ``GYM_IPFS_API`` setting onto a backend: unset means the local
 store, a URL means a Kubo node. ``ledger.kubo`` (and its ``ipfshttpclient`` dependency) is
@@ -54,6 +54,10 @@ class ContentStore(Protocol):
 
     def pin_add(self, cid: str) -> str:
         """Pin ``cid`` recursively, so garbage collection keeps its whole DAG; returns it."""
+        ...
+
+    def put_block(self, cid: str, block: bytes) -> object:
+        """Store one raw or dag-pb block under ``cid``, after checking it hashes to it."""
         ...
 
 

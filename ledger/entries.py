@@ -56,6 +56,7 @@ from pydantic import (
 )
 
 from ledger import rfc9162
+from ledger.canonical_json import canonical_bytes
 from ledger.errors import EntryError
 from ledger.json_input import JSONInputError, parse_json
 from ledger.multiformats import CID, DAG_PB, RAW, SHA2_256, MultiformatError, raw_cid
@@ -360,7 +361,7 @@ ENTRY_TYPES: dict[str, dict[int, type[Entry]]] = {
 def encode_entry(entry: Entry) -> bytes:
     """Canonical RFC 8785 bytes of ``entry``; ``EntryError`` if over ``MAX_ENTRY_BYTES``."""
     try:
-        data = rfc8785.dumps(entry.model_dump(mode="json", exclude_none=True))
+        data = canonical_bytes(entry.model_dump(mode="json", exclude_none=True))
     except rfc8785.CanonicalizationError as exc:
         raise EntryError(f"not representable in RFC 8785 JSON: {exc}") from None
     if len(data) > MAX_ENTRY_BYTES:

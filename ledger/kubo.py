@@ -11,6 +11,9 @@ Kubo RPC API (https://docs.ipfs.tech/reference/kubo/rpc/), trusting the node for
   a wrong byte anywhere raises ``ContentIntegrityError`` before it reaches the caller.
 - ``has`` asks ``block/stat`` with ``offline=true``: a missing block answers at once instead of
   being searched for on the network.
+- ``put_block`` stores one raw or dag-pb block (``block/put``) and checks the CID the node
+  answers; ``export_dag`` streams a DAG as a CAR (``dag/export``) and re-hashes every block as
+  it arrives, bounded in blocks and bytes (an auditor's thousand entries in one request).
 
 The client is ``ipfshttpclient.Client`` built directly: ``ipfshttpclient.connect()`` refuses
 every Kubo from 0.8 on by its version check, while the RPC calls used here are unchanged since.
@@ -38,7 +41,7 @@ from ledger.errors import (
     ContentStoreError,
     ContentStoreUnreachableError,
 )
-from ledger.multiformats import CID, verify_block
+from ledger.multiformats import CID, DAG_PB, RAW, verify_block
 from ledger.unixfs import (
     CHUNK_SIZE,
     DEFAULT_CAT_MAX_BYTES,
@@ -46,7 +49,6 @@ from ledger.unixfs import (
     file_cid,
     iter_chunks,
     iter_file_bytes,
-    walk_dag,
 )
 
 # What `add` must be asked for so that the node's CIDs are the ledger's (see ledger/unixfs.py).
@@ -99,12 +101,17 @@ class KuboStore:
 
     def __init__(self, api_url: str, *, timeout: float = DEFAULT_TIMEOUT_S):
         self.api_url = api_url
+        self.timeout = timeout
+        self._http = None  # httpx.Client for streamed answers, made on first use
         self._client = ipfshttpclient.Client(addr=api_multiaddr(api_url), session=True,
                                              timeout=timeout)
 
     def close(self) -> None:
         """Close the pooled HTTP connections (the store stays usable; they reopen on demand)."""
         self._client.close()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def __enter__(self) -> Self:
         return self
@@ -184,11 +191,74 @@ class KuboStore:
                             f"(it answered {pins!r})")
         return str(cid)
 
+    def put_block(self, cid: CID | str, block: bytes) -> CID:
+        """Store ``block`` (raw or dag-pb) on the node; the CID it answers must be ``cid``."""
+        cid = CID.coerce(cid)
+        verify_block(cid, block)
+        codec = {RAW: "raw", DAG_PB: "dag-pb"}.get(cid.codec)
+        if codec is None:
+            raise KuboError(f"cannot store {cid}: only raw and dag-pb blocks are stored")
+        answer = self._call("block/put", self._client.block.put, io.BytesIO(block),
+                            opts={"cid-codec": codec, "mhtype": "sha2-256"})
+        got = answer.get("Key") if hasattr(answer, "get") else None
+        if not _same_cid(got, cid):
+            raise ContentIntegrityError(
+                f"the IPFS node at {self.api_url} stored a block as {got}, expected {cid}",
+                expected=str(cid), computed=got)
+        return cid
+
     # --- beyond the protocol ------------------------------------------------------------------
 
-    def iter_dag(self, cid: CID | str) -> Iterator[tuple[CID, bytes]]:
-        """Every block under ``cid``, verified, parents first (the order of a CAR export)."""
-        return walk_dag(cid, self.get_block)
+    def export_dag(self, cid: CID | str, *, max_blocks: int, max_bytes: int
+                   ) -> list[tuple[CID, bytes]]:
+        """The blocks of ``dag/export`` of ``cid``, in the node's order (parents first), each
+        re-hashed against its CID. More than ``max_blocks`` blocks or ``max_bytes`` bytes, or
+        a CAR whose root is not ``cid``, raises ``KuboError``; an archive cut short gives the
+        blocks before the cut (Kubo reports a missing block after its 200: the caller checks
+        what it still lacks)."""
+        import httpx
+
+        from ledger.car import read_car_bytes
+
+        cid = CID.coerce(cid)
+        url = f"{self.api_url.rstrip('/')}/api/v0/dag/export"
+        if self._http is None:  # one pool: a client per call would cost ~0.1 s of TLS setup
+            self._http = httpx.Client(timeout=self.timeout)
+        body = bytearray()
+        try:
+            with self._http.stream("POST", url, params={"arg": str(cid), "progress": "false"}
+                                   ) as answer:
+                if answer.status_code != 200:
+                    answer.read()
+                    raise KuboError(f"the IPFS node at {self.api_url} failed dag/export of "
+                                    f"{cid}: {_kubo_message(answer)}")
+                for piece in answer.iter_raw():
+                    body += piece
+                    if len(body) > max_bytes:
+                        raise KuboError(f"dag/export of {cid} from {self.api_url} sent more "
+                                        f"than the {max_bytes} bytes its DAG can hold")
+        except httpx.TransportError as exc:
+            if not body:
+                raise ContentStoreUnreachableError(
+                    f"cannot reach the IPFS RPC API at {self.api_url} (GYM_IPFS_API): "
+                    f"{_unreachable_reason(exc)}") from exc
+            # cut mid-answer: use what arrived
+        roots, blocks, _complete = read_car_bytes(bytes(body))
+        if [root.to_v1() for root in roots] != [cid.to_v1()]:
+            raise KuboError(f"dag/export of {cid} from {self.api_url} names the roots "
+                            f"{[str(root) for root in roots]}")
+        if len(blocks) > max_blocks:
+            raise KuboError(f"dag/export of {cid} from {self.api_url} holds {len(blocks)} "
+                            f"blocks, more than the {max_blocks} its DAG has")
+        return blocks
+
+
+def _kubo_message(answer) -> str:
+    """The ``Message`` of a Kubo error answer, else its status and first line."""
+    try:
+        return str(answer.json()["Message"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {answer.status_code} {answer.text.splitlines()[0][:200] if answer.text else ''}"
 
 
 class _rewindable:

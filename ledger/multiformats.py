@@ -60,6 +60,8 @@ def decode_varint(buf: bytes | bytearray | memoryview, offset: int = 0) -> tuple
     Rejects truncated input, more than nine bytes, and non-minimal encodings (a trailing
     zero byte), as the unsigned-varint spec requires.
     """
+    if offset < len(buf) and buf[offset] < 0x80:  # one byte: every code and size used here
+        return buf[offset], offset + 1
     value = 0
     shift = 0
     pos = offset
@@ -177,6 +179,8 @@ class CID:
 
     @property
     def digest(self) -> bytes:
+        if self.multihash[:2] == b"\x12\x20":  # sha2-256, 32 bytes: all but 2 bytes
+            return self.multihash[2:]
         code_end = decode_varint(self.multihash)[1]
         return self.multihash[decode_varint(self.multihash, code_end)[1] :]
 
@@ -192,10 +196,40 @@ class CID:
     def __str__(self) -> str:
         if self.version == 0:
             return _b58encode(self.multihash)
-        return "b" + base64.b32encode(self.to_bytes()).decode("ascii").lower().rstrip("=")
+        return "b" + _b32encode_lower(self.to_bytes())
 
     def __repr__(self) -> str:
         return f"CID({self})"
+
+
+# base32-lower (RFC 4648) digits -> the digits `int(..., 32)` reads, for the fast path below
+_B32_AS_INT_DIGITS = str.maketrans("abcdefghijklmnopqrstuvwxyz234567",
+                                   "0123456789abcdefghijklmnopqrstuv")
+_B32_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz234567")
+_RAW_SHA256_PREFIX = b"\x01\x55\x12\x20"  # CIDv1, raw, sha2-256, 32 bytes
+
+
+def raw_sha256_cid_bytes(text: str) -> bytes:
+    """The 36 binary bytes of a raw sha2-256 CIDv1 written the one way ``str(CID)`` writes it
+    (``bafkrei`` + lowercase base32, 59 characters); ``MultiformatError`` for anything else.
+
+    Equivalent to ``CID.parse`` plus the checks (version 1, raw, sha2-256, 32-byte digest,
+    ``str(cid) == text``) for this one form, about 30 times faster: a manifest of a million
+    entries names a million of them (``ledger.batches``).
+
+    >>> raw_sha256_cid_bytes(raw_cid(b"x")) == CID.parse(raw_cid(b"x")).to_bytes()
+    True
+    """
+    if (not isinstance(text, str) or len(text) != 59 or not text.startswith("bafkrei")
+            or not _B32_LOWER.issuperset(text[7:])):
+        raise MultiformatError(f"not a raw sha2-256 CIDv1 in lowercase base32: {text!r}")
+    value = int(text[1:].translate(_B32_AS_INT_DIGITS), 32)  # 58 digits: 288 bits + 2 padding
+    if value & 3:
+        raise MultiformatError(f"non-zero padding bits in CID {text!r}")
+    data = (value >> 2).to_bytes(36, "big")
+    if not data.startswith(_RAW_SHA256_PREFIX):  # "bafkrei" fixes 30 of its 32 bits
+        raise MultiformatError(f"not a raw sha2-256 CIDv1: {text!r}")
+    return data
 
 
 def raw_cid(data: bytes | bytearray | memoryview) -> str:
@@ -207,6 +241,12 @@ def raw_cid(data: bytes | bytearray | memoryview) -> str:
 def verify_block(cid: CID | str, block: bytes | bytearray | memoryview) -> None:
     """Raise ``ContentIntegrityError`` unless ``block`` hashes to ``cid``'s multihash."""
     cid = CID.coerce(cid)
+    if cid.multihash[:2] == b"\x12\x20":  # sha2-256, the one hash in use: no varint reads
+        computed = hashlib.sha256(block).digest()
+        if computed != cid.multihash[2:]:
+            raise ContentIntegrityError(f"block does not hash to {cid}",
+                                        expected=cid.multihash[2:].hex(), computed=computed.hex())
+        return
     if cid.hash_code != SHA2_256:
         raise MultiformatError(f"unsupported multihash code 0x{cid.hash_code:x} in {cid}")
     computed = hashlib.sha256(block).digest()
@@ -216,6 +256,21 @@ def verify_block(cid: CID | str, block: bytes | bytearray | memoryview) -> None:
             expected=cid.digest.hex(),
             computed=computed.hex(),
         )
+
+
+_B32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
+_B32_PAIRS = [a + b for a in _B32_ALPHABET for b in _B32_ALPHABET]  # 10 bits -> 2 digits
+
+
+def _b32encode_lower(data: bytes) -> str:
+    """RFC 4648 base32, lowercase, unpadded (``base64.b32encode`` is pure Python: ~18 µs for a
+    CID; this reads the bytes as one integer, ten bits at a time: ~3 µs)."""
+    digits = -(-len(data) * 8 // 5)
+    pairs = -(-digits // 2)
+    value = int.from_bytes(data, "big") << (pairs * 10 - len(data) * 8)
+    table = _B32_PAIRS
+    text = "".join([table[(value >> shift) & 1023] for shift in range(pairs * 10 - 10, -1, -10)])
+    return text[:digits]
 
 
 def _b32decode(body: str) -> bytes:

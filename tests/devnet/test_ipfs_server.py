@@ -248,6 +248,30 @@ def test_kubostore_round_trip(node, tmp_path):
         assert store.pin_add(cid) == cid
 
 
+def test_dag_export_through_ipfshttpclient_and_kubostore(node, client):
+    """`dag/export` as Kubo answers it: the DAG's blocks, parents first, each once; KuboStore
+    re-hashes each and bounds the answer by the blocks and bytes the caller expects."""
+    from ledger.batches import batch_dag
+
+    leaves = [b"leaf %d" % i for i in range(3)] + [b"leaf 0"]  # one leaf twice: sent once
+    with KuboStore(node.url) as store:
+        cids = [str(store.put_block(CID.for_block(RAW, leaf), leaf)) for leaf in leaves]
+        dag = batch_dag(cids)
+        (root, block), = dag.nodes
+        assert store.put_block(root, block) == root
+        assert client.block.stat(str(root))["Size"] == len(block)
+        exported = store.export_dag(root, max_blocks=5, max_bytes=10_000)
+        assert [str(cid) for cid, _ in exported] == [str(root)] + cids[:3]
+        roots, blocks = read_car(io.BytesIO(client.dag.export(str(root))))
+        assert roots == [root] and list(blocks) == exported
+        with pytest.raises(KuboError, match="more than the 3"):
+            store.export_dag(root, max_blocks=3, max_bytes=10_000)
+        with pytest.raises(KuboError, match="bytes"):
+            store.export_dag(root, max_blocks=5, max_bytes=100)
+        with pytest.raises(KuboError, match="dag/export"):
+            store.export_dag(CID.for_block(DAG_PB, b""), max_blocks=5, max_bytes=10_000)
+
+
 def test_kubostore_unreachable_names_the_setting():
     store = KuboStore(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ContentStoreUnreachableError, match="GYM_IPFS_API"):
@@ -262,6 +286,13 @@ def liar():
     @fake.post("/api/v0/block/get")
     async def block_get(request: Request) -> Response:
         return Response(b"not the bytes you asked for", media_type="text/plain")
+
+    @fake.post("/api/v0/dag/export")
+    async def dag_export(request: Request) -> Response:
+        from devnet.ipfs_gateway import car_bytes
+
+        root = CID.parse(request.query_params["arg"])
+        return Response(b"".join(car_bytes(root, iter([(root, b"other bytes")]))))
 
     @fake.post("/api/v0/add")
     async def add(request: Request) -> Response:
@@ -287,6 +318,8 @@ def test_kubostore_catches_a_lying_node(liar):
             store.cat(str(CID.for_block(RAW, b"what I want")))
         with pytest.raises(ContentIntegrityError, match="Import"):
             store.add_file(b"hello")
+        with pytest.raises(ContentIntegrityError):
+            store.export_dag(CID.for_block(RAW, b"mine"), max_blocks=2, max_bytes=1000)
 
 
 # --- CLI -----------------------------------------------------------------------------------------
