@@ -318,10 +318,13 @@ def test_streams_count_against_max_queue(tiny_model_dir):
                 stop = asyncio.Event()
 
                 async def watch_queue():
+                    # every millisecond: a depth past 4 would last as long as a stream (well
+                    # over that); polling without a pause held the GIL the node's engine
+                    # thread needs, and made this test minutes long
                     nonlocal deepest
                     while not stop.is_set():
                         deepest = max(deepest, serving.queue_depth())
-                        await asyncio.sleep(0)
+                        await asyncio.sleep(0.001)
 
                 async def one():
                     try:
