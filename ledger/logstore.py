@@ -33,10 +33,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Engine,
     bindparam,
@@ -45,10 +41,11 @@ from sqlalchemy import (
     event,
     insert,
     select,
+    text,
     union_all,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ledger import _subtrees
 from ledger.errors import LedgerError, NotFoundError
@@ -106,7 +103,15 @@ class Checkpoint:
     anchored_at: datetime
 
 
-def _migration_config(connection) -> Config:
+# The newest Alembic revision in ledger/migrations (tests/ledger/test_logstore.py checks it is
+# the scripts' head): a database already there is opened without importing Alembic, about
+# half a second of every `gym` command that reads the log index.
+HEAD_REVISION = "0004"
+
+
+def _migration_config(connection):
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
@@ -158,10 +163,25 @@ class LogStore:
 
     def migrate(self) -> None:
         """Bring the schema to the newest Alembic revision (a no-op when it is there)."""
+        if self.schema_revision() == HEAD_REVISION:
+            return
+        from alembic import command
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
         head = ScriptDirectory.from_config(_migration_config(None)).get_current_head()
         with self.engine.begin() as conn:
             if MigrationContext.configure(conn).get_current_revision() != head:
                 command.upgrade(_migration_config(conn), "head")
+
+    def schema_revision(self) -> str | None:
+        """The Alembic revision the database is at (None: no schema yet), read with one query."""
+        with self.engine.connect() as conn:
+            try:
+                return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            except DBAPIError:
+                conn.rollback()
+                return None
 
     # -- logs -------------------------------------------------------------------------------
 

@@ -397,3 +397,29 @@ def test_append_at_a_stale_size_appends_nothing(store):
         store.append("a", _entries(5)[3:], at_size=2)
     assert store.get_log("a").size == 3
     assert store.append("a", _entries(5)[3:], at_size=3) == 5
+
+
+def test_head_revision_is_the_migration_scripts_head():
+    from alembic.script import ScriptDirectory
+
+    from ledger.logstore import HEAD_REVISION
+
+    assert ScriptDirectory.from_config(_migration_config(None)).get_current_head() == HEAD_REVISION
+
+
+def test_a_migrated_database_opens_without_alembic(tmp_path, database_url):
+    """A database at the head revision is opened with one query; a fresh one is migrated."""
+    from ledger.logstore import HEAD_REVISION
+
+    fresh = LogStore(database_url)  # migrates
+    assert fresh.schema_revision() == HEAD_REVISION
+    fresh.engine.dispose()
+    code = textwrap.dedent(f"""
+        import sys
+        from ledger.logstore import LogStore
+        store = LogStore({database_url!r})
+        store.create_log("x")
+        print("alembic" in sys.modules, store.schema_revision())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", HEAD_REVISION]
