@@ -155,8 +155,10 @@ def test_the_readme_role_sections_run_as_written(tmp_path):
                 servers.append((process, out))
                 _wait_ready(block, process, log)
                 continue
+            began = time.monotonic()
             ran = subprocess.run(["bash", "-c", script + save], cwd=view, env=env, text=True,
                                  capture_output=True, timeout=BLOCK_TIMEOUT_S, check=False)
+            print(f"{block.where()}: {time.monotonic() - began:.1f} s")  # shown with -s
             if ran.returncode != 0:
                 pytest.fail(f"{block.where()} exited {ran.returncode}:\n--- stdout\n"
                             f"{_tail(ran.stdout)}\n--- stderr\n{_tail(ran.stderr)}")
