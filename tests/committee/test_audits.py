@@ -47,7 +47,7 @@ from inference_node.receipts import (
 )
 from inference_node.registry import RegisteredNode
 from inference_node.verify import ReceiptCheck
-from ledger.batches import BatchManifest, store_batch
+from ledger.batches import BatchManifest, encode_batch
 from ledger.blockstore import LocalBlockStore
 from ledger.chain import AnchoredEvent
 from ledger.entries import encode_entry, entry_cid
@@ -199,7 +199,10 @@ class FakeChain:
         old = self.events[log_id][-1].size if self.events.get(log_id) else 0
         manifest = BatchManifest(log=f"log{log_id}", log_id=log_id, from_size=old,
                                  to_size=old + len(cids), entries=cids)
-        cid = store_batch(content, manifest) if batch else entry_cid(b"never stored")
+        # the manifest alone (a hostile node's batch may name entries it never stored, which
+        # store_batch refuses: it pins the batch's entries DAG)
+        cid = content.add_file(encode_batch(manifest), pin=True) if batch else entry_cid(
+            b"never stored")
         self.events.setdefault(log_id, []).append(AnchoredEvent(
             log_id, old + len(cids), b"\x00" * 32, cid, CID.parse(cid).to_bytes(), "0x",
             block, 0))
