@@ -49,6 +49,7 @@ from ledger.unixfs import (
     file_cid,
     iter_chunks,
     iter_file_bytes,
+    walk_dag,
 )
 
 # What `add` must be asked for so that the node's CIDs are the ledger's (see ledger/unixfs.py).
@@ -208,6 +209,10 @@ class KuboStore:
         return cid
 
     # --- beyond the protocol ------------------------------------------------------------------
+
+    def iter_dag(self, cid: CID | str) -> Iterator[tuple[CID, bytes]]:
+        """Every block under ``cid``, verified, parents first (the order of a CAR export)."""
+        return walk_dag(cid, self.get_block)
 
     def export_dag(self, cid: CID | str, *, max_blocks: int, max_bytes: int
                    ) -> list[tuple[CID, bytes]]:

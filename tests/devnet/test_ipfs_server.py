@@ -352,6 +352,9 @@ def test_cli_add_cat_export_import(tmp_path, node):
     remote = {**env, "GYM_IPFS_API": node.url}
     assert _cli("add", str(source), env=remote).stdout.decode().strip() == cid
     assert _cli("cat", cid, env=remote).stdout == data
+    remote_car = tmp_path / "remote.car"  # `export` reads the DAG block by block from the node
+    assert _cli("export", cid, str(remote_car), env=remote).returncode == 0
+    assert remote_car.read_bytes() == car.read_bytes()
     failed = _cli("cat", str(CID.for_block(RAW, b"nowhere")), env=env)
     assert failed.returncode == 1 and failed.stderr.decode().startswith("error:")
     assert "Traceback" not in failed.stderr.decode()
