@@ -238,15 +238,17 @@ def audit_log(contract: LedgerContract, content: ContentStore, log_id: int, *,
 
     A publisher log's replay can be resumed: ``save`` is called with its state
     (``ledger.audit_state``) at chunk and checkpoint boundaries, at most once per
-    ``save_every_s``, and at the end; ``resume`` continues from such a state (``AuditStateError`` if it belongs to
-    another log or chain, or its last checkpoint is not on chain any more). Entries replayed
+    ``save_every_s``, and at the end; ``resume`` continues from such a state
+    (``AuditStateError`` if it belongs to another log or chain, or its last checkpoint is not
+    on chain any more). Entries replayed
     before the resume are not passed to ``on_entry`` again. A curated log is always replayed
     whole (``resume`` and ``save`` are ignored)."""
     state = contract.log_info(log_id)
     report = AuditReport(log_id, state.name, state.kind, state.owner, state.size, state.root)
     replay = _Replay(report, content, progress, on_entry)
     if state.kind == LogKind.PUBLISHER:
-        base = AuditState(contract.w3.eth.chain_id, contract.address, log_id)
+        base = (AuditState(contract.w3.eth.chain_id, contract.address, log_id)
+                if resume is not None or save is not None else None)
         if resume is not None:
             if not resume.belongs_to(base.chain_id, base.ledger, log_id):
                 raise AuditStateError(
@@ -333,22 +335,23 @@ def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, fro
                      to_block: int | None, resume: AuditState | None,
                      saver: _Saver | None) -> None:
     prev_size, prev_root, position = 0, EMPTY_ROOT, 0
-    flagged_at: int | None = None
+    resumed_at: int | None = None  # the checkpoint a resumed replay had passed
+    flagged_at: int | None = None  # resumed inside a checkpoint: its findings started here
     if resume is not None:
         prev_size, prev_root = resume.prev_size, bytes.fromhex(resume.prev_root[2:])
-        position, flagged_at = resume.position, resume.flagged_at
+        resumed_at, position = resume.prev_size, resume.position
+        flagged_at = resume.flagged_at if position else None
     calls_by_tx: dict[str, list[AnchorCall] | ChainError] = {}  # one trace per transaction
     for event in contract.anchored(log_id, from_block, to_block):
-        if event.size < prev_size:
-            continue  # replayed before the resume
-        if event.size == prev_size:
-            if resume is not None and event.root != prev_root:
+        if resumed_at is not None and event.size <= resumed_at:  # replayed before the resume
+            if event.size == resumed_at and event.root != prev_root:
                 raise AuditStateError(
-                    f"the saved audit passed log {log_id}'s checkpoint at size {prev_size} with "
-                    f"root {_hex(prev_root)}; the chain now anchors {_hex(event.root)} there: "
-                    "audit again without --resume")
+                    f"the saved audit passed log {log_id}'s checkpoint at size {resumed_at} "
+                    f"with root {_hex(prev_root)}; the chain now anchors {_hex(event.root)} "
+                    "there: audit again without --resume")
             continue
-        if flagged_at is not None:  # resumed inside this checkpoint: its call was checked
+        resumed_at = None
+        if flagged_at is not None:  # its anchor call was checked before the state was saved
             flagged, flagged_at = flagged_at, None
         else:
             flagged = len(replay.report.discrepancies)
@@ -418,9 +421,8 @@ def _restore(replay: _Replay, state: AuditState) -> None:
     report.checkpoints = [CheckpointAudit(c["size"], bytes.fromhex(c["root"][2:]), c["tx_hash"],
                                           c["block_number"], c["batch_cid"], c["ok"])
                           for c in state.checkpoints]
-    report.discrepancies = [Discrepancy(d.get("kind"), d.get("message"), d.get("checkpoint"),
-                                        d.get("leaf"), d.get("expected"), d.get("computed"),
-                                        d.get("entry_cid"))
+    report.discrepancies = [Discrepancy(d["kind"], d["message"], d["checkpoint"], d["leaf"],
+                                        d["expected"], d["computed"], d["entry_cid"])
                             for d in state.discrepancies]
     replay.tree.load(state.tree_size, [bytes.fromhex(h[2:]) for h in state.tree])
     replay.broken_at, replay.diverged_at = state.broken_at, state.diverged_at
@@ -446,8 +448,9 @@ def _entry_stream(content: ContentStore, cids: Sequence[str], start: int
     the entries arrive a thousand per request: the CAR of each level-1 node of the batch's
     entries DAG (``ledger.batches.batch_dag``, recomputed here from the manifest), fetched
     ``PREFETCH_CHUNKS`` ahead in threads. ``None`` means "read it by CID": a store without
-    exports, a batch published without its DAG (the first export fails: the rest of the batch
-    is read entry by entry), or an entry its CAR lacked (the read names why)."""
+    exports, an entry its CAR lacked (the read names why), and, once an export fails (a batch
+    published without its DAG, a node without ``dag/export``, a block that does not hash),
+    the rest of the batch."""
     export = getattr(content, "export_dag", None)
     if export is None:
         for offset in range(start, len(cids)):

@@ -88,6 +88,26 @@ def _hash(value: object, name: str) -> str:
     return value
 
 
+# The records ``gym audit --json`` writes (``ledger.audit.audit_report_json``): field -> types.
+_SCALAR = (str, int, type(None))
+_CHECKPOINT = {"size": (int,), "root": (str,), "tx_hash": (str,), "block_number": (int,),
+               "batch_cid": (str, type(None)), "ok": (bool,)}
+_DISCREPANCY = {"kind": (str,), "message": (str,), "checkpoint": (int, type(None)),
+                "leaf": (int, type(None)), "entry_cid": (str, type(None)),
+                "expected": _SCALAR, "computed": _SCALAR}
+
+
+def _record(obj: dict, where: str, fields: dict[str, tuple[type, ...]]) -> None:
+    if set(obj) != set(fields):
+        raise AuditStateError(f"audit state: {where} must have exactly the fields "
+                              f"{', '.join(sorted(fields))}")
+    for name, types in fields.items():
+        value = obj[name]
+        if type(value) not in types or (type(value) is int and value < 0
+                                         and name not in ("expected", "computed")):
+            raise AuditStateError(f"audit state: {where}.{name} is {value!r}")
+
+
 def decode_state(data: bytes) -> AuditState:
     try:
         obj = parse_json(data, max_bytes=MAX_STATE_BYTES, max_depth=4, what="audit state")
@@ -102,6 +122,11 @@ def decode_state(data: bytes) -> AuditState:
         if not isinstance(obj.get(name), list) or not all(isinstance(x, dict)
                                                             for x in obj[name]):
             raise AuditStateError(f"audit state: {name} must be a list of objects")
+    for number, checkpoint in enumerate(obj["checkpoints"]):
+        _record(checkpoint, f"checkpoints[{number}]", _CHECKPOINT)
+        _hash(checkpoint["root"], f"checkpoints[{number}].root")
+    for number, discrepancy in enumerate(obj["discrepancies"]):
+        _record(discrepancy, f"discrepancies[{number}]", _DISCREPANCY)
     ledger = obj.get("ledger")
     if not (isinstance(ledger, str) and len(ledger) == 42 and ledger.startswith("0x")):
         raise AuditStateError("audit state: ledger must be a 0x-prefixed address")

@@ -55,7 +55,7 @@ class LocalBlockStore:
         self._pins.mkdir(parents=True, exist_ok=True)
 
     def _block_path(self, cid: CID) -> Path:
-        return self._blocks / str(cid.to_v1())
+        return Path(self._block_file(cid))
 
     def _block_file(self, cid: CID) -> str:
         """``_block_path`` as a str: reads are a few microseconds of I/O, pathlib doubled it."""

@@ -248,7 +248,7 @@ class KuboStore:
                     f"cannot reach the IPFS RPC API at {self.api_url} (GYM_IPFS_API): "
                     f"{_unreachable_reason(exc)}") from exc
             # cut mid-answer: use what arrived
-        roots, blocks, _complete = read_car_bytes(bytes(body))
+        roots, blocks = read_car_bytes(bytes(body))
         if [root.to_v1() for root in roots] != [cid.to_v1()]:
             raise KuboError(f"dag/export of {cid} from {self.api_url} names the roots "
                             f"{[str(root) for root in roots]}")

@@ -202,11 +202,11 @@ class CID:
         return f"CID({self})"
 
 
-# base32-lower (RFC 4648) digits -> the digits `int(..., 32)` reads, for the fast path below
-_B32_AS_INT_DIGITS = str.maketrans("abcdefghijklmnopqrstuvwxyz234567",
-                                   "0123456789abcdefghijklmnopqrstuv")
-_B32_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz234567")
-_RAW_SHA256_PREFIX = b"\x01\x55\x12\x20"  # CIDv1, raw, sha2-256, 32 bytes
+_B32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648 base32, lowercase
+_B32_LOWER = frozenset(_B32_ALPHABET)
+# base32-lower digits -> the digits `int(..., 32)` reads, for the fast path below
+_B32_AS_INT_DIGITS = str.maketrans(_B32_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
+RAW_SHA256_CID_PREFIX = b"\x01\x55\x12\x20"  # CIDv1, raw, sha2-256, 32 bytes: an entry's CID
 
 
 def raw_sha256_cid_bytes(text: str) -> bytes:
@@ -214,8 +214,9 @@ def raw_sha256_cid_bytes(text: str) -> bytes:
     (``bafkrei`` + lowercase base32, 59 characters); ``MultiformatError`` for anything else.
 
     Equivalent to ``CID.parse`` plus the checks (version 1, raw, sha2-256, 32-byte digest,
-    ``str(cid) == text``) for this one form, about 30 times faster: a manifest of a million
-    entries names a million of them (``ledger.batches``).
+    ``str(cid) == text``) for this one form, about 7 times faster (5 µs against 36 µs on the
+    2-core machine): a manifest of a million entries names a million of them
+    (``ledger.batches``).
 
     >>> raw_sha256_cid_bytes(raw_cid(b"x")) == CID.parse(raw_cid(b"x")).to_bytes()
     True
@@ -227,7 +228,7 @@ def raw_sha256_cid_bytes(text: str) -> bytes:
     if value & 3:
         raise MultiformatError(f"non-zero padding bits in CID {text!r}")
     data = (value >> 2).to_bytes(36, "big")
-    if not data.startswith(_RAW_SHA256_PREFIX):  # "bafkrei" fixes 30 of its 32 bits
+    if not data.startswith(RAW_SHA256_CID_PREFIX):  # "bafkrei" fixes 30 of its 32 bits
         raise MultiformatError(f"not a raw sha2-256 CIDv1: {text!r}")
     return data
 
@@ -258,13 +259,12 @@ def verify_block(cid: CID | str, block: bytes | bytearray | memoryview) -> None:
         )
 
 
-_B32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
 _B32_PAIRS = [a + b for a in _B32_ALPHABET for b in _B32_ALPHABET]  # 10 bits -> 2 digits
 
 
 def _b32encode_lower(data: bytes) -> str:
-    """RFC 4648 base32, lowercase, unpadded (``base64.b32encode`` is pure Python: ~18 µs for a
-    CID; this reads the bytes as one integer, ten bits at a time: ~3 µs)."""
+    """RFC 4648 base32, lowercase, unpadded: the bytes read as one integer, ten bits at a time
+    (7 µs for a CID against 11 µs through ``base64.b32encode``, which is pure Python)."""
     digits = -(-len(data) * 8 // 5)
     pairs = -(-digits // 2)
     value = int.from_bytes(data, "big") << (pairs * 10 - len(data) * 8)

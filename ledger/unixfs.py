@@ -40,14 +40,21 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ledger.errors import VerificationError
-from ledger.multiformats import CID, DAG_PB, RAW, MultiformatError, decode_varint, encode_varint
+from ledger.multiformats import (
+    CID,
+    DAG_PB,
+    RAW,
+    RAW_SHA256_CID_PREFIX,
+    MultiformatError,
+    decode_varint,
+    encode_varint,
+)
 
 CHUNK_SIZE = 262144  # Kubo's default chunker, size-262144
 MAX_LINKS = 174  # boxo helpers.DefaultLinksPerBlock
 
 UNIXFS_RAW, UNIXFS_DIRECTORY, UNIXFS_FILE = 0, 1, 2  # UnixFS Data.DataType values we name
 
-_RAW_CID_PREFIX = b"\x01\x55\x12\x20"  # CIDv1, raw, sha2-256, 32 bytes
 _DAG_PB_CID_PREFIX = b"\x01\x70\x12\x20"  # CIDv1, dag-pb, sha2-256, 32 bytes
 
 Buffer = bytes | bytearray | memoryview
@@ -263,7 +270,7 @@ class _BalancedBuilder:
             block = _length_delimited(0x0A, unixfs + b"\x18" + encode_varint(size))
             self._push(0, (self._emit_dag_pb(block), len(block), size))
             return
-        cid = _RAW_CID_PREFIX + hashlib.sha256(chunk).digest()
+        cid = RAW_SHA256_CID_PREFIX + hashlib.sha256(chunk).digest()
         if self._sink is not None:
             self._sink(CID(1, RAW, cid[2:]), bytes(chunk))
         self._push(0, (cid, size, size))

@@ -146,6 +146,18 @@ def test_an_interrupted_audit_resumes_where_it_stopped(published):
     assert audit_report_json(resumed) == whole
     assert whole["first_bad_entry"]["leaf"] == 3 and whole["leaves_replayed"] == 60
 
+    # resumed at a checkpoint boundary: the next checkpoint's anchor call is still checked
+    at_boundary = saved[3]
+    traced = []
+    anchor_calls = contract.anchor_calls
+    contract.anchor_calls = lambda tx: traced.append(tx) or anchor_calls(tx)
+    try:
+        again = audit_log(contract, KuboStore(node.url), log_id, from_block=start,
+                          resume=at_boundary)
+    finally:
+        del contract.anchor_calls
+    assert len(traced) == 1 and audit_report_json(again) == whole
+
 
 def test_a_state_of_another_log_or_a_rewritten_chain_is_refused(published):
     node, contract, log_id, _cids, start = published
@@ -169,6 +181,13 @@ def test_a_state_of_another_log_or_a_rewritten_chain_is_refused(published):
     (lambda s: s.update(prev_root="0x12"), "prev_root"),
     (lambda s: s.update(flagged_at=5), "flagged_at"),
     (lambda s: s.update(checkpoints=[1]), "checkpoints must be a list of objects"),
+    (lambda s: s.update(checkpoints=[{"size": 3}]), r"checkpoints\[0\] must have exactly"),
+    (lambda s: s.update(checkpoints=[{"size": 3, "root": "0x12", "tx_hash": "0x", "ok": True,
+                                      "block_number": 1, "batch_cid": None}]),
+     r"checkpoints\[0\].root"),
+    (lambda s: s.update(discrepancies=[{"kind": "x", "message": "m", "checkpoint": None,
+                                        "leaf": -1, "entry_cid": None, "expected": None,
+                                        "computed": None}]), r"discrepancies\[0\].leaf"),
 ])
 def test_a_malformed_state_is_one_clear_error(change, match):
     state = json.loads(encode_state(AuditState(31337, "0x" + "11" * 20, 1, tree_size=2,
