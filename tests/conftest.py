@@ -42,10 +42,11 @@ class GymEnv:
     env: dict[str, str]
 
     def run(self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 120) -> GymRun:
+        import gym_forkserver  # a real `gym` process, forked with its libraries already imported
+
         env = {**self.env, **(extra_env or {})}
-        proc = subprocess.run([str(GYM), *args], env=env, capture_output=True, text=True, check=False,
-                              timeout=timeout)
-        return GymRun(proc.returncode, proc.stdout, proc.stderr)
+        done = gym_forkserver.run(GYM, list(args), env, timeout=timeout)
+        return GymRun(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture

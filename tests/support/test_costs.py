@@ -75,6 +75,10 @@ def install() -> None:
 
     subprocess.Popen.__init__ = init
     subprocess.Popen.wait = wait
+    import gym_forkserver  # `gym` commands forked from the fork server, not started by Popen
+
+    gym_forkserver.OBSERVERS.append(
+        lambda argv, seconds: _add(_cause_of(["gym", *argv]) + " [forked]", seconds))
     time.sleep = _timed("time.sleep (in the test process)", time.sleep)
     try:
         from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -1,0 +1,230 @@
+"""Run the real `gym` command in a fresh process without paying its imports each time.
+
+A `gym` command spends about two of its 2.3 seconds importing web3, SQLAlchemy, eth-* and the
+rest before it does anything; the suite runs hundreds of them. Once per test process, a fork
+server (this file run as a script) imports those third-party libraries, and nothing of the
+project, and waits on a Unix socket. Each `run()` sends it the command line, the environment,
+the working directory and three file descriptors (stdin from /dev/null, stdout and stderr into
+files); the server forks, and the child, in its own session, takes those descriptors,
+environment and directory, imports the project as a fresh `gym` would, runs `devnet.cli:main`
+and exits with its status after `atexit` and non-daemon threads, as an interpreter does.
+
+What a child shares with its siblings is only what the third-party libraries did at import
+time; every project module, setting, database and connection is the child's own. Commands
+whose import behaviour is under test (tests/test_cli_imports.py), long-running processes and
+anything signalled mid-run keep real subprocesses. `GYM_TEST_FORKSERVER=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Third-party libraries the chain and content commands load; importing one that is missing is
+# skipped. Nothing that reads per-run settings at import (torch reads OMP_NUM_THREADS) and
+# nothing of the project.
+PRELOAD = ("typer", "rich", "click", "web3", "eth_account", "eth_abi", "eth_utils", "eth_keys",
+           "eth_keyfile", "py_ecc", "sqlalchemy", "alembic", "requests", "httpx", "pydantic",
+           "aiohttp", "websockets", "multiformats", "yaml")
+MAX_REQUEST = 1 << 20
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+# --- the server (a child of the test process) ----------------------------------------------
+
+def _child(request: dict, fds: list[int], gym_path: str) -> None:
+    """In the forked child: become the `gym` process the request describes, run it, exit."""
+    code = 1
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        time.tzset()
+        os.chdir(request["cwd"])
+        sys.argv = [gym_path, *request["argv"]]
+        sys.path.insert(0, str(Path(gym_path).parent))  # where a console script's path starts
+        if "numpy" in sys.modules:  # `random` reseeds itself after a fork; numpy does not
+            sys.modules["numpy"].random.seed()
+        from devnet.cli import main
+
+        main()
+        code = 0
+    except SystemExit as done:
+        if done.code is None:
+            code = 0
+        elif isinstance(done.code, int):
+            code = done.code
+        else:
+            print(done.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # what an interpreter does with an uncaught exception
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            threading._shutdown()  # noqa: SLF001 - join non-daemon threads, as interpreter exit does
+            atexit._run_exitfuncs()  # noqa: SLF001
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF)
+
+
+def serve(path: str, gym_path: str) -> None:
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - an optional library that is not installed
+            pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    parent = os.getppid()
+    print("ready", flush=True)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    while True:
+        if os.getppid() != parent:  # the test process is gone: so is the reason to run
+            return
+        for key, _ in selector.select(timeout=1.0):
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                try:
+                    message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
+                    request = json.loads(message)
+                except (OSError, ValueError):
+                    conn.close()
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    listener.close()
+                    conn.close()
+                    _child(request, fds, gym_path)
+                for fd in fds:
+                    os.close(fd)
+                try:
+                    conn.send(json.dumps({"pid": pid}).encode())
+                except OSError:
+                    pass
+                pidfd = os.pidfd_open(pid)
+                selector.register(pidfd, selectors.EVENT_READ, (conn, pid))
+            else:
+                conn, pid = key.data
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    conn.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+                except OSError:
+                    pass
+                conn.close()
+
+
+# --- the client (in the test process) -------------------------------------------------------
+
+class ForkServer:
+    def __init__(self, gym_path: Path, env: dict[str, str]) -> None:
+        self.gym_path = gym_path
+        self._dir = tempfile.mkdtemp(prefix="gym-forkserver-")
+        self.socket_path = os.path.join(self._dir, "socket")
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, self.socket_path, str(gym_path)], env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the gym fork server did not start (exit {self.proc.wait()})")
+
+    def run(self, argv: list[str], env: dict[str, str], timeout: float) -> Completed:
+        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+                open(os.devnull, "rb") as stdin, \
+                socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+            conn.connect(self.socket_path)
+            socket.send_fds(conn, [request], [stdin.fileno(), out.fileno(), err.fileno()])
+            conn.settimeout(timeout)
+            pid = json.loads(conn.recv(4096))["pid"]
+            try:
+                answer = conn.recv(4096)
+            except TimeoutError:
+                try:
+                    os.killpg(pid, 9)
+                except ProcessLookupError:
+                    pass
+                raise subprocess.TimeoutExpired([str(self.gym_path), *argv], timeout) from None
+            if not answer:
+                raise RuntimeError("the gym fork server went away mid-command")
+            returncode = json.loads(answer)["returncode"]
+            out.seek(0)
+            err.seek(0)
+            return Completed(returncode, out.read().decode(errors="replace"),
+                             err.read().decode(errors="replace"))
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        try:
+            os.unlink(self.socket_path)
+            os.rmdir(self._dir)
+        except OSError:
+            pass
+
+
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+OBSERVERS: list = []  # callables (argv, seconds): tests/support/test_costs.py counts runs
+
+
+def enabled() -> bool:
+    return os.environ.get("GYM_TEST_FORKSERVER", "1") != "0"
+
+
+def run(gym_path: Path, argv: list[str], env: dict[str, str], timeout: float = 120) -> Completed:
+    """`subprocess.run([gym, *argv], env=env, capture_output=True, text=True, timeout=timeout)`,
+    forked from the server (started on first use, once per test process)."""
+    global _server
+    start = time.perf_counter()
+    if not enabled():
+        proc = subprocess.run([str(gym_path), *argv], env=env, capture_output=True, text=True,
+                              check=False, timeout=timeout)
+        return Completed(proc.returncode, proc.stdout, proc.stderr)
+    with _server_lock:
+        if _server is None or _server.proc.poll() is not None:
+            server_env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+            server_env.update(COLUMNS="200", NO_COLOR="1")
+            _server = ForkServer(gym_path, server_env)
+            atexit.register(_server.close)
+    try:
+        return _server.run(argv, env, timeout)
+    finally:
+        for observe in OBSERVERS:
+            observe(argv, time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    sys.path.pop(0)  # this folder is not on a `gym` command's path
+    serve(sys.argv[1], sys.argv[2])

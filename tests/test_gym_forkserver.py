@@ -1,0 +1,101 @@
+"""The fork server that runs `gym` for the tests (tests/support/gym_forkserver.py) gives what a
+fresh `gym` process gives: the same exit code, stdout and stderr, the caller's environment and
+working directory each time, and a timeout that stops the command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gym_forkserver
+import pytest
+
+from devnet.anvil import free_port
+
+GYM = Path(sys.executable).parent / "gym"
+
+
+def _fresh(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(GYM), *argv], env=env, cwd=cwd, capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["ledger", "--help"], ["ledger", "nonsense"],
+                                  ["devnet", "status"], ["ipfs", "add", "file.txt"],
+                                  ["ipfs", "cat", "not-a-cid"]])
+def test_a_forked_gym_answers_as_a_fresh_one(gym_env, tmp_path, monkeypatch, argv):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "file.txt").write_text("hello from the current directory\n")
+    monkeypatch.chdir(work)
+    forked = gym_forkserver.run(GYM, argv, gym_env.env)
+    fresh = _fresh(argv, gym_env.env, work)
+    assert (forked.returncode, forked.stdout, forked.stderr) == \
+        (fresh.returncode, fresh.stdout, fresh.stderr)
+
+
+def test_each_run_has_its_own_environment_and_directory(gym_env, tmp_path, monkeypatch):
+    for name in ("one", "two"):
+        env = {**gym_env.env, "GYM_DEPLOYMENT_FILE": str(tmp_path / name / "deployment.json")}
+        done = gym_forkserver.run(GYM, ["devnet", "status"], env)
+        assert done.returncode == 1
+        assert f"no deployment at {tmp_path / name / 'deployment.json'}" in done.stderr
+    for name in ("a", "b"):  # a relative path is read from the caller's directory
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(name)
+        monkeypatch.chdir(tmp_path / name)
+        added = gym_forkserver.run(GYM, ["ipfs", "add", "f.txt"], gym_env.env)
+        assert added.returncode == 0, added.stderr
+        assert gym_forkserver.run(GYM, ["ipfs", "cat", added.stdout.split()[-1]],
+                                  gym_env.env).stdout == name
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_a_command_past_its_timeout_is_stopped(gym_env):
+    port = free_port()
+    outcome: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            gym_forkserver.run(GYM, ["ipfs", "serve", "--port", str(port)], gym_env.env, timeout=8)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    runner = threading.Thread(target=serve)
+    runner.start()
+    deadline = time.monotonic() + 8
+    while not _answers(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _answers(port), "the command never started serving"
+    runner.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], subprocess.TimeoutExpired), outcome
+    deadline = time.monotonic() + 10
+    while _answers(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _answers(port), "the timed-out command is still serving"
+    assert gym_forkserver.run(GYM, ["devnet", "status"], gym_env.env).returncode == 1
+
+
+def test_the_server_preloads_no_project_module_and_no_torch():
+    """What a child shares with its siblings is third-party imports only: project modules (and
+    the settings they read) are imported afresh in every command."""
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import gym_forkserver as g\n"
+             "for n in g.PRELOAD:\n    try: __import__(n)\n    except Exception: pass\n"
+             "tops = {m.split('.')[0] for m in sys.modules}\n"
+             "print(sorted(tops & {'devnet', 'ledger', 'committee', 'governance', 'trainer',"
+             " 'inference_node', 'torch', 'transformers'}))")
+    out = subprocess.run([sys.executable, "-c", probe, str(Path(gym_forkserver.__file__).parent)],
+                         capture_output=True, text=True, check=True, env=dict(os.environ))
+    assert out.stdout.strip() == "[]"
