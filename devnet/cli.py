@@ -478,7 +478,9 @@ def demo(
     SDK, says whether the answer is right, and verifies the receipt (signature, registration, library root, log inclusion, anchoring,
     activations, termination, sampling); then plays a dishonest node whose forged answer fails
     verification by name and is challenged in the NodeRegistry; stops the devnet it started
-    (unless --keep).
+    (unless --keep). Each party (researcher, auditor, node operator, verifiers) keeps its own
+    data directory and database under <GYM_DATA_DIR>/parties/ and shares only the chain and
+    the content endpoint.
     """
     from devnet.demo import run_demo
     from devnet.settings import GymSettings

@@ -22,6 +22,12 @@ that owns that hop (named in its heading), and the printing:
    node's stake and the bonds move (``committee.demo``);
 
 then stop the devnet it started (unless ``keep``).
+
+The parties (researcher, auditor, node operator, verifiers) each run on a data directory and
+database of their own (``<data dir>/parties/<name>``, SQLite unless ``GYM_DB_URL`` names a
+database) and share only the chain and the content endpoint of the deployment (the service
+``gym devnet up`` started, or ``GYM_IPFS_API``), as on separate machines (``party``). The voters
+hold nothing local: their votes are signatures.
 """
 
 from __future__ import annotations
@@ -54,20 +60,26 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
         up = devnet_up(settings)
     try:
         check_deployment(settings, console, up.deployment)
-        rt = ledger_runtime(settings)
-        runs_dir = settings.data_dir / "runs"
+        endpoint = settings.ipfs_api or up.deployment.content_api
+        researcher, auditor = party(settings, "researcher", endpoint), party(settings, "auditor",
+                                                                             endpoint)
+        console.print(f"each party on its own data directory under "
+                      f"{settings.data_dir / PARTIES_DIR}, sharing only the chain and the "
+                      f"content endpoint {endpoint}", highlight=False)
+        rt, auditor_rt = ledger_runtime(researcher), ledger_runtime(auditor)
+        runs_dir = researcher.data_dir / "runs"
 
         console.rule("2. ledger")
         log_name = publish_samples(rt, console, SAMPLE_EXPERIENCES)
 
         console.rule("3. audit")
-        audit(rt, console, log_name, what="the demo log")
+        audit(auditor_rt, console, _chain_log_id(rt, log_name), what="the demo log")
 
         curate_log, curate_what = log_name, "The demo's sample experiences."
         if train:
             console.rule("4. Training-Free GRPO")
             training_log = train_tfgrpo(rt, console, runs_dir)
-            audit(rt, console, training_log, what="the training log")
+            audit(auditor_rt, console, _chain_log_id(rt, training_log), what="the training log")
             if experience_indices(rt, training_log):
                 curate_log = training_log
                 curate_what = "The experiences the demo's Training-Free GRPO run learned."
@@ -99,14 +111,17 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
 
             console.rule("6. inference node")
             committee = up.deployment.contracts["VerifierCommittee"].address
+            operator, verifiers = party(settings, "node", endpoint), party(settings, "verifiers",
+                                                                            endpoint)
+            operator_rt, verifiers_rt = ledger_runtime(operator), ledger_runtime(verifiers)
             # the committee that will judge the node's challenges is the one of their opening
-            register_demo_verifiers(settings, rt, console, committee)
-            outcome = demo_node(settings, rt, console,
+            register_demo_verifiers(verifiers, verifiers_rt, console, committee)
+            outcome = demo_node(operator, operator_rt, console,
                                 library_log_id=up.deployment.curated_log_id, curated=True,
                                 model_dir=default_model_dir(), node_key=NODE_KEY,
                                 challenger=committee_challenger(committee))
             console.rule("7. verifier committee")
-            demo_committee(settings, rt, console, outcome=outcome,
+            demo_committee(verifiers, verifiers_rt, console, outcome=outcome,
                            model_dir=default_model_dir(), committee_address=committee,
                            node_operator=Account.from_key(NODE_KEY).address,
                            advance_time=advance_time)
@@ -115,6 +130,22 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
             devnet_down(settings)
             console.print("devnet stopped (use --keep to leave it running)")
     console.rule("demo finished")
+
+
+PARTIES_DIR = "parties"
+
+
+def party(settings: GymSettings, name: str, endpoint: str | None) -> GymSettings:
+    """Party ``name``'s settings: the chain and deployment of ``settings``; its own data
+    directory (``<data dir>/parties/<name>``) and so its own SQLite database, unless
+    ``GYM_DB_URL`` names a database server; content through ``endpoint``."""
+    return settings.model_copy(update={"data_dir": settings.data_dir / PARTIES_DIR / name,
+                                       "ipfs_api": endpoint})
+
+
+def _chain_log_id(rt: LedgerRuntime, log_name: str) -> int:
+    """What a researcher tells its auditors: the on-chain id of its log ``log_name``."""
+    return rt.store.get_log(log_name).chain_log_id
 
 
 def _stamp() -> str:
@@ -153,12 +184,12 @@ def publish_samples(rt: LedgerRuntime, console: Console, samples: Path) -> str:
     return name
 
 
-def audit(rt: LedgerRuntime, console: Console, log_name: str, *, what: str) -> None:
-    """3. Replay log ``log_name`` from chain events and the content store alone; fail on any
-    discrepancy (``what`` names the log in the error)."""
+def audit(rt: LedgerRuntime, console: Console, log_id: int, *, what: str) -> None:
+    """3. Replay on-chain log ``log_id`` from chain events and the content store alone (``rt``:
+    an auditor's, holding nothing of the log); fail on any discrepancy (``what`` names the log
+    in the error)."""
     from ledger.audit import audit_log, print_audit_report
 
-    log_id = rt.store.get_log(log_name).chain_log_id
     report = audit_log(rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block)
     print_audit_report(report, console)
     if not report.ok:

@@ -5,8 +5,8 @@ working directory each time, and a timeout that stops the command."""
 from __future__ import annotations
 
 import os
-import subprocess
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -99,3 +99,40 @@ def test_the_server_preloads_no_project_module_and_no_torch():
     out = subprocess.run([sys.executable, "-c", probe, str(Path(gym_forkserver.__file__).parent)],
                          capture_output=True, text=True, check=True, env=dict(os.environ))
     assert out.stdout.strip() == "[]"
+
+
+def test_the_shim_answers_as_the_real_command_in_a_shell(gym_env, tmp_path):
+    """What the README test puts at `.venv/bin/gym`: the command runs through the fork server
+    with the shell's own stdout, stderr and exit status."""
+    shim = tmp_path / "bin" / "gym"
+    shim.parent.mkdir()
+    gym_forkserver.write_shim(shim, GYM)
+    env = {**gym_env.env, gym_forkserver.SOCKET_ENV: gym_forkserver.server(GYM).socket_path}
+    for argv in (["ledger", "--help"], ["ledger", "nonsense"], ["devnet", "status"]):
+        line = " ".join(argv)
+        through = subprocess.run(["bash", "-c", f"{shim} {line}; echo status=$?"], env=env,
+                                 capture_output=True, text=True, check=True, timeout=120)
+        fresh = _fresh(argv, gym_env.env, tmp_path)
+        assert through.stdout == fresh.stdout + f"status={fresh.returncode}\n"
+        assert through.stderr == fresh.stderr
+
+
+def test_the_shim_hands_a_serving_command_to_the_real_gym(gym_env, tmp_path):
+    """A command that serves until signalled is exec'd, not forked: a SIGTERM to the process
+    the shell started stops the server."""
+    shim = tmp_path / "gym"
+    gym_forkserver.write_shim(shim, GYM)
+    env = {**gym_env.env, gym_forkserver.SOCKET_ENV: gym_forkserver.server(GYM).socket_path}
+    port = free_port()
+    proc = subprocess.Popen([str(shim), "ipfs", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _answers(port)
+        assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1] == str(GYM).encode()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not _answers(port)

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import gym_forkserver
 import httpx
 import pytest
 
@@ -88,11 +89,27 @@ def test_every_role_section_has_commands_that_can_run_as_written():
 
 def _repo_view(where: Path) -> Path:
     """A directory that looks like the repository root: links to every entry of the checkout,
-    so what the README's commands write (proof.json, runs/, ...) lands here, not in the repo."""
+    so what the README's commands write (proof.json, runs/, ...) lands here, not in the repo.
+    Its `.venv/bin/gym`, unless GYM_TEST_FORKSERVER=0, runs each command through this worker's
+    fork server (tests/support/gym_forkserver.py: the real command, its libraries already
+    imported); every other entry of `.venv` links to the real one."""
     where.mkdir()
     for entry in ROOT.iterdir():
-        if entry.name not in (".git", "runs") and not entry.name.startswith(".pytest"):
+        if entry.name not in (".git", "runs", ".venv") and not entry.name.startswith(".pytest"):
             (where / entry.name).symlink_to(entry)
+    venv = ROOT / ".venv"
+    if not gym_forkserver.enabled():
+        (where / ".venv").symlink_to(venv)
+        return where
+    for entry in venv.iterdir():
+        if entry.name != "bin":
+            (where / ".venv").mkdir(exist_ok=True)
+            (where / ".venv" / entry.name).symlink_to(entry)
+    (where / ".venv" / "bin").mkdir()
+    for entry in (venv / "bin").iterdir():
+        if entry.name != "gym":
+            (where / ".venv" / "bin" / entry.name).symlink_to(entry)
+    gym_forkserver.write_shim(where / ".venv" / "bin" / "gym", venv / "bin" / "gym")
     return where
 
 
@@ -135,6 +152,8 @@ def test_the_readme_role_sections_run_as_written(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(tmp_path / "data"), GYM_DEPLOYMENT_FILE=str(tmp_path / "dep.json"),
                GYM_ANVIL_PORT="0", GYM_IPFS_PORT="0", NO_COLOR="1", COLUMNS="100")
+    if gym_forkserver.enabled():
+        env[gym_forkserver.SOCKET_ENV] = gym_forkserver.server(ROOT / ".venv" / "bin" / "gym").socket_path
     state = tmp_path / "shell-state.sh"
     state.write_text("")
     builtin = set(subprocess.run(["bash", "-c", "compgen -v"], capture_output=True, text=True,

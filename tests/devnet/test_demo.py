@@ -56,5 +56,13 @@ def test_demo_keep_leaves_the_devnet_running(gym_env):
     result = gym_env.run("demo", "--keep", "--no-train", "--no-node")
     assert result.returncode == 0, result.stderr
     assert "executed: curated library 'gym/curated' size 5" in result.stdout
+    # the researcher and the auditor kept their own databases and shared only the chain and
+    # the content endpoint: neither wrote a block to a store of its own
+    assert "each party on its own data directory" in result.stdout
+    parties = gym_env.data_dir / "parties"
+    assert (parties / "researcher" / "ledger.sqlite").is_file()
+    for name in ("researcher", "auditor"):
+        local = parties / name / "ipfs"
+        assert not local.exists() or not any(p.is_file() for p in local.rglob("*")), name
     assert running_anvil(gym_env.data_dir) is not None
     assert gym_env.run("devnet", "status").returncode == 0

@@ -37,6 +37,11 @@ PRELOAD = ("typer", "rich", "click", "web3", "eth_account", "eth_abi", "eth_util
            "eth_keyfile", "py_ecc", "sqlalchemy", "alembic", "requests", "httpx", "pydantic",
            "aiohttp", "websockets", "multiformats", "yaml")
 MAX_REQUEST = 1 << 20
+SOCKET_ENV = "GYM_TEST_FORKSERVER_SOCKET"  # where a `gym` shim (``write_shim``) finds the server
+# Commands that run until signalled: a shim hands them to the real `gym` (exec), so that the
+# signal reaches the process that serves.
+LONG_RUNNING = (("node", "serve"), ("ipfs", "serve"), ("dashboard",), ("verifier", "serve"),
+                ("verifier", "aggregate"))
 
 
 @dataclass
@@ -78,15 +83,15 @@ def _child(request: dict, fds: list[int], gym_path: str) -> None:
         else:
             print(done.code, file=sys.stderr)
             code = 1
-    except BaseException:  # what an interpreter does with an uncaught exception
+    except BaseException:  # noqa: BLE001 - what an interpreter does with an uncaught exception
         import traceback
 
         traceback.print_exc()
         code = 1
     finally:
         try:
-            threading._shutdown()  # noqa: SLF001 - join non-daemon threads, as interpreter exit does
-            atexit._run_exitfuncs()  # noqa: SLF001
+            threading._shutdown()
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -97,8 +102,8 @@ def serve(path: str, gym_path: str) -> None:
     for name in PRELOAD:
         try:
             __import__(name)
-        except Exception:  # noqa: BLE001 - an optional library that is not installed
-            pass
+        except ImportError:  # an optional library that is not installed here
+            continue
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
@@ -194,6 +199,61 @@ class ForkServer:
             pass
 
 
+def _words(argv: list[str]) -> tuple[str, ...]:
+    return tuple(a for a in argv if not a.startswith("-"))[:2]
+
+
+def write_shim(path: Path, gym_path: Path) -> None:
+    """Write a `gym` executable at ``path`` that runs its command through the fork server named
+    by $GYM_TEST_FORKSERVER_SOCKET, with its own stdin, stdout and stderr, passing SIGINT,
+    SIGTERM and SIGHUP on and exiting with the command's status; without the variable, or for
+    a command that runs until signalled (``LONG_RUNNING``), it execs the real ``gym_path``."""
+    path.write_text(f"#!{sys.executable} -S\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                    f"import gym_forkserver\ngym_forkserver.shim_main({str(gym_path)!r})\n")
+    path.chmod(0o755)
+
+
+def shim_main(gym_path: str) -> None:
+    import signal
+
+    argv = sys.argv[1:]
+    where = os.environ.get(SOCKET_ENV)
+    words = _words(argv)
+    if not where or any(words[:len(long)] == long for long in LONG_RUNNING):
+        os.execv(gym_path, [gym_path, *argv])
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+        conn.connect(where)
+        socket.send_fds(conn, [request], [0, 1, 2])
+        pid = json.loads(conn.recv(4096))["pid"]
+
+        def forward(signum, _frame) -> None:
+            try:
+                os.killpg(pid, signum)
+            except ProcessLookupError:
+                pass
+
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, forward)
+        answer = conn.recv(4096)
+    if not answer:
+        sys.exit("gym: the test fork server went away mid-command")
+    code = json.loads(answer)["returncode"]
+    sys.exit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell says
+
+
+def server(gym_path: Path) -> ForkServer:
+    """This test process's fork server (started on first use)."""
+    global _server
+    with _server_lock:
+        if _server is None or _server.proc.poll() is not None:
+            server_env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+            server_env.update(COLUMNS="200", NO_COLOR="1")
+            _server = ForkServer(gym_path, server_env)
+            atexit.register(_server.close)
+        return _server
+
+
 _server: ForkServer | None = None
 _server_lock = threading.Lock()
 OBSERVERS: list = []  # callables (argv, seconds): tests/support/test_costs.py counts runs
@@ -206,20 +266,13 @@ def enabled() -> bool:
 def run(gym_path: Path, argv: list[str], env: dict[str, str], timeout: float = 120) -> Completed:
     """`subprocess.run([gym, *argv], env=env, capture_output=True, text=True, timeout=timeout)`,
     forked from the server (started on first use, once per test process)."""
-    global _server
     start = time.perf_counter()
     if not enabled():
         proc = subprocess.run([str(gym_path), *argv], env=env, capture_output=True, text=True,
                               check=False, timeout=timeout)
         return Completed(proc.returncode, proc.stdout, proc.stderr)
-    with _server_lock:
-        if _server is None or _server.proc.poll() is not None:
-            server_env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
-            server_env.update(COLUMNS="200", NO_COLOR="1")
-            _server = ForkServer(gym_path, server_env)
-            atexit.register(_server.close)
     try:
-        return _server.run(argv, env, timeout)
+        return server(gym_path).run(argv, env, timeout)
     finally:
         for observe in OBSERVERS:
             observe(argv, time.perf_counter() - start)

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer import backends  # noqa: E402
-from trainer.backends import _top_p_filter  # noqa: E402
+from trainer import backends
+from trainer.backends import _top_p_filter
 
 
 def nucleus_by_sorting(scores, top_p):
