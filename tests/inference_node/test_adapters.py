@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import gym_forkserver
 import httpx
 import pytest
 import torch
@@ -170,10 +170,9 @@ def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_m
                                                                tmp_path):
     data, _, cid, _ = published
     env = node_env(data)
-    missing = subprocess.run(
-        [str(GYM), "node", "serve", "--model", str(tiny_model_dir), "--offline", "--adapter",
-         UNKNOWN],
-        env=env, capture_output=True, text=True, timeout=120, check=False)
+    missing = gym_forkserver.run(
+        GYM, ["node", "serve", "--model", str(tiny_model_dir), "--offline", "--adapter", UNKNOWN],
+        env)
     assert missing.returncode == 1 and "is not in the local content store" in missing.stderr, \
         missing.stderr
 
@@ -197,9 +196,9 @@ def test_gym_node_serve_with_an_adapter_and_gym_verify_receipt(published, tiny_m
         text=body["choices"][0]["message"]["content"],
         completion_token_ids=evidence["completion_token_ids"])
     (tmp_path / "bundle.json").write_text(json.dumps(bundle))
-    verified = subprocess.run([str(GYM), "verify", "receipt", str(tmp_path / "bundle.json"),
-                               "--offline", "--model", str(tiny_model_dir)], env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+    verified = gym_forkserver.run(GYM, ["verify", "receipt", str(tmp_path / "bundle.json"),
+                                        "--offline", "--model", str(tiny_model_dir)], env,
+                                  timeout=300)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "adapter" in verified.stdout and "FAILS" not in verified.stdout
 

@@ -142,13 +142,11 @@ def test_a_node_that_keeps_no_bundles_says_so(signing_node):
 
 
 def test_serve_refuses_a_bad_retention(tiny_model_dir, tmp_path):
-    import subprocess
-
+    import gym_forkserver
     from node_helpers import GYM, node_env
 
-    result = subprocess.run([str(GYM), "node", "serve", "--model", str(tiny_model_dir),
-                             "--bundle-retention", "2 weeks"], env=node_env(tmp_path),
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = gym_forkserver.run(GYM, ["node", "serve", "--model", str(tiny_model_dir),
+                                      "--bundle-retention", "2 weeks"], node_env(tmp_path))
     assert result.returncode == 2 and "not a duration" in result.stderr, result.stderr
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import gym_forkserver
 import httpx
 import openai
 import pytest
@@ -101,9 +101,8 @@ def test_gym_node_serve_survives_deep_and_huge_bodies(tiny_model_dir, tmp_path):
 def test_gym_verify_receipt_refuses_a_deep_bundle(tmp_path):
     bundle = tmp_path / "bundle.json"
     bundle.write_bytes(b"[" * 100_000 + b"]" * 100_000)
-    result = subprocess.run([str(GYM), "verify", "receipt", str(bundle), "--offline"], check=False,
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "COLUMNS": "200"})
+    result = gym_forkserver.run(GYM, ["verify", "receipt", str(bundle), "--offline"],
+                                {**os.environ, "COLUMNS": "200"})
     assert result.returncode == 1, (result.returncode, result.stderr)
     assert "nests deeper than" in result.stderr
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+import gym_forkserver
 import httpx
 from node_helpers import GYM, free_port, node_env, node_process, stop_node, wait_for_health
 
 
-def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(command: list[str], env: dict[str, str]):
+    if command[0] == str(GYM):  # a `gym` command: forked with its libraries imported
+        return gym_forkserver.run(GYM, command[1:], env)
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
 

@@ -7,9 +7,9 @@ termination and sampling checks, skipped with their reason without --model."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
+import gym_forkserver
 import openai
 import pytest
 from node_helpers import GYM, MODEL_NAME, node_env
@@ -42,10 +42,9 @@ def client(node):
     return openai.OpenAI(base_url=node.base_url, api_key="unused")
 
 
-def gym_verify(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(GYM), "verify", "receipt", *args, "--offline"],
-                          env=node_env(tmp_path), capture_output=True, text=True, timeout=300,
-                          check=False)
+def gym_verify(tmp_path: Path, *args: str) -> gym_forkserver.Completed:
+    return gym_forkserver.run(GYM, ["verify", "receipt", *args, "--offline"],
+                              node_env(tmp_path), timeout=300)
 
 
 def save(tmp_path: Path, name: str, obj) -> str:

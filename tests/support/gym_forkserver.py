@@ -164,8 +164,10 @@ class ForkServer:
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the gym fork server did not start (exit {self.proc.wait()})")
 
-    def run(self, argv: list[str], env: dict[str, str], timeout: float) -> Completed:
-        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+    def run(self, argv: list[str], env: dict[str, str], timeout: float,
+            cwd: str | os.PathLike | None = None) -> Completed:
+        request = json.dumps({"argv": argv, "env": env,
+                              "cwd": os.fspath(cwd) if cwd is not None else os.getcwd()}).encode()
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
                 open(os.devnull, "rb") as stdin, \
                 socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
@@ -263,16 +265,17 @@ def enabled() -> bool:
     return os.environ.get("GYM_TEST_FORKSERVER", "1") != "0"
 
 
-def run(gym_path: Path, argv: list[str], env: dict[str, str], timeout: float = 120) -> Completed:
-    """`subprocess.run([gym, *argv], env=env, capture_output=True, text=True, timeout=timeout)`,
-    forked from the server (started on first use, once per test process)."""
+def run(gym_path: Path, argv: list[str], env: dict[str, str], timeout: float = 120,
+        cwd: str | os.PathLike | None = None) -> Completed:
+    """`subprocess.run([gym, *argv], env=env, cwd=cwd, capture_output=True, text=True,
+    timeout=timeout)`, forked from the server (started on first use, once per test process)."""
     start = time.perf_counter()
     if not enabled():
-        proc = subprocess.run([str(gym_path), *argv], env=env, capture_output=True, text=True,
-                              check=False, timeout=timeout)
+        proc = subprocess.run([str(gym_path), *argv], env=env, cwd=cwd, capture_output=True,
+                              text=True, check=False, timeout=timeout)
         return Completed(proc.returncode, proc.stdout, proc.stderr)
     try:
-        return server(gym_path).run(argv, env, timeout)
+        return server(gym_path).run(argv, env, timeout, cwd)
     finally:
         for observe in OBSERVERS:
             observe(argv, time.perf_counter() - start)

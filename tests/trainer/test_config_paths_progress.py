@@ -8,11 +8,11 @@ the config's; the configs name their inputs relative to themselves.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import gym_forkserver
 import pytest
 from rich.console import Console
 
@@ -25,13 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 GYM = Path(sys.executable).parent / "gym"
 
 
-def gym(gym_env, cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The real `gym` command, run in ``cwd`` (not a tty: stdout and stderr are pipes)."""
-    return subprocess.run([str(GYM), *args], cwd=cwd, env=gym_env.env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def gym(gym_env, cwd: Path, *args: str, timeout: float = 300) -> gym_forkserver.Completed:
+    """The real `gym` command, run in ``cwd`` (not a tty: stdout and stderr are captured)."""
+    return gym_forkserver.run(GYM, list(args), gym_env.env, timeout=timeout, cwd=cwd)
 
 
-def error_line(result: subprocess.CompletedProcess) -> str:
+def error_line(result: gym_forkserver.Completed) -> str:
     assert result.returncode == 1, (result.returncode, result.stdout, result.stderr[-2000:])
     assert "Traceback" not in result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
