@@ -119,6 +119,13 @@ def test_parties_on_their_own_data_dirs_share_only_the_chain_and_the_endpoint(
                            env={**gym.env, **aggregator}, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT)
     try:
+        deadline = time.monotonic() + 60  # a verifier run once delivers once: aggregator first
+        while agg.poll() is None and time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{agg_port}/health", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
         for account, verifier in verifiers.items():
             judged = gym.run("verifier", "serve", "--model", str(tiny_model_dir),
                              "--aggregator", f"http://127.0.0.1:{agg_port}", "--once",

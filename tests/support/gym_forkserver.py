@@ -117,10 +117,13 @@ def serve(path: str, gym_path: str) -> None:
         for key, _ in selector.select(timeout=1.0):
             if key.data == "accept":
                 conn, _ = listener.accept()
+                fds: list[int] = []
                 try:
                     message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
                     request = json.loads(message)
-                except (OSError, ValueError):
+                except (OSError, ValueError):  # a malformed request: nothing runs, nothing leaks
+                    for fd in fds:
+                        os.close(fd)
                     conn.close()
                     continue
                 sys.stdout.flush()
