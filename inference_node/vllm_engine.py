@@ -67,8 +67,12 @@ the cost is one more copy of the weights in memory when the node signs receipts.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -395,11 +399,28 @@ class VLLMEngine(Engine):
 
 
 def _import_vllm() -> Any:
+    _private_ipc_dir()
     try:
         import vllm
     except ImportError as exc:
         raise EngineError(f"{INSTALL_HINT} ({exc})") from None
     return vllm
+
+
+_ipc_lock = threading.Lock()
+
+
+def _private_ipc_dir() -> None:
+    """vLLM binds its ZeroMQ sockets under ``VLLM_RPC_BASE_PATH`` (default: the temp directory)
+    and never removes them: a node started a hundred times would leave hundreds in /tmp. Unless
+    the variable is set, this process's engines use one directory of their own, removed when the
+    process exits (the directory, not a path per engine: vLLM may cache the variable)."""
+    with _ipc_lock:
+        if os.environ.get("VLLM_RPC_BASE_PATH"):
+            return
+        path = tempfile.mkdtemp(prefix="gym-vllm-ipc-")
+        os.environ["VLLM_RPC_BASE_PATH"] = path
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
 def _finish_reason(reason: str | None) -> FinishReason | None:

@@ -14,10 +14,12 @@ gives; CAR v1 moves whole DAGs in and out, compatible with ``ipfs dag export/imp
 Writes are atomic but not fsync'd: a crash may lose recent blocks, never leave a torn one.
 
 >>> import tempfile
->>> store = LocalBlockStore(tempfile.mkdtemp())
+>>> scratch = tempfile.TemporaryDirectory()
+>>> store = LocalBlockStore(scratch.name)
 >>> cid = store.add_file(b"hello world")
 >>> cid, store.cat(cid)
 ('bafkreifzjut3te2nhyekklss27nh3k72ysco7y32koao5eei66wof36n5e', b'hello world')
+>>> scratch.cleanup()
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ store, a URL means a Kubo node. ``ledger.kubo`` (and its ``ipfshttpclient`` depe
 imported only when a URL is given.
 
 >>> import tempfile
->>> store = open_content_store(None, tempfile.mkdtemp())
+>>> scratch = tempfile.TemporaryDirectory()
+>>> store = open_content_store(None, scratch.name)
 >>> cid = store.add_file(b"hello world")
 >>> store.cat(cid), store.has(cid)
 (b'hello world', True)
+>>> scratch.cleanup()
 """
 
 from __future__ import annotations

@@ -216,10 +216,22 @@ def wait_for_health(proc, port: int, timeout_s: float) -> dict:
 
 
 @contextlib.contextmanager
-def run_server(engine, source, settings: NodeSettings | None = None, **app_kwargs
-               ) -> Iterator[RunningServer]:
+def run_server(engine, source, settings: NodeSettings | None = None, *,
+               keep_engine: bool = False, **app_kwargs) -> Iterator[RunningServer]:
     """Serve `create_app(engine, source, settings, **app_kwargs)` (receipts=, receipt_log=)
-    with uvicorn on loopback until the block ends."""
+    with uvicorn on loopback until the block ends. The app stops the engine when it stops;
+    `keep_engine` leaves it running for the next test (a module's vLLM engine: a restart is
+    half a minute)."""
+    if keep_engine:
+        engine.shutdown = lambda: None  # this instance only; the class's comes back below
+    try:
+        yield from _serve(engine, source, settings, **app_kwargs)
+    finally:
+        if keep_engine:
+            del engine.shutdown
+
+
+def _serve(engine, source, settings, **app_kwargs) -> Iterator[RunningServer]:
     port = free_port()
     app = create_app(engine, source, settings, **app_kwargs)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",

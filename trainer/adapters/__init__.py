@@ -9,7 +9,8 @@ Importing this package does not import torch.
 
 >>> import pathlib, tempfile
 >>> from ledger import AdapterEntry, LocalBlockStore, encode_entry, entry_cid
->>> content = LocalBlockStore(tempfile.mkdtemp())
+>>> scratch = tempfile.TemporaryDirectory()
+>>> content = LocalBlockStore(pathlib.Path(scratch.name) / "blocks")
 >>> weights = bytes(300_000)  # two UnixFS chunks: a dag-pb root, as Kubo builds it
 >>> files = [{"path": "adapter_model.safetensors", "cid": content.add_file(weights),
 ...           "size": len(weights)}]
@@ -18,9 +19,10 @@ Importing this package does not import torch.
 ...     files=files, config={"r": 8}, dataset_digest="sha256:" + "1" * 64, metrics={},
 ...     run_cid=entry_cid(b"a run entry")))
 >>> cid = content.add_file(entry)
->>> fetched = fetch_adapter(content, cid, pathlib.Path(tempfile.mkdtemp()) / "adapter")
+>>> fetched = fetch_adapter(content, cid, pathlib.Path(scratch.name) / "adapter")
 >>> sorted(p.name for p in fetched.directory.iterdir())
 ['adapter_entry.json', 'adapter_model.safetensors']
+>>> scratch.cleanup()
 """
 
 from ledger.lazy_exports import lazy_exports
