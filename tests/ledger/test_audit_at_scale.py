@@ -220,3 +220,71 @@ def test_gym_audit_saves_its_state_and_resume_replays_only_what_is_new(published
     full = gym.run("audit", str(log_id), extra_env=env)
     assert full.returncode == 1
     assert f"first bad entry: leaf 7, {cids[7]} (entry-missing)" in full.stdout
+
+
+def test_worker_processes_judge_the_entries_as_the_replay_would(ledger_devnet, tmp_path,
+                                                                 monkeypatch):
+    """A large replay validates its chunks in worker processes (`ledger.audit_checkers`): the
+    report is the inline replay's, an invalid entry included, and chunks go to the workers."""
+    from ledger import audit_checkers
+
+    monkeypatch.setattr(batches, "ENTRY_DAG_FANOUT", FANOUT)
+    node = Node(tmp_path / "endpoint")
+    content = LocalBlockStore(node.data_dir)
+    store = LogStore(f"sqlite:///{tmp_path / 'publisher.sqlite'}")
+    contract = ledger_devnet.contract()
+    store.create_log("alice/workers")
+    log_id = ensure_chain_log(store, contract, "alice/workers")
+    data = experiences(0, 40)
+    data[13] = json.dumps(json.loads(data[13]), indent=1).encode()  # valid JSON, not canonical
+    for blob in data:
+        content.put(blob)
+    store.append("alice/workers", data)  # the store takes bytes as given: no entry checks
+    publish(store, content, contract, "alice/workers")
+    start = ledger_devnet.deployment_block
+    try:
+        inline = audit_report_json(audit_log(contract, KuboStore(node.url), log_id,
+                                             from_block=start))
+        submitted = []
+        submit = audit_checkers.EntryCheckers.submit
+
+        def spy(self, blobs):
+            future = submit(self, blobs)
+            submitted.append(future)
+            return future
+
+        monkeypatch.setattr(audit_checkers.EntryCheckers, "submit", spy)
+        monkeypatch.setattr(audit_checkers, "MIN_ENTRIES", 1)
+        judged = audit_report_json(audit_log(contract, KuboStore(node.url), log_id,
+                                             from_block=start))
+    finally:
+        store.engine.dispose()
+        node.stop()
+    assert len(submitted) == 5 and all(f is not None for f in submitted)  # 40 entries, 8 a CAR
+    assert judged == inline
+    assert judged["first_bad_entry"]["leaf"] == 13
+    bad = [d for d in judged["discrepancies"] if d["kind"] == "entry-invalid"]
+    assert len(bad) == 1 and "not the canonical RFC 8785 encoding" in bad[0]["message"]
+
+
+def test_a_broken_worker_pool_leaves_the_entries_to_the_replay():
+    """Workers killed mid-audit: the chunks' verdicts come back empty (None: judge inline),
+    and the pool is not used again."""
+    import os
+    import signal
+
+    from ledger.audit_checkers import VALID, EntryCheckers
+
+    checkers = EntryCheckers(workers=1)
+    try:
+        good, bad = experiences(0, 1)[0], b'{"type":"run"}'
+        first = checkers.submit([good, bad, None])
+        assert checkers.result(first, 3)[0::2] == [VALID, None]
+        assert "unknown version None" in checkers.result(first, 3)[1]
+        for pid in list(checkers._pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        broken = checkers.submit([good])
+        assert checkers.result(broken, 1) == [None]
+        assert checkers.submit([good]) is None
+    finally:
+        checkers.close()

@@ -232,6 +232,34 @@ def test_malformed_or_unknown_entries_are_rejected(data, field, message):
     assert excinfo.value.field == field
 
 
+def test_the_fast_path_accepts_exactly_what_the_checked_path_accepts():
+    """`decode_entry` tries `_decode_canonical` first and falls back on `_decode_checked`: the
+    fast path must give the same entry for what a ledger holds and accept nothing else."""
+    accepted = [encode_entry(build(FACTORIES[kind]())) for kind in sorted(FACTORIES)]
+    for data in accepted:
+        assert entries._decode_canonical(data) == entries._decode_checked(data)
+        assert entries._decode_canonical(data) is not None  # the fast path took it
+    # brackets inside strings count: past 64 the checked path decides, and accepts
+    many = encode_entry(build(experience(text="[" * 40 + " {" * 25 + " ok")))
+    assert entries._decode_canonical(many) is None and decode_entry(many).text.endswith("ok")
+    base = canonical(experience())
+    refused = [
+        base.replace(b'"v":1', b'"v":1,"v":1'),  # a duplicate that the last value would hide
+        base.replace(b'"domain":"math"', b'"domain":"math","domain":"math"'),
+        base.replace(b'"v":1', b'"v":true'), base.replace(b'"v":1', b'"v":1.0'),
+        base.replace(b'"type":"experience"', b'"type":["experience"]'),
+        base[:-1] + b',"x":NaN}', base + b" ", b"[" + base + b"]", base.replace(b"math", b"\u006dath"),
+        json.dumps(experience()).encode(), canonical(experience(target=None)),
+        canonical(receipt()).replace(b'"top_p":0.95', b'"top_p":0.950'),
+        b'{"type":"run","v":1,"config":' + b"[" * 70 + b"]" * 70 + b"}",
+        base.replace(b"math", b"m\ud800th"),
+    ]
+    for data in refused:
+        assert entries._decode_canonical(data) is None, data
+        with pytest.raises(EntryError):
+            decode_entry(data)
+
+
 def test_decode_wants_bytes():
     with pytest.raises(EntryError, match="must be bytes, got str"):
         decode_entry(canonical(run()).decode())
