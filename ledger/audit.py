@@ -42,12 +42,10 @@ import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ledger import audit_checkers, batches
-from ledger.audit_checkers import EntryCheckers
+from ledger import batches
 from ledger.audit_state import AuditState, AuditStateError
 from ledger.batches import (
     BatchError,
@@ -169,26 +167,14 @@ class _Replay:
         self.tree = _Tree()
         self.broken_at: int | None = None  # first leaf that could not be hashed
         self.diverged_at: int | None = None  # first checkpoint whose root did not match
-        self._checkers: EntryCheckers | None = None
 
     def flag(self, kind: str, message: str, **where: Any) -> None:
         self.report.discrepancies.append(Discrepancy(kind, message, **where))
 
-    def checkers(self) -> EntryCheckers:
-        """The replay's worker processes, started when first used (``close`` stops them)."""
-        if self._checkers is None:
-            self._checkers = audit_checkers.EntryCheckers()
-        return self._checkers
-
-    def close(self) -> None:
-        if self._checkers is not None:
-            self._checkers.close()
-
-    def read_entry(self, index: int, cid: str, checkpoint: int, data: bytes | None = None,
-                   verdict: str | None = None) -> bytes | None:
+    def read_entry(self, index: int, cid: str, checkpoint: int, data: bytes | None = None
+                   ) -> bytes | None:
         """Validate entry ``cid`` at leaf ``index``: ``data`` when it came verified with its
-        batch's CAR, else fetched by CID; None when unreadable. ``verdict``: what a worker
-        process found validating ``data`` (``audit_checkers``), if one did."""
+        batch's CAR, else fetched by CID; None when unreadable."""
         try:
             if data is None:
                 data = self.content.cat(cid)
@@ -202,16 +188,11 @@ class _Replay:
             self.flag("entry-corrupt", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index,
                       expected=exc.expected, computed=exc.computed, entry_cid=cid)
             return None
-        if verdict is None:
-            try:
-                decode_entry(data)
-            except EntryError as exc:
-                verdict = str(exc)
-            else:
-                verdict = audit_checkers.VALID
-        if verdict != audit_checkers.VALID:
-            self.flag("entry-invalid", f"entry {cid}: {verdict}", checkpoint=checkpoint,
-                      leaf=index, entry_cid=cid)
+        try:
+            decode_entry(data)
+        except EntryError as exc:
+            self.flag("entry-invalid", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index,
+                      entry_cid=cid)
         else:
             if self.on_entry is not None:
                 self.on_entry(index, cid, data)
@@ -276,10 +257,7 @@ def audit_log(contract: LedgerContract, content: ContentStore, log_id: int, *,
                     f"{base.chain_id}")
             _restore(replay, resume)
         saver = _Saver(base, save, save_every_s) if save is not None else None
-        try:
-            _audit_publisher(contract, replay, log_id, from_block, to_block, resume, saver)
-        finally:
-            replay.close()
+        _audit_publisher(contract, replay, log_id, from_block, to_block, resume, saver)
     else:
         _audit_curated(contract, replay, log_id, from_block, to_block)
     checkpoints = report.checkpoints
@@ -388,11 +366,9 @@ def _audit_publisher(contract: LedgerContract, replay: _Replay, log_id: int, fro
             replay.broken_at = prev_size if replay.broken_at is None else replay.broken_at
             replay.report.leaves += event.size - prev_size - position
         else:
-            many = len(cids) - position >= audit_checkers.MIN_ENTRIES
-            for offset, cid, fetched, verdict in _entry_stream(
-                    replay.content, cids, position, replay.checkers() if many else None):
+            for offset, cid, fetched in _entry_stream(replay.content, cids, position):
                 index = prev_size + offset
-                data = replay.read_entry(index, cid, event.size, fetched, verdict)
+                data = replay.read_entry(index, cid, event.size, fetched)
                 if data is None:
                     replay.broken_at = index if replay.broken_at is None else replay.broken_at
                 elif replay.broken_at is None:
@@ -455,53 +431,41 @@ def _restore(replay: _Replay, state: AuditState) -> None:
 PREFETCH_CHUNKS = 2  # CARs of a thousand entries fetched ahead while the entries are checked
 
 
-def _export_chunk(export, chunk: EntryChunk, cids: Sequence[str],
-                  checkers: EntryCheckers | None) -> tuple[list[bytes | None], Future | None]:
-    """The chunk's entries from one level-1 node's CAR (each block verified on arrival), in
-    order, None where the CAR lacked one; and their verdicts coming from ``checkers``."""
+def _export_chunk(export, chunk: EntryChunk) -> dict[bytes, bytes]:
+    """The blocks of one level-1 node's CAR, by binary CID (each verified on arrival)."""
     blocks: dict[bytes, bytes] = {}
     for cid, block in export(chunk.cid, max_blocks=chunk.count + 1,
                              max_bytes=(chunk.count + 1) * (MAX_ENTRY_BYTES + 64)):
         blocks[cid.to_v1().to_bytes()] = block
-    blobs = [blocks.get(raw_sha256_cid_bytes(cids[offset]))
-             for offset in range(chunk.start, chunk.start + chunk.count)]
-    return blobs, checkers.submit(blobs) if checkers is not None else None
+    return blocks
 
 
-def _entry_stream(content: ContentStore, cids: Sequence[str], start: int,
-                  checkers: EntryCheckers | None = None
-                  ) -> Iterator[tuple[int, str, bytes | None, str | None]]:
-    """``(offset, cid, bytes or None, verdict or None)`` for the batch's entries from
-    ``start`` on, in order.
+def _entry_stream(content: ContentStore, cids: Sequence[str], start: int
+                  ) -> Iterator[tuple[int, str, bytes | None]]:
+    """``(offset, cid, bytes or None)`` for the batch's entries from ``start`` on, in order.
 
     Through a store that can export DAGs (``KuboStore``: a Kubo node, ``gym ipfs serve``),
     the entries arrive a thousand per request: the CAR of each level-1 node of the batch's
     entries DAG (``ledger.batches.batch_dag``, recomputed here from the manifest), fetched
-    ``PREFETCH_CHUNKS`` ahead in threads and, with ``checkers``, validated in its worker
-    processes (the verdict: ``audit_checkers.VALID`` or the reason the entry is invalid; None:
-    validate it here). ``None`` bytes mean "read it by CID": a store without exports, an
-    entry its CAR lacked (the read names why), and, once an export fails (a batch published
-    without its DAG, a node without ``dag/export``, a block that does not hash), the rest of
-    the batch."""
+    ``PREFETCH_CHUNKS`` ahead in threads. ``None`` means "read it by CID": a store without
+    exports, an entry its CAR lacked (the read names why), and, once an export fails (a batch
+    published without its DAG, a node without ``dag/export``, a block that does not hash),
+    the rest of the batch."""
     export = getattr(content, "export_dag", None)
     if export is None:
         for offset in range(start, len(cids)):
-            yield offset, cids[offset], None, None
+            yield offset, cids[offset], None
         return
     from concurrent.futures import ThreadPoolExecutor
 
     chunks = [c for c in batches.batch_dag(cids).chunks if c.start + c.count > start]
     with ThreadPoolExecutor(PREFETCH_CHUNKS, thread_name_prefix="audit-car") as pool:
-        def fetch(chunk: EntryChunk) -> Future:
-            return pool.submit(_export_chunk, export, chunk, cids, checkers)
-
-        pending = deque(fetch(c) for c in chunks[:PREFETCH_CHUNKS])
+        pending = deque(pool.submit(_export_chunk, export, c) for c in chunks[:PREFETCH_CHUNKS])
         for number, chunk in enumerate(chunks):
-            blobs: list[bytes | None] = [None] * chunk.count
-            judged: Future | None = None
+            blocks: dict[bytes, bytes] = {}
             if pending:
                 try:
-                    blobs, judged = pending.popleft().result()
+                    blocks = pending.popleft().result()
                 except (LedgerError, OSError):  # no DAG there, or no dag/export
                     for future in pending:
                         future.cancel()
@@ -509,12 +473,10 @@ def _entry_stream(content: ContentStore, cids: Sequence[str], start: int,
                 else:
                     ahead = number + PREFETCH_CHUNKS
                     if ahead < len(chunks):
-                        pending.append(fetch(chunks[ahead]))
-            said = (checkers.result(judged, chunk.count) if checkers is not None
-                    else [None] * chunk.count)
+                        pending.append(pool.submit(_export_chunk, export, chunks[ahead]))
             for offset in range(max(start, chunk.start), chunk.start + chunk.count):
-                at = offset - chunk.start
-                yield offset, cids[offset], blobs[at], said[at]
+                cid = cids[offset]
+                yield offset, cid, blocks.get(raw_sha256_cid_bytes(cid))
 
 
 def _check_anchor_call(replay: _Replay, event: AnchoredEvent,
