@@ -88,17 +88,32 @@ def test_a_command_past_its_timeout_is_stopped(gym_env):
     assert gym_forkserver.run(GYM, ["devnet", "status"], gym_env.env).returncode == 1
 
 
-def test_the_server_preloads_no_project_module_and_no_torch():
+def test_the_server_preloads_no_project_module():
     """What a child shares with its siblings is third-party imports only: project modules (and
     the settings they read) are imported afresh in every command."""
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import gym_forkserver as g\n"
              "for n in g.PRELOAD:\n    try: __import__(n)\n    except Exception: pass\n"
              "tops = {m.split('.')[0] for m in sys.modules}\n"
              "print(sorted(tops & {'devnet', 'ledger', 'committee', 'governance', 'trainer',"
-             " 'inference_node', 'torch', 'transformers'}))")
+             " 'inference_node', 'contracts'}))")
     out = subprocess.run([sys.executable, "-c", probe, str(Path(gym_forkserver.__file__).parent)],
                          capture_output=True, text=True, check=True, env=dict(os.environ))
     assert out.stdout.strip() == "[]"
+
+
+def test_a_child_s_torch_threads_follow_its_own_environment():
+    """torch, imported by the server, sized its pool from the server's OMP_NUM_THREADS: a child
+    sets it from its own, as a fresh process would start."""
+    probe = ("import os, sys; sys.path.insert(0, sys.argv[1]); import gym_forkserver as g\n"
+             "import torch\n"
+             "g._match_threads({'OMP_NUM_THREADS': '2'}); a = torch.get_num_threads()\n"
+             "g._match_threads({'OMP_NUM_THREADS': '1'}); b = torch.get_num_threads()\n"
+             "g._match_threads({}); c = torch.get_num_threads()\n"
+             "print(a, b, c == (os.cpu_count() or 1))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", probe, str(Path(gym_forkserver.__file__).parent)],
+                         capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["2", "1", "True"]
 
 
 def test_the_shim_answers_as_the_real_command_in_a_shell(gym_env, tmp_path):

@@ -1,9 +1,10 @@
 """Run the real `gym` command in a fresh process without paying its imports each time.
 
 A `gym` command spends about two of its 2.3 seconds importing web3, SQLAlchemy, eth-* and the
-rest before it does anything; the suite runs hundreds of them. Once per test process, a fork
-server (this file run as a script) imports those third-party libraries, and nothing of the
-project, and waits on a Unix socket. Each `run()` sends it the command line, the environment,
+rest before it does anything, and one that loads a model ten more importing torch and
+transformers; the suite runs hundreds of them. Once per test process, a fork server (this file
+run as a script) imports those third-party libraries, and nothing of the project, and waits on
+a Unix socket. Each `run()` sends it the command line, the environment,
 the working directory and three file descriptors (stdin from /dev/null, stdout and stderr into
 files); the server forks, and the child, in its own session, takes those descriptors,
 environment and directory, imports the project as a fresh `gym` would, runs `devnet.cli:main`
@@ -18,6 +19,7 @@ anything signalled mid-run keep real subprocesses. `GYM_TEST_FORKSERVER=0` turns
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import selectors
@@ -30,12 +32,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# Third-party libraries the chain and content commands load; importing one that is missing is
-# skipped. Nothing that reads per-run settings at import (torch reads OMP_NUM_THREADS) and
-# nothing of the project.
+# Third-party libraries the commands load, the chain and content ones' and the ML stack's
+# (torch and transformers alone are 10 s of a model command's start here); importing one that
+# is missing is skipped. Nothing of the project. torch sizes its thread pool from the server's
+# environment: each child sets it again from its own (``_match_threads``).
 PRELOAD = ("typer", "rich", "click", "web3", "eth_account", "eth_abi", "eth_utils", "eth_keys",
            "eth_keyfile", "py_ecc", "sqlalchemy", "alembic", "requests", "httpx", "pydantic",
-           "aiohttp", "websockets", "multiformats", "yaml")
+           "aiohttp", "websockets", "multiformats", "yaml", "fastapi", "uvicorn",
+           "torch", "transformers", "transformers.modeling_utils",
+           "transformers.models.auto.modeling_auto", "transformers.models.llama.modeling_llama",
+           "peft", "safetensors.torch", "trl")
 MAX_REQUEST = 1 << 20
 SOCKET_ENV = "GYM_TEST_FORKSERVER_SOCKET"  # where a `gym` shim (``write_shim``) finds the server
 # Commands that run until signalled: a shim hands them to the real `gym` (exec), so that the
@@ -71,6 +77,7 @@ def _child(request: dict, fds: list[int], gym_path: str) -> None:
         sys.path.insert(0, str(Path(gym_path).parent))  # where a console script's path starts
         if "numpy" in sys.modules:  # `random` reseeds itself after a fork; numpy does not
             sys.modules["numpy"].random.seed()
+        _match_threads(request["env"])
         from devnet.cli import main
 
         main()
@@ -98,12 +105,25 @@ def _child(request: dict, fds: list[int], gym_path: str) -> None:
             os._exit(code & 0xFF)
 
 
+def _match_threads(env: dict[str, str]) -> None:
+    """torch's thread count as a fresh process with ``env`` would start with it:
+    OMP_NUM_THREADS, else one per core."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    wanted = env.get("OMP_NUM_THREADS", "")
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else os.cpu_count() or 1
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 def serve(path: str, gym_path: str) -> None:
     for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:  # an optional library that is not installed here
             continue
+    gc.freeze()  # a child's collections skip what it shares: its pages stay shared
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)
