@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import gym_forkserver
 import httpx
 import pytest
 import uvicorn
@@ -168,10 +169,17 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def node_process(command: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen]:
-    """`gym node serve` (``command``) as a subprocess, output captured; killed if still
-    running when the block ends (a test stops it itself with `stop_node`)."""
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def node_process(command: list[str], env: dict[str, str], *, fork: bool = True
+                 ) -> Iterator[subprocess.Popen]:
+    """`gym node serve` (``command``) as a process of its own, output captured; killed if still
+    running when the block ends (a test stops it itself with `stop_node`). With ``fork`` it is
+    forked from the worker's gym fork server (tests/support/gym_forkserver.py: torch and the
+    rest already imported), else started afresh."""
+    if fork and command[0] == str(GYM):
+        proc = gym_forkserver.popen(GYM, command[1:], env)
+    else:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
     try:
         yield proc
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gym_forkserver
 import pytest
 
 pytestmark = pytest.mark.anvil
@@ -75,12 +76,10 @@ def test_parties_on_their_own_data_dirs_share_only_the_chain_and_the_endpoint(
 
     port = free_port()
     env = {**gym.env, **node, "GYM_NODE_KEY": NODE_KEY, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "gym"), "node", "serve",
-                             "--model", str(tiny_model_dir), "--device", "cpu",
-                             "--served-model-name", MODEL_NAME, "--port", str(port),
-                             "--follow-log", "1", "--curated", "--key-env", "GYM_NODE_KEY",
-                             "--anchor-interval", "3600", "--register"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = gym_forkserver.popen(Path(sys.executable).parent / "gym", [
+        "node", "serve", "--model", str(tiny_model_dir), "--device", "cpu",
+        "--served-model-name", MODEL_NAME, "--port", str(port), "--follow-log", "1", "--curated",
+        "--key-env", "GYM_NODE_KEY", "--anchor-interval", "3600", "--register"], env)
     try:
         health = wait_for_health(proc, port, timeout_s=120)
         assert health["library"]["size"] == 2 and health["library"]["error"] is None, health

@@ -97,7 +97,7 @@ def test_gym_node_serve_defaults_to_vllm(vllm_model_dir, tmp_path):
                "--served-model-name", MODEL_NAME]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
     env.update(GYM_DATA_DIR=str(tmp_path / "data"), COLUMNS="200")
-    with node_process(command, env) as proc:
+    with node_process(command, env, fork=False) as proc:  # vLLM spawns its processes
         health = wait_for_health(proc, port, timeout_s=600)
         assert health["engine"] == "vllm" and health["library"]["size"] == 3
         reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120, json={

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
+import gym_forkserver
 import httpx
 import pytest
 from node_helpers import MODEL_NAME, NODE_KEY, free_port, wait_for_health
@@ -49,11 +49,10 @@ def serve_registered(devnet, registry_address: str, model_dir: Path, *extra: str
     port = free_port()
     env = {**devnet.gym.env, "GYM_NODE_KEY": NODE_KEY, "GYM_NODE_REGISTRY": registry_address,
            "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([str(GYM), "node", "serve", "--model", str(model_dir), "--device",
-                             "cpu", "--served-model-name", MODEL_NAME, "--port", str(port),
-                             "--key-env", "GYM_NODE_KEY", "--anchor-interval", "3600",
-                             "--register", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = gym_forkserver.popen(GYM, ["node", "serve", "--model", str(model_dir), "--device",
+                                      "cpu", "--served-model-name", MODEL_NAME, "--port",
+                                      str(port), "--key-env", "GYM_NODE_KEY",
+                                      "--anchor-interval", "3600", "--register", *extra], env)
     return proc, port
 
 

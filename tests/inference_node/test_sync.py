@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import gym_forkserver
 import httpx
 import pytest
 from node_helpers import make_engine
@@ -202,7 +203,6 @@ def test_gym_node_serve_follows_log_signs_and_anchors_on_shutdown(ledger_devnet,
     """The real `gym` CLI: publish with `gym ledger`, serve with --follow-log and --key-env,
     stop with SIGINT (graceful): the pending receipt is anchored, and it verifies."""
     import signal
-    import subprocess
     import sys
 
     gym_bin = Path(sys.executable).parent / "gym"
@@ -219,11 +219,11 @@ def test_gym_node_serve_follows_log_signs_and_anchors_on_shutdown(ledger_devnet,
     log_id = next(e.log_id for e in contract.logs_created() if e.name == "alice/math")
     port = free_port()
     env = {**gym.env, "GYM_NODE_KEY": NODE_KEY, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([str(gym_bin), "node", "serve", "--model", str(tiny_model_dir),
-                             "--device", "cpu", "--served-model-name", "tiny-llama",
-                             "--port", str(port), "--follow-log", str(log_id),
-                             "--key-env", "GYM_NODE_KEY", "--anchor-interval", "3600"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = gym_forkserver.popen(gym_bin, ["node", "serve", "--model", str(tiny_model_dir),
+                                          "--device", "cpu", "--served-model-name", "tiny-llama",
+                                          "--port", str(port), "--follow-log", str(log_id),
+                                          "--key-env", "GYM_NODE_KEY", "--anchor-interval",
+                                          "3600"], env)
     try:
         health = wait_for_health(proc, port, timeout_s=90)
         assert health["status"] == "ok" and health["library"]["size"] == 2

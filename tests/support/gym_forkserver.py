@@ -22,6 +22,7 @@ import atexit
 import gc
 import json
 import os
+import select
 import selectors
 import socket
 import subprocess
@@ -214,6 +215,23 @@ class ForkServer:
             return Completed(returncode, out.read().decode(errors="replace"),
                              err.read().decode(errors="replace"))
 
+    def popen(self, argv: list[str], env: dict[str, str]) -> ForkedProcess:
+        read, write = os.pipe()
+        request = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with open(os.devnull, "rb") as stdin:
+                conn.connect(self.socket_path)
+                socket.send_fds(conn, [request], [stdin.fileno(), write, write])
+            pid = json.loads(conn.recv(4096))["pid"]
+        except BaseException:
+            conn.close()
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        return ForkedProcess([str(self.gym_path), *argv], pid, conn, os.fdopen(read, "rb"))
+
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
@@ -222,6 +240,75 @@ class ForkServer:
             os.rmdir(self._dir)
         except OSError:
             pass
+
+
+class ForkedProcess:
+    """What ``popen`` gives: the parts of ``subprocess.Popen`` the tests use (``pid``,
+    ``stdout``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``, ``returncode``)
+    for a command forked from the server; its exit status comes from the server, which reaps
+    it. Signals go to the process alone, as ``Popen``'s do."""
+
+    def __init__(self, args: list[str], pid: int, conn: socket.socket, stdout) -> None:
+        self.args, self.pid, self.stdout = args, pid, stdout
+        self.returncode: int | None = None
+        self._conn = conn
+        self._began = time.perf_counter()
+
+    def _status(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                answer = self._conn.recv(4096)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not answer:
+                raise RuntimeError("the gym fork server went away mid-command")
+            self.returncode = json.loads(answer)["returncode"]
+            self._conn.close()
+            for observe in OBSERVERS:
+                observe(self.args[1:], time.perf_counter() - self._began)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._status(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return code
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, None]:
+        """Everything it writes until it exits, as ``Popen.communicate`` with stdout=PIPE."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        chunks = []
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            ready, _, _ = select.select([self.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self.wait(left)
+        self.stdout.close()
+        return b"".join(chunks), None
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
 
 
 def _words(argv: list[str]) -> tuple[str, ...]:
@@ -302,6 +389,15 @@ def run(gym_path: Path, argv: list[str], env: dict[str, str], timeout: float = 1
     finally:
         for observe in OBSERVERS:
             observe(argv, time.perf_counter() - start)
+
+
+def popen(gym_path: Path, argv: list[str], env: dict[str, str]) -> ForkedProcess | subprocess.Popen:
+    """`subprocess.Popen([gym, *argv], env=env, stdout=PIPE, stderr=STDOUT)` for a command
+    that runs until stopped (`gym node serve`), forked from the server."""
+    if not enabled():
+        return subprocess.Popen([str(gym_path), *argv], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+    return server(gym_path).popen(argv, env)
 
 
 if __name__ == "__main__":
