@@ -405,11 +405,11 @@ class VLLMEngine(Engine):
 
 
 def _import_vllm() -> Any:
-    _private_ipc_dir()
     try:
         import vllm
     except ImportError as exc:
         raise EngineError(f"{INSTALL_HINT} ({exc})") from None
+    _private_ipc_dir()  # read when an engine starts, not at import
     return vllm
 
 

@@ -154,6 +154,26 @@ def test_the_shim_hands_a_serving_command_to_the_real_gym(gym_env, tmp_path):
     assert not _answers(port)
 
 
+def _serve_and_stop(env: dict[str, str], stop: int) -> tuple[int, bool]:
+    """`gym ipfs serve` through `popen`, stopped with ``stop`` once it answers: its exit
+    status, and whether its output named its address. Checks it runs until signalled."""
+    port = free_port()
+    proc = gym_forkserver.popen(GYM, ["ipfs", "serve", "--port", str(port)], env)
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _answers(port) and proc.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+        proc.send_signal(stop)
+        output = proc.communicate(timeout=30)[0].decode()
+    finally:
+        proc.kill()
+    assert not _answers(port)
+    return proc.returncode, f"127.0.0.1:{port}" in output
+
+
 @pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "forked"])
 def test_popen_stops_and_reports_as_a_fresh_process_does(gym_env, fresh, monkeypatch):
     """`popen` (what the node tests start `gym node serve` with): running while it serves, a
@@ -161,32 +181,9 @@ def test_popen_stops_and_reports_as_a_fresh_process_does(gym_env, fresh, monkeyp
     is -9, as `Popen.returncode` says."""
     if fresh:
         monkeypatch.setenv("GYM_TEST_FORKSERVER", "0")
-    outcomes = []
-    for stop in (signal.SIGTERM, signal.SIGKILL):
-        port = free_port()
-        proc = gym_forkserver.popen(GYM, ["ipfs", "serve", "--port", str(port)], gym_env.env)
-        try:
-            deadline = time.monotonic() + 30
-            while not _answers(port) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert _answers(port) and proc.poll() is None
-            with pytest.raises(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.1)
-            proc.send_signal(stop)
-            output = proc.communicate(timeout=30)[0].decode()
-        finally:
-            proc.kill()
-        assert not _answers(port)
-        outcomes.append((proc.returncode, f"127.0.0.1:{port}" in output))
+    outcomes = [_serve_and_stop(gym_env.env, stop) for stop in (signal.SIGTERM, signal.SIGKILL)]
     assert outcomes[1] == (-9, True)
     assert outcomes[0][1]
     if not fresh:  # the same status a fresh process gave
         monkeypatch.setenv("GYM_TEST_FORKSERVER", "0")
-        port = free_port()
-        proc = gym_forkserver.popen(GYM, ["ipfs", "serve", "--port", str(port)], gym_env.env)
-        deadline = time.monotonic() + 30
-        while not _answers(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
-        assert outcomes[0][0] == proc.returncode
+        assert outcomes[0][0] == _serve_and_stop(gym_env.env, signal.SIGTERM)[0]

@@ -11,9 +11,11 @@ environment and directory, imports the project as a fresh `gym` would, runs `dev
 and exits with its status after `atexit` and non-daemon threads, as an interpreter does.
 
 What a child shares with its siblings is only what the third-party libraries did at import
-time; every project module, setting, database and connection is the child's own. Commands
-whose import behaviour is under test (tests/test_cli_imports.py), long-running processes and
-anything signalled mid-run keep real subprocesses. `GYM_TEST_FORKSERVER=0` turns it off.
+time; every project module, setting, database and connection is the child's own. `popen()`
+forks a command that runs until stopped (the node tests' `gym node serve`) the same way, with
+its output on a pipe and signals sent to the process itself. Commands whose import behaviour
+is under test (tests/test_cli_imports.py) and the README shim's serving commands keep real
+processes. `GYM_TEST_FORKSERVER=0` turns it off.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import os
 import select
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -230,7 +233,12 @@ class ForkServer:
             raise
         finally:
             os.close(write)
-        return ForkedProcess([str(self.gym_path), *argv], pid, conn, os.fdopen(read, "rb"))
+        try:  # the server reaps it: a pidfd keeps a later signal off a reused pid
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:  # already exited and reaped
+            pidfd = None
+        return ForkedProcess([str(self.gym_path), *argv], pid, conn, os.fdopen(read, "rb"),
+                             pidfd)
 
     def close(self) -> None:
         self.proc.kill()
@@ -248,10 +256,11 @@ class ForkedProcess:
     for a command forked from the server; its exit status comes from the server, which reaps
     it. Signals go to the process alone, as ``Popen``'s do."""
 
-    def __init__(self, args: list[str], pid: int, conn: socket.socket, stdout) -> None:
+    def __init__(self, args: list[str], pid: int, conn: socket.socket, stdout,
+                 pidfd: int | None) -> None:
         self.args, self.pid, self.stdout = args, pid, stdout
         self.returncode: int | None = None
-        self._conn = conn
+        self._conn, self._pidfd = conn, pidfd
         self._began = time.perf_counter()
 
     def _status(self, timeout: float | None) -> int | None:
@@ -265,6 +274,8 @@ class ForkedProcess:
                 raise RuntimeError("the gym fork server went away mid-command")
             self.returncode = json.loads(answer)["returncode"]
             self._conn.close()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
             for observe in OBSERVERS:
                 observe(self.args[1:], time.perf_counter() - self._began)
         return self.returncode
@@ -298,17 +309,17 @@ class ForkedProcess:
         return b"".join(chunks), None
 
     def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
+        if self.returncode is None and self._pidfd is not None:
             try:
-                os.kill(self.pid, signum)
-            except ProcessLookupError:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            except ProcessLookupError:  # exited: its status is on its way
                 pass
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 def _words(argv: list[str]) -> tuple[str, ...]:
@@ -326,8 +337,6 @@ def write_shim(path: Path, gym_path: Path) -> None:
 
 
 def shim_main(gym_path: str) -> None:
-    import signal
-
     argv = sys.argv[1:]
     where = os.environ.get(SOCKET_ENV)
     words = _words(argv)
