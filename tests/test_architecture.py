@@ -175,8 +175,8 @@ INTERNAL_ERRORS = {
     "committee.judge_worker.BoundExceeded",  # a rejection (committee.service.worker_judges)
     "committee.judge_worker.WorkerFailed",  # an abstention, or an audit finding
     "inference_node.bundle_access.AccessError",  # answered 401/403 by the node
-    "devnet.ipfs_server.ClientGone",  # the client left: nothing is answered
-    "devnet.ipfs_server.RpcError",
+    "devnet.kubo_rpc.ClientGone",  # the client left: nothing is answered
+    "devnet.kubo_rpc.RpcError",
     "devnet.ipfs_gateway.GatewayError",
     "governance.dashboard.rpc_proxy.RpcRefusal",
     "ledger.entries._Rule",

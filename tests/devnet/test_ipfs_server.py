@@ -95,9 +95,8 @@ def test_add_only_hash_stores_nothing(client):
 
 @pytest.mark.parametrize("options", [
     {"cid_version": 1, "raw_leaves": True, "chunker": "size-1000"},
-    {"cid_version": 1, "raw_leaves": False},
-    {"cid_version": 0, "raw_leaves": True},
     {"cid_version": 1, "raw_leaves": True, "trickle": True},
+    {"cid_version": 0, "opts": {"hash": "blake2b-256"}},
 ])
 def test_add_refuses_other_layouts(client, options):
     with pytest.raises(ipfs_errors.ErrorResponse, match="not supported"):

@@ -312,3 +312,46 @@ def test_cidv0_matches_real_kubo(big, tmp_path):
     for size, path in zip(sizes, paths, strict=True):
         assert file_cid(path, cid_version=0) == kubo[path], size
     assert kubo[paths[0]] == EMPTY_V0
+
+
+# --- the crossed layouts: --raw-leaves against the CID version's default ---------------------
+
+
+def _relinked(cid: CID, blocks: dict[CID, bytes], version: int) -> tuple[CID, int]:
+    """The same DAG with every dag-pb node's CID (and so every link to it) made CIDv``version``,
+    children first; returns ``(root CID, Tsize)``. Leaves keep their bytes and raw leaves their
+    CIDs, so a crossed layout re-linked this way must give the oracle's CID of the layout that
+    has its leaves."""
+    block = blocks[cid]
+    if cid.codec == RAW:
+        return cid, len(block)
+    node = decode_pbnode(block)
+    links = []
+    for link in node.links:
+        child, tsize = _relinked(link.cid, blocks, version)
+        links.append(PBLink(child, link.name, tsize))
+    rebuilt = encode_pbnode(PBNode(tuple(links), node.data))
+    new = CID.for_block(DAG_PB, rebuilt)
+    new = new if version == 1 else CID(0, DAG_PB, new.multihash)
+    return new, len(rebuilt) + sum(link.tsize for link in links)
+
+
+@pytest.mark.parametrize("size", [0, 11, CHUNK_SIZE, CHUNK_SIZE + 1, MAX_LINKS * CHUNK_SIZE + 1])
+def test_crossed_raw_leaves_layouts_are_kubos(big, size):
+    """CIDv1 without raw leaves (what ipfshttpclient's `add(cid_version=1)` asks for) has the
+    CIDv0 layout's dag-pb leaves under CIDv1 parents; CIDv0 with raw leaves has the CIDv1
+    layout's raw leaves under CIDv0 parents. Re-linked, each is exactly aleph-cid's DAG."""
+    data = big[:size]
+    for version, raw, oracle in ((1, False, aleph_cid.compute_cid(data)), (0, True, kubo_cid(data))):
+        blocks: dict[CID, bytes] = {}
+        root = import_bytes_stream(data, lambda c, b: blocks.__setitem__(c, b),  # noqa: B023
+                                   cid_version=version, raw_leaves=raw)
+        assert file_cid(data, cid_version=version, raw_leaves=raw) == str(root)
+        for cid, block in blocks.items():
+            verify_block(cid, block)
+            if cid.codec == DAG_PB:
+                assert cid.version == version
+        assert {cid.codec for cid in blocks} == ({RAW} if raw and size <= CHUNK_SIZE else
+                                                 {RAW, DAG_PB} if raw else {DAG_PB})
+        assert str(_relinked(root, blocks, 1 - version)[0]) == oracle, (version, raw)
+        assert b"".join(iter_file_bytes(root, blocks.__getitem__)) == data

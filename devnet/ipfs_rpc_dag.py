@@ -1,0 +1,301 @@
+"""The Kubo RPC calls that read and write DAGs beyond ``add``/``cat``/blocks, as Kubo answers
+them (field names, defaults and error texts from Kubo's ``core/commands``), for clients and
+pinning services: ``ls``, ``refs``, ``files/stat`` (``/ipfs/`` paths), ``get`` (a tar of one
+file), ``dag/get`` and ``dag/put`` (dag-json, ``devnet.ipfs_dagjson``), ``pin/rm`` and ``id``.
+
+What is not here is refused with one Kubo error: the store holds files, raw blocks and
+dag-pb nodes (no dag-cbor, so ``dag/put``'s default ``store-codec=dag-cbor`` is refused by
+name), has no MFS (``files/*`` take ``/ipfs/<cid>`` paths only), no paths inside a DAG, and no
+libp2p host (``id`` names the node, with no addresses or protocols).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from devnet.ipfs_dagjson import decode_dag_json, encode_dag_json
+from devnet.ipfs_peer import load_identity
+from devnet.ipfs_tar import gzipped, tar_file
+from devnet.kubo_rpc import (
+    Args,
+    ClientGone,
+    RpcError,
+    ndjson,
+    parse_cid,
+    read_all_while_connected,
+    read_parts,
+)
+from ledger.blockstore import LocalBlockStore
+from ledger.errors import LedgerError
+from ledger.multiformats import CID, DAG_PB, RAW
+from ledger.unixfs import (
+    UNIXFS_DIRECTORY,
+    DagError,
+    decode_pbnode,
+    decode_unixfs,
+    walk_dag,
+)
+
+MAX_REFS = 1 << 20  # one `refs` answer lists at most this many (a DAG can share subtrees)
+MAX_REFS_READ = 256 << 20  # and reads at most these many block bytes (a shared node is
+# read again each time it is reached)
+MAX_BLOCK_SIZE = 1024 * 1024
+_ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, as Kubo's `ls` prints it
+_LS_FILE, _LS_DIRECTORY, _LS_SYMLINK = 2, 1, 4  # unixfs.pb Data.DataType
+_STORE_CODECS = {"dag-pb": DAG_PB, "raw": RAW}
+
+
+def _unixfs(cid: CID, block: bytes) -> tuple[int, int]:
+    """(``ls`` type, size) of a node: a file's byte size, 0 for a directory."""
+    if cid.codec == RAW:
+        return _LS_FILE, len(block)
+    node = decode_pbnode(block)
+    if node.data is None:
+        raise DagError(f"{cid} is a dag-pb node without UnixFS data")
+    data = decode_unixfs(node.data)
+    if data.type in (UNIXFS_DIRECTORY, 3, 5):  # directory, metadata, HAMT shard
+        return _LS_DIRECTORY, 0
+    if data.type == _LS_SYMLINK:
+        return _LS_SYMLINK, len(data.data or b"")
+    return _LS_FILE, data.filesize if data.filesize is not None else len(data.data or b"")
+
+
+def _ls(store: LocalBlockStore, path: str, resolve: bool) -> dict:
+    cid = parse_cid(path)
+    block = store.get_block(cid)
+    links, resolved = [], {}  # a child linked many times is read once
+    for link in (decode_pbnode(block).links if cid.codec == DAG_PB else ()):
+        kind, size = 0, 0
+        if link.cid.codec == RAW:
+            kind, size = _LS_FILE, link.tsize or 0
+        elif resolve:
+            if link.cid not in resolved:
+                resolved[link.cid] = _unixfs(link.cid, store.get_block(link.cid))
+            kind, size = resolved[link.cid]
+        links.append({"Name": link.name or "", "Hash": str(link.cid), "Size": size,
+                      "Type": kind, "Target": "", "Mode": 0, "ModTime": _ZERO_TIME})
+    return {"Hash": path, "Links": links}
+
+
+def _refs(store: LocalBlockStore, root: CID, *, max_depth: int, unique: bool,
+          template: str) -> Iterator[bytes]:
+    """``refs``' lines, depth-first pre-order in link order; an error (a missing block, too
+    many refs) is the last line's ``Err``."""
+    def line(ref: str, err: str = "") -> bytes:
+        return json.dumps({"Ref": ref, "Err": err}, separators=(",", ":")).encode() + b"\n"
+
+    seen: set[CID] = set()
+    stack: list[tuple[CID, int]] = [(root, 0)]  # (node, its depth)
+    sent = read = 0
+    try:
+        while stack:
+            cid, depth = stack.pop()
+            if cid.codec != DAG_PB or (max_depth >= 0 and depth >= max_depth):
+                continue
+            block = store.get_block(cid)
+            read += len(block)
+            if read > MAX_REFS_READ:
+                yield line("", f"more than {MAX_REFS_READ >> 20} MiB of blocks read: ask for "
+                               "fewer (max-depth, unique)")
+                return
+            children = []
+            for link in decode_pbnode(block).links:
+                if unique and link.cid in seen:
+                    continue
+                seen.add(link.cid)
+                if sent == MAX_REFS:
+                    yield line("", f"more than {MAX_REFS} refs: ask for fewer (max-depth, "
+                                   "unique)")
+                    return
+                sent += 1
+                yield line(template.replace("<src>", str(cid)).replace("<dst>", str(link.cid))
+                           .replace("<linkname>", link.name or ""))
+                children.append((link.cid, depth + 1))
+            stack.extend(reversed(children))
+    except LedgerError as exc:
+        yield line("", str(exc))
+
+
+def _stat(store: LocalBlockStore, path: str, with_local: bool) -> dict:
+    if not path.startswith("/ipfs/"):
+        raise RpcError(f"{path}: this store has no MFS; stat takes /ipfs/<cid> paths only")
+    cid = parse_cid(path)
+    block = store.get_block(cid)
+    kind, size = _unixfs(cid, block)
+    if cid.codec == RAW:
+        blocks, cumulative = 0, len(block)
+    else:
+        links = decode_pbnode(block).links
+        blocks, cumulative = len(links), len(block) + sum(link.tsize or 0 for link in links)
+    answer = {"Hash": str(cid), "Size": size, "CumulativeSize": cumulative, "Blocks": blocks,
+              "Type": "directory" if kind == _LS_DIRECTORY else "file"}
+    if with_local:
+        local, held = True, 0
+        try:
+            for _cid, data in walk_dag(cid, store.get_block):
+                held += len(data)
+        except LedgerError:
+            local = False
+        answer.update(WithLocality=True, Local=local, SizeLocal=held)
+    return answer
+
+
+def _file_size(store: LocalBlockStore, cid: CID) -> int:
+    kind, size = _unixfs(cid, store.get_block(cid))
+    if kind != _LS_FILE:
+        raise RpcError(f"{cid} is not a file: this store's get makes archives of files only")
+    return size
+
+
+def _put_dag(store: LocalBlockStore, data: bytes, input_codec: str, codec: int,
+             allow_big: bool, pin: bool) -> dict:
+    if input_codec == "dag-json":
+        block = decode_dag_json(data, codec)
+    elif input_codec == {DAG_PB: "dag-pb", RAW: "raw"}[codec]:
+        block = data
+        if codec == DAG_PB:
+            decode_pbnode(block)  # the store walks what it holds: refuse what it cannot read
+    else:
+        raise RpcError(f'input-codec "{input_codec}" with this store-codec is not supported '
+                       "(dag-json, or the store codec itself)")
+    if len(block) > MAX_BLOCK_SIZE and not allow_big:
+        raise RpcError("produced block is over 1MiB: big blocks can't be exchanged with other "
+                       "peers. consider using UnixFS for automatic chunking of bigger files, "
+                       "or pass --allow-big-block to override")
+    cid = CID.for_block(codec, block)
+    store.put_block(cid, block)
+    if pin:
+        store.pin_add(cid)
+    return {"Cid": {"/": str(cid)}}
+
+
+def add_dag_routes(app: FastAPI, store: LocalBlockStore) -> None:
+    """Register the calls of the module docstring on ``app``."""
+
+    @app.post("/api/v0/ls")
+    async def ls(request: Request) -> Response:
+        args = Args(request)
+        resolve = args.flag("resolve-type", True) or args.flag("size", True)
+        objects = [await run_in_threadpool(_ls, store, path, resolve)
+                   for path in args.args("ipfs-path")]
+        if args.flag("stream", False):
+            return ndjson([{"Objects": [{"Hash": obj["Hash"], "Links": [link]}]}
+                           for obj in objects for link in obj["Links"]])
+        return JSONResponse({"Objects": objects})
+
+    @app.post("/api/v0/refs")
+    async def refs(request: Request) -> Response:
+        args = Args(request)
+        template = args.text("format")
+        if args.flag("edges", False):
+            if template is not None:
+                raise RpcError("using format argument with edges is not allowed")
+            template = "<src> -> <dst>"
+        max_depth = args.integer("max-depth", -1) if args.flag("recursive", False) else 1
+        roots = [parse_cid(path) for path in args.args("ipfs-path")]
+        for root in roots:  # Kubo's error before the 200
+            await run_in_threadpool(store.get_block, root)
+
+        def lines() -> Iterator[bytes]:
+            for root in roots:
+                yield from _refs(store, root, max_depth=max_depth,
+                                 unique=args.flag("unique", False), template=template or "<dst>")
+
+        return StreamingResponse(lines(), media_type="application/json",
+                                 headers={"X-Chunked-Output": "1"})
+
+    @app.post("/api/v0/files/stat")
+    async def files_stat(request: Request) -> dict:
+        args = Args(request)
+        (path,) = args.args("path")[:1]
+        return await run_in_threadpool(_stat, store, path, args.flag("with-local", False))
+
+    @app.post("/api/v0/get")
+    async def get(request: Request) -> Response:
+        args = Args(request)
+        (path,) = args.args("ipfs-path")[:1]
+        cid = parse_cid(path)
+        compress = args.flag("compress", False)
+        level = args.integer("compression-level", -1)
+        if compress and not 1 <= level <= 9:
+            raise RpcError("compression level must be between 1 and 9")
+        size = await run_in_threadpool(_file_size, store, cid)
+        try:  # every block checked before the 200, as for cat
+            await read_all_while_connected(request, lambda: store.cat_iter(cid))
+        except ClientGone:
+            return Response(status_code=499)
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        body: Iterator[bytes]
+        if compress and not args.flag("archive", False):
+            body, kind = gzipped(store.cat_iter(cid), level), "application/gzip"
+        else:
+            body, kind = tar_file(name, size, store.cat_iter(cid)), "application/x-tar"
+            if compress:
+                body, kind = gzipped(body, level), "application/gzip"
+        return StreamingResponse(body, media_type=kind, headers={
+            "X-Stream-Output": "1", "X-Content-Length": str(size)})
+
+    @app.post("/api/v0/dag/get")
+    async def dag_get(request: Request) -> Response:
+        args = Args(request)
+        (path,) = args.args("ref")[:1]
+        codec = args.text("output-codec", "dag-json")
+        if codec != "dag-json":
+            raise RpcError(f'output-codec "{codec}" is not supported by this store (dag-json)')
+        cid = parse_cid(path.removeprefix("/ipld/"))
+        block = await run_in_threadpool(store.get_block, cid)
+        return Response(encode_dag_json(cid, block), media_type="text/plain",
+                        headers={"X-Stream-Output": "1"})
+
+    @app.post("/api/v0/dag/put")
+    async def dag_put(request: Request) -> Response:
+        args = Args(request)
+        store_codec = args.text("store-codec", "dag-cbor")
+        if store_codec not in _STORE_CODECS:
+            raise RpcError(f'store-codec "{store_codec}" is not supported by this store: pass '
+                           "store-codec=dag-pb or raw")
+        input_codec = args.text("input-codec", "dag-json")
+        if (args.text("hash") or "sha2-256") != "sha2-256":
+            raise RpcError(f'hash "{args.text("hash")}" is not supported by this store')
+        pin, allow_big = args.flag("pin", False), args.flag("allow-big-block", False)
+        answers = []
+        for part in await read_parts(request, "object data"):
+            with part.body:
+                data = part.body.read(2 * MAX_BLOCK_SIZE + 1)
+            if len(data) > 2 * MAX_BLOCK_SIZE:
+                raise RpcError("object data over 2 MiB: a block is at most 1 MiB")
+            answers.append(await run_in_threadpool(
+                _put_dag, store, data, input_codec, _STORE_CODECS[store_codec], allow_big, pin))
+        return ndjson(answers)
+
+    @app.post("/api/v0/pin/rm")
+    async def pin_rm(request: Request) -> dict:
+        args = Args(request)
+        cids = [parse_cid(path) for path in args.args("ipfs-path")]
+        pinned = set(await run_in_threadpool(store.pin_ls))
+        for cid in cids:
+            if str(cid.to_v1()) not in pinned:
+                raise RpcError("not pinned or pinned indirectly")
+            if not args.flag("recursive", True):
+                raise RpcError(f"{cid} is pinned recursively")
+        for cid in cids:
+            await run_in_threadpool(store.pin_rm, cid)
+        return {"Pins": [str(cid) for cid in cids]}
+
+    @app.post("/api/v0/id")
+    async def identity(request: Request) -> dict:
+        from importlib.metadata import version
+
+        me = await run_in_threadpool(load_identity, store.root)
+        wanted = Args(request).args("peerid", required=False)
+        if wanted and wanted[0] != me.peer_id:
+            raise RpcError(f"peer {wanted[0]} is not known: this node has no libp2p host, "
+                           "it knows only itself")
+        return {"ID": me.peer_id, "PublicKey": me.public_key, "Addresses": None,
+                "AgentVersion": f"zoo-gym/{version('zoo-gym')}", "Protocols": None}
+
