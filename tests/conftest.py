@@ -13,7 +13,7 @@ import pytest
 
 from devnet.settings import ANVIL_DEV_KEYS
 
-# Workers on a machine's cores (`make test`: two on two): each test process and every process it
+# Workers on a machine's cores (`make test`: three on two): each test process and every process it
 # starts (gym node serve, gym demo, vLLM's engine) computes on one thread. With torch's default
 # of a thread per core, two workers' models spin on both cores at once: a README block that
 # takes minutes alone ran past its 15-minute limit beside a vLLM compile.
@@ -270,7 +270,7 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-# --- parallel runs (pytest -n 2, `make test`) -----------------------------------------------
+# --- parallel runs (pytest -n 3, `make test`) -----------------------------------------------
 
 # Files that start vLLM engines run on one worker, one after another: two engines at once would
 # fight over the 2 cores the CI machine has (and each keeps a KV cache in memory).
