@@ -1,9 +1,16 @@
 """OpenAI-shaped request and response models for the node's `/v1/*` routes.
 
 The shapes follow the OpenAI API reference (chat completions, legacy completions, models) as the
-official `openai` Python SDK reads them. Only the sampling fields this node honours are declared;
-unknown fields are ignored, as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own
-sample with its own receipt, so the bound keeps one request's work in line).
+official `openai` Python SDK reads them. Only the sampling fields this node honours are declared.
+A field that would change the tokens and is not honoured is a 400 naming it, unless it has the
+value that changes nothing: OpenAI's (`UNSUPPORTED`) and vLLM's request extras (`VLLM_EXTRAS`:
+`top_k`, `min_tokens`, `guided_choice`, ...), so a client never gets an answer that silently
+ignored what it asked for. Other unknown fields are ignored, as vLLM's server does. `n` is 1 to
+`MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
+work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
+OpenAI and vLLM. `parallel_tool_calls: false` is honoured where the answer is at most one call
+anyway (a named `tool_choice`, `"none"`, no tools) and refused where it would have to bound a
+`"required"` or `"auto"` answer.
 
 The request models are strict where OpenAI is: a JSON string is not a number or a boolean
 (`"max_tokens": "4"`, `"stream": "yes"`), a number with a fraction is not an integer, and a
@@ -18,7 +25,15 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from inference_node.response_format import FormatError, canonical_response_format
 from inference_node.tools import canonical_tool_choice, canonical_tools
@@ -91,8 +106,34 @@ class UsageInfo(BaseModel):
 UNSUPPORTED: dict[str, tuple[object, ...]] = {
     "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "logit_bias": ({},),
     "functions": (), "function_call": (), "modalities": (["text"],), "audio": (),
-    "prediction": (), "best_of": (1,), "suffix": ("",), "parallel_tool_calls": (True,),
+    "prediction": (), "best_of": (1,), "suffix": ("",),
 }
+# vLLM's request extras (its `SamplingParams` and guided decoding), refused the same way unless
+# they have the value that changes nothing (or null).
+VLLM_EXTRAS: dict[str, tuple[object, ...]] = {
+    "top_k": (-1, 0), "min_p": (0, 0.0), "min_tokens": (0,), "repetition_penalty": (1, 1.0),
+    "length_penalty": (1, 1.0), "ignore_eos": (False,), "stop_token_ids": ([],),
+    "bad_words": ([],), "allowed_token_ids": (), "use_beam_search": (False,),
+    "include_stop_str_in_output": (False,), "skip_special_tokens": (True,),
+    "spaces_between_special_tokens": (True,), "truncate_prompt_tokens": (),
+    "prompt_logprobs": (), "logits_processors": (), "guided_choice": (), "guided_json": (),
+    "guided_regex": (), "guided_grammar": (), "guided_decoding_backend": (),
+    "guided_whitespace_pattern": (), "structured_outputs": (), "add_generation_prompt": (True,),
+    "continue_final_message": (False,), "chat_template": (), "chat_template_kwargs": ({},),
+    "vllm_xargs": (),
+}
+
+
+def refused(param: str, message: str) -> PydanticCustomError:
+    """A request error naming ``param`` (the server's 400 reads it from the error's context:
+    a model-level check has no field location)."""
+    return PydanticCustomError("invalid_request",
+                               message.replace("{", "{{").replace("}", "}}"), {"param": param})
+
+
+def _neutral(value: object, neutrals: tuple[object, ...]) -> bool:
+    return value is None or any(value == neutral and type(value) is type(neutral)
+                                for neutral in neutrals)
 
 
 class _SamplingRequest(_StrictRequest):
@@ -123,11 +164,28 @@ class _SamplingRequest(_StrictRequest):
     def _unsupported(cls, value: object, info: ValidationInfo) -> None:
         """An OpenAI parameter the node does not implement is refused, never ignored, unless
         it has the value that changes nothing."""
-        if any(value == neutral and type(value) is type(neutral)
-               for neutral in UNSUPPORTED[info.field_name]) or value is None:
+        if _neutral(value, UNSUPPORTED[info.field_name]):
             return
         raise ValueError(f"{info.field_name} is not supported by this node (a verifiable "
                          "answer has no hidden sampling knobs); leave it out")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_extras(cls, data: object) -> object:
+        """vLLM's extras (`VLLM_EXTRAS`) are refused as OpenAI's unsupported fields are."""
+        if isinstance(data, dict):
+            for name, neutrals in VLLM_EXTRAS.items():
+                if name in data and not _neutral(data[name], neutrals):
+                    raise refused(name, f"{name} is not supported by this node (vLLM honours "
+                                        "it; a verifiable answer here has no hidden sampling "
+                                        "knobs): leave it out")
+        return data
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> _SamplingRequest:
+        if self.stream_options is not None and not self.stream:
+            raise refused("stream_options", "stream_options is only allowed when stream is true")
+        return self
 
     @field_validator("response_format", mode="before")
     @classmethod
@@ -222,7 +280,7 @@ class ChatCompletionRequest(_SamplingRequest):
     # canonical forms (`inference_node.tools`); tool_choice None without tools
     tools: list[dict] | None = None
     tool_choice: str | dict | None = Field(default=None, validate_default=True)
-    parallel_tool_calls: object = None  # refused when false (`UNSUPPORTED`)
+    parallel_tool_calls: bool | None = None  # false: refused where it would bound an answer
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -246,6 +304,19 @@ class ChatCompletionRequest(_SamplingRequest):
             raise ValueError(f"tool_choice {which} sets the answer's format (a call, or text "
                              "or calls): it cannot be combined with a response_format")
         return choice
+
+    @model_validator(mode="after")
+    def _one_call_at_most(self) -> ChatCompletionRequest:
+        """`parallel_tool_calls: false` changes nothing where the answer is one call or none;
+        elsewhere this node cannot bound it yet, and says so."""
+        if self.parallel_tool_calls is False and self.tool_choice in ("required", "auto"):
+            raise refused("parallel_tool_calls", f"parallel_tool_calls false with tool_choice "
+                          f"{self.tool_choice!r} is not supported by this node (its answer "
+                          "may hold several calls); name the function in tool_choice for "
+                          "exactly one call")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise refused("top_logprobs", "top_logprobs is only allowed when logprobs is true")
+        return self
 
 
 class TopLogprob(BaseModel):

@@ -44,6 +44,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -59,6 +60,7 @@ from inference_node.protocol import (
     CompletionRequest,
     ErrorDetail,
     ErrorResponse,
+    ModelCard,
     ModelList,
 )
 from inference_node.receipt_log import ReceiptLog
@@ -88,6 +90,15 @@ router = APIRouter()
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(serving: Serving) -> ModelList:
     return serving.models()
+
+
+@router.get("/v1/models/{model:path}", response_model=ModelCard)
+async def retrieve_model(model: str, serving: Serving) -> ModelCard:
+    for card in serving.models().data:
+        if card.id == model:
+            return card
+    raise APIError(404, f"The model `{model}` does not exist; this node serves "
+                   f"`{serving.model_name}`.", param="model", code="model_not_found")
 
 
 async def read_json_body(request: Request, settings: NodeSettings) -> Any:
@@ -126,7 +137,8 @@ def validate_request(model: type[ModelT], body: Any) -> ModelT:
         return model.model_validate(body)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
-        where = [".".join(str(p) for p in e["loc"] if not _union_branch(p)) for e in errors]
+        where = [".".join(str(p) for p in e["loc"] if not _union_branch(p))
+                 or (e.get("ctx") or {}).get("param", "") for e in errors]
         message = "; ".join(f"{w}: {e['msg']}" for w, e in
                             zip(where[:MAX_ERRORS_SHOWN], errors, strict=False))
         if len(errors) > MAX_ERRORS_SHOWN:
@@ -264,9 +276,16 @@ async def _api_error(_: Request, exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body.model_dump(), status_code=exc.status)
 
 
-async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return _error(exc.status_code, str(exc.detail), kind)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code in (404, 405):  # no such route, or not with this method: name the routes
+        routes = sorted(f"{method} {route.path}" for route in request.app.routes
+                        if isinstance(route, APIRoute) for method in route.methods)
+        what = "no route" if exc.status_code == 404 else "not this method on the route"
+        return _error(exc.status_code, f"This node has {what} {request.method} "
+                      f"{request.url.path}; it serves {', '.join(routes)}.",
+                      "not_found_error" if exc.status_code == 404 else "invalid_request_error",
+                      code="unknown_route")
+    return _error(exc.status_code, str(exc.detail), "invalid_request_error")
 
 
 class RequestMetrics:

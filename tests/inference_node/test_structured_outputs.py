@@ -209,7 +209,11 @@ def test_the_receipt_signs_the_format_and_its_property_order():
     ("presence_penalty", 0.5), ("frequency_penalty", -1), ("logit_bias", {"5": 10}),
     ("functions", [{"name": "f"}]), ("function_call", "auto"), ("modalities", ["audio"]),
     ("audio", {"voice": "x"}), ("prediction", {"type": "content", "content": "x"}),
-    ("parallel_tool_calls", False)])
+    # vLLM's extras: answered 200 and ignored before ("guided_choice" of yes/no said "No.")
+    ("top_k", 5), ("min_p", 0.1), ("min_tokens", 3), ("repetition_penalty", 1.2),
+    ("ignore_eos", True), ("stop_token_ids", [2]), ("guided_choice", ["yes", "no"]),
+    ("guided_json", {"type": "object"}), ("guided_regex", "[0-9]+"),
+    ("structured_outputs", {"choice": ["yes", "no"]})])
 def test_an_openai_parameter_the_node_does_not_implement_is_a_400(json_node, field, value):
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
             "max_tokens": 2, field: value}
@@ -221,10 +225,63 @@ def test_an_openai_parameter_the_node_does_not_implement_is_a_400(json_node, fie
 
 @pytest.mark.parametrize("field,value", [
     ("presence_penalty", 0), ("frequency_penalty", 0.0), ("logit_bias", {}),
-    ("modalities", ["text"]), ("parallel_tool_calls", True), ("best_of", 1)])
+    ("modalities", ["text"]), ("parallel_tool_calls", True), ("best_of", 1),
+    ("parallel_tool_calls", False), ("top_k", -1), ("min_tokens", 0),
+    ("repetition_penalty", 1.0), ("guided_choice", None), ("stop_token_ids", [])])
 def test_the_no_op_value_of_an_unimplemented_parameter_is_accepted(json_node, field, value):
     route, body = ("/completions", {"prompt": "x"}) if field == "best_of" else (
         "/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
     reply = httpx.post(json_node.base_url + route, timeout=60,
                        json={"model": MODEL_NAME, "max_tokens": 2, field: value, **body})
     assert reply.status_code == 200, reply.text
+
+
+ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"]}}}
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs, as OpenAI and vLLM refuse it
+    ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
+    ({"tools": [ADD_TOOL], "tool_choice": "required", "parallel_tool_calls": False},
+     "parallel_tool_calls"),  # a bound this node cannot put on a "required" answer yet
+])
+def test_openai_edges_are_400s_naming_the_field(json_node, extra, param):
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2, **extra}
+    reply = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == param
+
+
+def test_parallel_tool_calls_false_with_a_named_function_is_one_call(json_node):
+    """LangChain's with_structured_output(method="function_calling") sends exactly this: a
+    named function and parallel_tool_calls false. (A boolean argument keeps the random tiny
+    model's call short.)"""
+    confirm = {"type": "function", "function": {"name": "confirm", "parameters": {
+        "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "is 2 + 3 = 5?"}],
+            "max_tokens": 40, "tools": [confirm, ADD_TOOL], "parallel_tool_calls": False,
+            "tool_choice": {"type": "function", "function": {"name": "confirm"}}}
+    reply = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "confirm"
+    assert json.loads(call["function"]["arguments"]).keys() == {"ok"}
+
+
+def test_a_model_is_retrieved_by_id_and_an_unknown_route_names_the_routes(json_node):
+    card = httpx.get(f"{json_node.base_url}/models/{MODEL_NAME}", timeout=30)
+    assert card.status_code == 200 and card.json()["id"] == MODEL_NAME
+    missing = httpx.get(f"{json_node.base_url}/models/other-model", timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    responses = httpx.post(f"{json_node.base_url}/responses", json={"input": "hi"}, timeout=30)
+    assert responses.status_code == 404
+    error = responses.json()["error"]
+    assert error["type"] == "not_found_error" and "POST /v1/chat/completions" in error["message"]
+    assert "POST /v1/responses" in error["message"]  # what was asked, then what is served
+    wrong = httpx.get(f"{json_node.base_url}/chat/completions", timeout=30)
+    assert wrong.status_code == 405 and "POST /v1/chat/completions" in wrong.json()["error"]["message"]
