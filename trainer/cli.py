@@ -8,6 +8,7 @@
     gym eval --adapter runs/sft-smollm2/adapter --dataset trainer/data/arith_heldout.jsonl
     gym eval --library library.json --dataset held.jsonl --base-url http://127.0.0.1:8000/v1 \\
              --model SmolLM2-135M-Instruct [--api-key-env OPENAI_API_KEY]
+    gym eval --config trainer/configs/tfgrpo_reverse.yaml --library LIB --show 2 --output e.json
 
 The root CLI mounts `train_app` as `gym train` and `eval_library` as `gym eval`. Expected
 failures (a bad config, a snapshot from another config, a missing or malformed dataset, an
@@ -128,14 +129,16 @@ def publish_command(
     run_dir: Annotated[Path, typer.Argument(help="Output directory of a finished run.",
                                             exists=True, file_okay=False)],
     log: Annotated[str, typer.Argument(help="Ledger log to append to (created if new).")],
-    domain: Annotated[str, typer.Option(help="Domain recorded in each experience entry.")] = "math",
+    domain: Annotated[str | None, typer.Option(
+        help="Domain recorded in each experience entry (default: the run config's `domain`).")
+    ] = None,
 ) -> None:
     """Publish a finished run, anchored: a Training-Free GRPO run as run + experience entries,
     a `gym train sft|dpo|grpo|gspo` run as run + adapter entries."""
     _publish(ctx, run_dir, log, domain)
 
 
-def _publish(ctx: typer.Context, run_dir: Path, log: str, domain: str = "math") -> None:
+def _publish(ctx: typer.Context, run_dir: Path, log: str, domain: str | None = None) -> None:
     from ledger.runtime import runtime_of
     from trainer.reports import publish_and_show
 
@@ -143,8 +146,13 @@ def _publish(ctx: typer.Context, run_dir: Path, log: str, domain: str = "math") 
 
 
 def eval_library(
-    dataset: Annotated[Path, typer.Option(help="Held-out problems (JSONL with problem, answer).",
-                                          exists=True, dir_okay=False)],
+    dataset: Annotated[Path | None, typer.Option(
+        help="Held-out problems (JSONL with problem, answer); default: --config's eval_path.",
+        exists=True, dir_okay=False)] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="A `gym train tfgrpo` config: its agent_objective is the prompt, its verifier and "
+             "eval_path the defaults (without it: the math prompt and verifier).",
+        exists=True, dir_okay=False)] = None,
     library: Annotated[Path | None, typer.Option(
         help="library.json written by `gym train tfgrpo`: adds the 'library' arm.",
         exists=True, dir_okay=False)] = None,
@@ -163,13 +171,19 @@ def eval_library(
     api_key_env: Annotated[str, typer.Option(
         help="With --base-url: the environment variable holding the API key (may be unset).")
     ] = "OPENAI_API_KEY",
-    verifier: Annotated[str, typer.Option(help="math | exact | python:module:function")] = "math",
+    verifier: Annotated[str | None, typer.Option(
+        help="math | exact | python:module:function (default: --config's, else math)")] = None,
     limit: Annotated[int, typer.Option(help="Use only the first N problems (0 = all).")] = 0,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
     max_new_tokens: Annotated[int, typer.Option(help="Completion length cap.")] = 256,
     batch_size: Annotated[int, typer.Option(
         help="Rows per forward batch (with --base-url: concurrent requests).")] = 16,
-    output: Annotated[Path | None, typer.Option(help="Also write the results as JSON.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        help="Also write the results as JSON, and every completion with its reward beside it "
+             "(OUTPUT with .completions.jsonl).")] = None,
+    show: Annotated[int, typer.Option(
+        min=0, help="Print the first N completions with their reward and what the verifier "
+                    "read in them.")] = 0,
 ) -> None:
     """Mean@k and Pass@k of the base model against a library and/or an adapter.
 
@@ -191,6 +205,19 @@ def eval_library(
 
     if library is None and adapter is None:
         raise TrainerError("nothing to compare: give --library, --adapter or both")
+    agent_objective = None
+    if config is not None:
+        from trainer.tfgrpo_config import TFGRPOConfig
+
+        task = TFGRPOConfig.from_yaml(config)
+        agent_objective = task.agent_objective
+        verifier = verifier or task.verifier
+        dataset = dataset or Path(task.eval_path)
+        if not dataset.is_file():
+            raise TrainerError(f"{config}: eval_path {dataset} is not a file")
+    verifier = verifier or "math"
+    if dataset is None:
+        raise TrainerError("which problems? give --dataset, or --config with an eval_path")
     if base_url and adapter:
         raise TrainerError("--adapter needs a local model: it cannot be combined with --base-url")
     if base_url and not model:
@@ -240,9 +267,14 @@ def eval_library(
         def advance(n: int, label: str) -> None:
             bar.update(task, advance=n, description=f"eval {label}")
 
+        completions: list[dict] = []
         results = evaluate_arms(arms, problems, load_verifier(verifier), k=k,
                                 seeds=tuple(range(seeds)), temperature=temperature,
-                                max_new_tokens=max_new_tokens, on_progress=advance)
+                                max_new_tokens=max_new_tokens, on_progress=advance,
+                                agent_objective=agent_objective, completions=completions)
+    from trainer.tfgrpo_config import MATH_AGENT_OBJECTIVE
+
+    results.update(verifier=verifier, agent_objective=agent_objective or MATH_AGENT_OBJECTIVE)
     if adapter:
         results["adapter_dir"] = str(adapter)
     if base_url:
@@ -258,9 +290,20 @@ def eval_library(
             table.add_row(arm, metric.replace("_at_k", f"@{k}"),
                           *(f"{s[x]:.3f}" for x in ("mean", "std", "min", "max")))
     print_table(table, console)
+    for record in completions[:show]:
+        console.print(f"[{record['arm']}, seed {record['seed']}, problem "
+                      f"{record['problem_index']}, sample {record['sample']}] reward "
+                      f"{record['reward']:g}: {record['reasoning']}", highlight=False, markup=False)
+        text = record["response"].strip()
+        console.print("  " + (text[:400] + " …" if len(text) > 400 else text).replace(
+            "\n", "\n  "), highlight=False, markup=False)
     if output:
         output.write_text(json.dumps(results, indent=1))
         console.print(f"results: {output}")
+        kept = output.with_suffix(".completions.jsonl")
+        kept.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in completions),
+                        encoding="utf-8")
+        console.print(f"completions: {kept} ({len(completions)})")
 
 
 def main() -> None:  # `python -m trainer.cli train ...` until the root CLI mounts these

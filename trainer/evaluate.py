@@ -60,13 +60,19 @@ def load_library(path: str | Path) -> list[Experience]:
 def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: list[dict],
                   verifier: Verifier, k: int = 4, seeds: tuple[int, ...] = (0, 1, 2),
                   temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
-                  on_progress: Callable[[int, str], None] | None = None) -> dict:
+                  on_progress: Callable[[int, str], None] | None = None,
+                  agent_objective: str | None = None,
+                  completions: list[dict] | None = None) -> dict:
     """Mean@k and Pass@k per arm (name -> (backend, library)), spread across seeds.
 
     ``on_progress(n, label)`` is told of every ``n`` generations finished (of
     ``len(arms) * len(seeds) * len(problems) * k`` in all), ``label`` naming the arm and seed:
     per batch where the backend reports its batches (``on_rows``), else per (seed, arm) pass.
+    ``agent_objective``: the rollout system prompt (a config's; default the math one).
+    ``completions``: every completion is appended there, with its reward and the verifier's
+    reasoning.
     """
+    objective = {} if agent_objective is None else {"agent_objective": agent_objective}
     per_seed: dict[str, dict[str, list[float]]] = {
         arm: {"mean_at_k": [], "pass_at_k": []} for arm in arms}
     for seed in seeds:
@@ -79,7 +85,7 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
                 if on_progress is not None:
                     on_progress(n, label)
 
-            prompts = [rollout_messages(p["problem"], experiences) for p in problems]
+            prompts = [rollout_messages(p["problem"], experiences, **objective) for p in problems]
             reports = on_progress is not None and hasattr(backend, "on_rows")
             if reports:
                 backend.on_rows = rows
@@ -88,8 +94,17 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
             finally:
                 if reports:
                     backend.on_rows = None
-            rewards = [[float(verifier({**p, "response": text})["reward"]) for text in outs]
-                       for p, outs in zip(problems, outputs, strict=True)]
+            rewards = []
+            for index, (p, outs) in enumerate(zip(problems, outputs, strict=True)):
+                verdicts = [verifier({**p, "response": text}) for text in outs]
+                rewards.append([float(v["reward"]) for v in verdicts])
+                if completions is not None:
+                    completions += [{"arm": arm, "seed": seed, "problem_index": index,
+                                     "problem": p["problem"], "answer": p["answer"],
+                                     "sample": j, "response": text,
+                                     "reward": float(v["reward"]),
+                                     "reasoning": str(v.get("reasoning") or "")}
+                                    for j, (text, v) in enumerate(zip(outs, verdicts))]
             per_seed[arm]["mean_at_k"].append(mean_at_k(rewards))
             per_seed[arm]["pass_at_k"].append(pass_rate(rewards, k))
             if on_progress is not None and done < len(problems) * k:

@@ -82,12 +82,14 @@ def _read_json(path: Path) -> dict:
         raise PublishRunError(f"{path} is not valid JSON ({exc})") from None
 
 
-def build_run_entries(run_dir: str | Path, content, *, domain: str = "math") -> RunEntries:
-    """Store the run's artifacts in ``content`` and build its entries (nothing appended)."""
+def build_run_entries(run_dir: str | Path, content, *, domain: str | None = None) -> RunEntries:
+    """Store the run's artifacts in ``content`` and build its entries (nothing appended);
+    ``domain`` defaults to the run's config's (``math`` for a run older than that field)."""
     run_dir = Path(run_dir)
     report = _read_json(run_dir / RUN_REPORT)
     library = _read_json(run_dir / "library.json")
     config = report["config"]
+    domain = domain or config.get("domain") or "math"
     artifacts = {"run_report": content.add_file(run_dir / RUN_REPORT, pin=True),
                  "library": content.add_file(run_dir / "library.json", pin=True)}
     for snapshot in sorted((run_dir / "snapshots").glob("step-*.json")):
@@ -147,7 +149,7 @@ def check_fold(entries: RunEntries) -> None:
 
 
 def publish_run(run_dir: str | Path, store, content, contract, log_name: str, *,
-                domain: str = "math") -> PublishedRun:
+                domain: str | None = None) -> PublishedRun:
     """Append the run's entries to ``log_name`` (created if new) and anchor them."""
     from ledger.publish import append_entries, publish
 
@@ -167,7 +169,7 @@ def publish_run(run_dir: str | Path, store, content, contract, log_name: str, *,
 
 
 def publish_run_dir(run_dir: str | Path, store, content, contract, log_name: str, *,
-                    domain: str = "math") -> PublishedRun | PublishedAdapter:
+                    domain: str | None = None) -> PublishedRun | PublishedAdapter:
     """Publish the finished run in ``run_dir`` to ``log_name`` (created if new), anchored.
 
     A gradient-training run (``run.json``, from ``gym train sft|dpo|grpo|gspo``) becomes a

@@ -134,7 +134,7 @@ def leaf_lines(leaves: list[tuple[str, int, str]]) -> str:
 
 
 def publish_and_show(console: Console, rt, run_dir: Path, log: str, *,
-                     domain: str = "math") -> PublishedRun | PublishedAdapter:
+                     domain: str | None = None) -> PublishedRun | PublishedAdapter:
     """Publish ``run_dir`` to ``log`` with the ledger runtime ``rt`` and print the result."""
     with console.status(f"publishing {run_dir} to {log}"):
         published = publish_run_dir(run_dir, rt.store, rt.content, rt.contract, log,

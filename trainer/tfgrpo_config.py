@@ -83,6 +83,9 @@ class TFGRPOConfig:
     verifier: str = field(default="math", metadata={
         "help": "`math` (math-verify), `exact` (normalised match), `llm-judge` (the stage model "
                 "judges) or `python:module:function`."})
+    domain: str | None = field(default=None, metadata={
+        "help": "the task's domain, recorded in every published experience entry; required "
+                "unless the verifier is `math` (then `math`)."})
     use_ground_truth: bool = field(default=True, metadata={
         "help": "reward against the dataset answer; False = self-discrimination by majority vote "
                 "of the group's answers (the paper's 'w/o ground truth' setting)."})
@@ -148,6 +151,15 @@ class TFGRPOConfig:
                 self.verifier.startswith("python:") and self.verifier.count(":") == 2):
             raise ConfigError(f"verifier must be one of {VERIFIER_NAMES} or "
                               f"'python:module:function', got {self.verifier!r}")
+        if self.domain is None and self.verifier == "math":
+            self.domain = "math"
+        if self.domain is None:
+            raise ConfigError(f"domain is required: a task checked by the {self.verifier!r} "
+                              "verifier is not math; name its domain (e.g. `domain: words`), "
+                              "which every published experience records")
+        if not isinstance(self.domain, str) or not self.domain.strip() or len(self.domain) > 64 \
+                or "\n" in self.domain:
+            raise ConfigError(f"domain must be a short one-line name, got {self.domain!r}")
         if self.stage2 not in STAGE2_MODES:
             raise ConfigError(f"stage2 must be one of {STAGE2_MODES}, got {self.stage2!r}")
         if not self.agent_objective.strip() or not self.learning_objective.strip():

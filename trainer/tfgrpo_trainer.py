@@ -39,6 +39,10 @@ backend leaves receipt CIDs in `last_receipts`, each step's report row keeps the
 (`rollout_receipts`) and each operation gets its group's (`receipts`), which publishing puts
 into the entry's provenance.
 
+Every rollout is kept in `output_dir/completions.jsonl`, one line per completion with its
+problem, reference answer, reward and the verifier's reasoning (what it extracted), written
+after its step's snapshot; a resumed run drops the lines of the steps it runs again.
+
 Robustness: the run never crashes on model output. Malformed JSON, truncated JSON (complete
 elements are salvaged), operations that are not objects or name an unknown op, unknown ids,
 overlong or empty texts, empty answers, verifier exceptions and backend errors are each counted,
@@ -102,6 +106,7 @@ from trainer.verifiers import Verifier, final_answer, load_verifier
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
+COMPLETIONS = "completions.jsonl"  # every rollout with its reward, beside the report
 MAX_RECEIPTS_PER_OPERATION = 64  # = ledger.entries.MAX_PROVENANCE_RECEIPTS
 COUNTERS = (
     "backend_error",  # a completion request failed after retries; its item is skipped
@@ -169,6 +174,8 @@ class TFGRPOTrainer:
         """
         started = time.monotonic()
         next_global = self._resume() if resume else 0
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._drop_completions_from(next_global)
         total = self.config.epochs * self.steps_per_epoch
         for global_step in range(next_global, total):
             epoch, step = divmod(global_step, self.steps_per_epoch)
@@ -176,7 +183,9 @@ class TFGRPOTrainer:
             Random(derive_seed(self.config.seed, "shuffle", epoch)).shuffle(order)
             batch_indices = order[step * self.config.batch_size:(step + 1) * self.config.batch_size]
             row = self._step(epoch, step, global_step, [self.problems[i] for i in batch_indices])
+            completions = row.pop("completions")  # not in the snapshot or the report
             self._write_snapshot(global_step, row, done=global_step + 1 == total)
+            self._append_completions(completions)
             if on_step_end is not None:
                 on_step_end(row)
         return self._write_report(time.monotonic() - started)
@@ -197,11 +206,17 @@ class TFGRPOTrainer:
             row["rollout_receipts"] = receipts  # [query][rollout] -> receipt CID or None
         groups: list[Group] = []
         rewards_seen: list[float] = []
+        completions: list[dict] = []  # every rollout with its reward: completions.jsonl
         for q, (problem, outs) in enumerate(zip(batch, outputs, strict=True)):
             if outs is None:  # counted by _generate
                 continue
             reference = problem["answer"] if cfg.use_ground_truth else majority_answer(outs)
             verdicts = [self._reward(problem, text, reference) for text in outs]
+            completions += [{"global_step": global_step, "epoch": epoch, "step": step,
+                             "query": q, "rollout": j, "problem": problem["problem"],
+                             "reference": reference, "response": text, "reward": reward,
+                             "reasoning": reasoning, "receipt": receipts[q][j]}
+                            for j, (text, (reward, reasoning)) in enumerate(zip(outs, verdicts))]
             rewards = [reward for reward, _ in verdicts]
             rewards_seen += rewards
             if reference is None or statistics.pstdev(rewards) <= cfg.skip_std_threshold:
@@ -211,6 +226,7 @@ class TFGRPOTrainer:
                                 critiques=[reasoning for _, reasoning in verdicts],
                                 receipts=receipts[q]))
         row["mean_reward"] = statistics.fmean(rewards_seen) if rewards_seen else None
+        row["completions"] = completions  # taken out before the row is reported
         row["groups_kept"] = len(groups)
 
         # 2. Stage 1: one summary per non-empty rollout of every kept group.
@@ -348,6 +364,22 @@ class TFGRPOTrainer:
         return {"library": [vars(e) for e in self.library], "history": self.history,
                 "counters": dict(self.counters), "steps": self.steps}
 
+    def _append_completions(self, records: list[dict]) -> None:
+        with open(self.output_dir / COMPLETIONS, "a", encoding="utf-8") as out:
+            out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+    def _drop_completions_from(self, global_step: int) -> None:
+        """Keep only the completions of the steps before ``global_step`` (a resumed run runs
+        the others again)."""
+        path = self.output_dir / COMPLETIONS
+        if not path.is_file():
+            return
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if line.strip() and json.loads(line).get("global_step", 0) < global_step]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        tmp.replace(path)
+
     def _write_snapshot(self, global_step: int, row: dict, done: bool) -> None:
         epoch, step = divmod(global_step, self.steps_per_epoch)
         snapshot = {
@@ -373,7 +405,8 @@ class TFGRPOTrainer:
             return 0
         snapshot = read_json_file(snapshots[-1])
         mine, theirs = self.config.to_dict(), dict(snapshot["config"])
-        mine.pop("output_dir"), theirs.pop("output_dir")
+        for name in ("output_dir", "domain"):  # neither changes what the run computes
+            mine.pop(name, None), theirs.pop(name, None)
         for f in fields(TFGRPOConfig):  # a snapshot older than a field ran with its default
             if f.name in mine and f.name not in theirs and f.default is not MISSING:
                 theirs[f.name] = f.default

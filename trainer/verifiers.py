@@ -5,8 +5,12 @@ model's completion). `load_verifier(name)` returns one of:
 
 - `math`: math-verify parses the ground truth and the response and checks equivalence
   ("1/2" == "0.5", "\\frac{1}{2}" == "0.5", "\\boxed{12}" == "12");
-- `exact`: the response's final answer, normalised (case, spaces, `$`, `\\boxed{}`, trailing
-  punctuation, thousands separators), equals the normalised ground truth;
+- `exact`: the response's final answer (`extract_answer`: the last `\\boxed{}`, else the last
+  `Answer: …` line, else the last "the answer is …", else the last bold or quoted phrase of the
+  last line, else, for a numeric ground truth, the last number, else the last line),
+  normalised (case, spaces, quotes, bold, `$`, `\\boxed{}`, trailing punctuation, thousands
+  separators), equals the normalised ground truth; its reasoning says what it extracted, and
+  how;
 - `python:module:function`: any importable callable with the same signature;
 - `llm-judge`: a backend is asked whether the response reaches the ground truth.
 
@@ -37,40 +41,86 @@ Verifier = Callable[[dict], Verdict]
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_ANSWER = re.compile(r"answer\s*(?:is|:|=)\s*(.+)", re.IGNORECASE)
+# "Answer: X", "answer is X", "the final answer is: X", "answer = X" (the rest of its line)
+_ANSWER = re.compile(r"answer\s*(?:is\s*[:=]?|[:=])\s*(.+)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"^\W*(?:final\s+)?answer\W*\s*[:=]\s*(.+)$", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+_EMPHASIS = re.compile(r"\*\*(.+?)\*\*|__(.+?)__|\"(.+?)\"|“(.+?)”|`(.+?)`|'(.+?)'(?!\w)")
+_WRAPPERS = "\"'`*_“”‘’"
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+MAX_ANSWER_WORDS = 12  # a longer "last line" is prose, not an answer
 
 
 def normalise(text: str) -> str:
-    """Lower-case, unbox, strip `$`, trailing punctuation, thousands separators and spaces."""
+    """Lower-case, unbox, strip quotes, bold, `$`, trailing punctuation, thousands separators
+    and spaces."""
     text = text.strip().lower()
     boxed = _BOXED.findall(text)
     if boxed:
         text = boxed[-1]
     text = text.replace("$", "").replace("\\!", "")
     text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
-    text = re.sub(r"\s+", " ", text).strip().rstrip(".!;:").strip()
+    for _ in range(3):  # "**'tac'**." peels to tac
+        text = re.sub(r"\s+", " ", text).strip().rstrip(".!;:,").strip().strip(_WRAPPERS).strip()
     return text
 
 
-def final_answer(text: str) -> str:
-    """The answer a response commits to: last `\\boxed{}`, else after 'answer:', else last number."""
+def _answer_tail(text: str) -> tuple[str, str] | None:
+    """What follows the last answer marker, up to the end of its sentence or line, and which
+    marker it was."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):  # an `Answer: X` line wins over prose
+        match = _ANSWER_LINE.match(line)
+        if match:
+            return match.group(1), "answer line"
+    matches = _ANSWER.findall(text)
+    if not matches:
+        return None
+    tail = matches[-1].strip()
+    end = _SENTENCE_END.search(tail)
+    return (tail[:end.start()] if end else tail), "answer phrase"
+
+
+def extract_answer(text: str, *, numeric: bool = False) -> tuple[str, str]:
+    """(the normalised answer a response commits to, how it was found): see the module
+    docstring; ``numeric`` prefers the first number of an answer phrase and falls back to the
+    last number of the text."""
     boxed = _BOXED.findall(text)
     if boxed:
-        return normalise(boxed[-1])
-    matches = _ANSWER.findall(text)
-    if matches:
-        tail = matches[-1].strip()
-        number = _NUMBER.search(tail)
-        return normalise(number.group(0) if number else tail.splitlines()[0])
+        return normalise(boxed[-1]), "boxed"
+    found = _answer_tail(text)
+    if found is not None:
+        tail, how = found
+        number = _NUMBER.search(tail) if numeric else None
+        return normalise(number.group(0) if number else tail), how
+    lines = [line for line in text.splitlines() if line.strip()]
+    if lines:
+        emphasised = [next(g for g in m.groups() if g) for m in _EMPHASIS.finditer(lines[-1])]
+        if emphasised:
+            return normalise(emphasised[-1]), "emphasis in the last line"
     numbers = _NUMBER.findall(text)
-    return normalise(numbers[-1]) if numbers else normalise(text.splitlines()[-1] if text else "")
+    if numeric and numbers:
+        return normalise(numbers[-1]), "last number"
+    if lines and len(lines[-1].split()) <= MAX_ANSWER_WORDS:
+        return normalise(lines[-1]), "last line"
+    return "", "nothing that reads as an answer"
+
+
+def final_answer(text: str) -> str:
+    """The answer a response commits to, for numeric tasks (math, majority votes): the last
+    `\\boxed{}`, else the first number after the last answer marker (or the phrase there), else
+    the last number, else the last line."""
+    answer, how = extract_answer(text, numeric=True)
+    if how == "nothing that reads as an answer":
+        return normalise(text.splitlines()[-1] if text.strip() else "")
+    return answer
 
 
 def exact_match(sample: dict) -> Verdict:
-    got, want = final_answer(sample["response"]), normalise(str(sample["answer"]))
+    want = normalise(str(sample["answer"]))
+    got, how = extract_answer(sample["response"], numeric=bool(_NUMBER.fullmatch(want)))
     ok = got == want or normalise(sample["response"]) == want
-    return {"reward": float(ok), "reasoning": f"final answer {got!r} vs expected {want!r}"}
+    return {"reward": float(ok), "reasoning": f"extracted {got!r} ({how}) vs expected {want!r}"}
 
 
 def math_verify(sample: dict) -> Verdict:

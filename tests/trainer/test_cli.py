@@ -14,7 +14,7 @@ def test_train_then_resume_then_eval(tmp_path, tiny_model_dir):
     write_jsonl(generate_problems(4, seed=9), tmp_path / "train.jsonl")
     (tmp_path / "c.yaml").write_text(
         f"train_path: {tmp_path / 'train.jsonl'}\nepochs: 1\nbatch_size: 2\ngroup_size: 2\n"
-        f"max_new_tokens: 8\nstage_max_new_tokens: 8\nverifier: exact\n"
+        f"max_new_tokens: 8\nstage_max_new_tokens: 8\nverifier: exact\ndomain: math\n"
         f"policy:\n  model: {tiny_model_dir}\n")
     runner = CliRunner()
     out = tmp_path / "run"

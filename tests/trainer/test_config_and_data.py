@@ -29,7 +29,7 @@ def test_invalid_values_are_rejected(bad):
 
 def test_yaml_with_nested_models_and_unknown_fields(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("group_size: 3\nverifier: python:m:f\nstage:\n  backend: openai\n"
+    path.write_text("group_size: 3\nverifier: python:m:f\ndomain: strings\nstage:\n  backend: openai\n"
                     "  base_url: http://127.0.0.1:9/v1\n  model: judge\n")
     config = TFGRPOConfig.from_yaml(path)
     assert config.group_size == 3 and config.stage.model == "judge"

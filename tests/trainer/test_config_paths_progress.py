@@ -140,7 +140,7 @@ def test_train_and_eval_from_another_directory_with_progress(gym_env, tmp_path, 
     (exp / "model").symlink_to(tiny_model_dir)
     (exp / "c.yaml").write_text(
         "train_path: data/train.jsonl\neval_path: data/train.jsonl\nepochs: 1\nbatch_size: 2\n"
-        "group_size: 2\nmax_new_tokens: 8\nstage_max_new_tokens: 8\nverifier: exact\n"
+        "group_size: 2\nmax_new_tokens: 8\nstage_max_new_tokens: 8\nverifier: exact\ndomain: math\n"
         "policy:\n  model: model\noutput_dir: runs/quick\n")
     cwd = tmp_path / "work"
     cwd.mkdir()

@@ -129,7 +129,7 @@ def test_tfgrpo_against_the_node_publishes_experiences_naming_their_receipts(
         eval_path=str(tmp_path / "train.jsonl"), output_dir=str(tmp_path / "run"), epochs=1,
         batch_size=4, group_size=3, seed=2, max_new_tokens=8, stage_max_new_tokens=400,
         max_experience_words=6, max_ops_per_query=2,
-        verifier="python:tfgrpo_fakes:length_parity", policy=remote, stage=remote)
+        verifier="python:tfgrpo_fakes:length_parity", domain="math", policy=remote, stage=remote)
     trainer = TFGRPOTrainer(config)
     report = json.loads(trainer.train().read_text())
     assert report["operations_applied"] >= 1, report["counters"]

@@ -34,7 +34,8 @@ def finished_run(tmp_path, tiny_backend, tiny_model_dir, monkeypatch):
         eval_path=str(write_jsonl(problems[:2], tmp_path / "heldout.jsonl")),
         output_dir=str(tmp_path / "run"), epochs=2, batch_size=2, group_size=3, seed=11,
         max_new_tokens=16, stage_max_new_tokens=24,
-        verifier="python:tfgrpo_fakes:length_parity", policy=ModelConfig(model=str(tiny_model_dir)))
+        verifier="python:tfgrpo_fakes:length_parity", domain="parity",
+        policy=ModelConfig(model=str(tiny_model_dir)))
     trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=EchoStage())
     trainer.train()
     assert {op["op"] for op in trainer.history} >= {"add", "delete"}
@@ -59,10 +60,19 @@ def test_entries_carry_provenance_and_fold_to_the_final_library(finished_run, tm
             record["op"], record["step"], record["epoch"])
         assert entry.provenance.base_model_digest == model_digest(tiny_model_dir)
         assert entry.provenance.receipts is None and b"receipts" not in data
+        assert entry.domain == "parity"  # the config's, never a fixed "math"
         if record["op"] != "add":
             assert entry.target == entries.experience_ids[record["target"]]
     check_fold(entries)
     assert entries.final_library == [e.text for e in trainer.library]
+    overridden = build_run_entries(run_dir, content, domain="other")  # gym train publish --domain
+    assert {decode_entry(d).domain for d in overridden.experiences} == {"other"}
+    # every rollout is kept beside the report, with its reward and the verifier's reasoning
+    kept = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
+    assert len(kept) == trainer.config.epochs * 6 * trainer.config.group_size
+    assert {(r["global_step"], r["query"], r["rollout"]) for r in kept} == {
+        (g, q, j) for g in range(6) for q in range(2) for j in range(3)}
+    assert all(r["reward"] in (0.0, 1.0) and r["problem"] for r in kept)
 
 
 def test_experiences_cite_the_receipts_of_their_rollouts(tmp_path, tiny_model_dir, monkeypatch):

@@ -171,7 +171,7 @@ def test_the_words_config_carries_its_objectives():
 
 
 def test_the_judges_reasoning_reaches_the_summary_prompt(tmp_path):
-    _, stage, _ = _run(tmp_path, verifier="llm-judge")
+    _, stage, _ = _run(tmp_path, verifier="llm-judge", domain="math")
     summaries = [p[-1]["content"] for p in stage.prompts
                  if p[0]["content"].startswith(SUMMARY_ROLE)]
     assert len(summaries) == 8  # 4 non-empty rollouts per query

@@ -100,7 +100,7 @@ def test_full_loop_on_a_tiny_random_model(tmp_path, tiny_backend):
     """Garbage from a random model everywhere: the run finishes and counts what went wrong."""
     problems = generate_problems(4, seed=5)
     config = _config(tmp_path, problems, batch_size=2, group_size=3, epochs=2,
-                     verifier="python:tfgrpo_fakes:length_parity")
+                     verifier="python:tfgrpo_fakes:length_parity", domain="math")
     trainer = TFGRPOTrainer(config, policy=tiny_backend, stage=tiny_backend)
     report_path = trainer.train()
     report = json.loads(report_path.read_text())
@@ -151,7 +151,7 @@ def test_resume_after_interruption_gives_the_same_library(tmp_path, tiny_backend
 
     def config(name: str) -> TFGRPOConfig:
         return _config(tmp_path, problems, batch_size=2, group_size=3, epochs=2, seed=11,
-                       verifier="python:tfgrpo_fakes:length_parity",
+                       verifier="python:tfgrpo_fakes:length_parity", domain="math",
                        output_dir=str(tmp_path / name))
 
     whole = TFGRPOTrainer(config("whole"), policy=tiny_backend, stage=EchoStage())
@@ -175,6 +175,12 @@ def test_resume_after_interruption_gives_the_same_library(tmp_path, tiny_backend
         a = json.loads((tmp_path / "whole" / "snapshots" / f"step-{i:05d}.json").read_text())
         b = json.loads((tmp_path / "cut" / "snapshots" / f"step-{i:05d}.json").read_text())
         assert a["library"] == b["library"] and a["applied"] == b["applied"]
+    # the kept completions too: each step's once, as the uninterrupted run wrote them
+    kept = (tmp_path / "cut" / "completions.jsonl").read_text()
+    assert kept == (tmp_path / "whole" / "completions.jsonl").read_text()
+    assert len(kept.splitlines()) == 6 * 2 * 3
+    TFGRPOTrainer(config("cut"), policy=tiny_backend, stage=EchoStage()).train()  # afresh
+    assert (tmp_path / "cut" / "completions.jsonl").read_text() == kept
 
 
 KILL_AFTER_STEP_2 = """
@@ -208,7 +214,7 @@ def test_resume_after_a_kill_gives_the_same_library(tmp_path, tiny_backend, tiny
 
     def config(name: str) -> TFGRPOConfig:
         return _config(tmp_path, problems, batch_size=2, group_size=3, epochs=2, seed=11,
-                       verifier="python:tfgrpo_fakes:length_parity",
+                       verifier="python:tfgrpo_fakes:length_parity", domain="math",
                        output_dir=str(tmp_path / name), model_dir=tiny_model_dir)
 
     whole = TFGRPOTrainer(config("whole"), policy=tiny_backend, stage=EchoStage())

@@ -33,9 +33,28 @@ def test_math_verify(answer, response, reward):
     ("1000", "Answer: 1,000", 1.0),
     ("42", "Answer: 43", 0.0),
     ("0.5", "1/2", 0.0),  # exact means exact: no numeric equivalence
+    # string answers, as a researcher's own task writes them
+    ("tac", "The answer is: tac", 1.0),  # once read as ': tac'
+    ("tac", 'Reversed, cat reads "tac".', 1.0),
+    ("tac", "Reversing c-a-t.\nAnswer: **tac**", 1.0),
+    ("tac", "I think the answer is tac. It was easy.", 1.0),
+    ("tac", "The answer is 'tac'", 1.0),
+    ("tac", "Final answer: `tac`", 1.0),
+    ("tac", "Answer: cat", 0.0),
+    ("tac", "blah blah cat tac", 0.0),  # a sentence is not its last word
 ])
 def test_exact_match(answer, response, reward):
     assert exact_match({"problem": "p", "answer": answer, "response": response})["reward"] == reward
+
+
+@pytest.mark.parametrize(("response", "how"), [
+    ("\\boxed{x}", "boxed"), ("Answer: x", "answer line"), ("so the answer is x.", "answer phrase"),
+    ("it is **x**", "emphasis in the last line"), ("x", "last line"),
+    (" ".join(["word"] * 20), "nothing that reads as an answer"),
+])
+def test_exact_match_says_what_it_extracted_and_how(response, how):
+    reasoning = exact_match({"problem": "p", "answer": "x", "response": response})["reasoning"]
+    assert f"({how})" in reasoning, reasoning
 
 
 def test_final_answer_prefers_box_then_answer_line_then_last_number():
