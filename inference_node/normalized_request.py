@@ -17,7 +17,8 @@ response format adds ``"response_format"``, in its canonical form
 (``normalized_format``: the digest then covers the order of its properties, which RFC 8785
 would sort away); without one the key is absent. A chat request with tools adds ``"tools"``
 (canonical, each tool's ``parameters`` as compact JSON text, ``inference_node.tools``) and
-``"tool_choice"`` ("none", "auto", "required" or ``{"name": N}``); a message that carries an
+``"tool_choice"`` ("none", "auto", "required" or ``{"name": N}``) and, where it sets the
+grammar, ``"parallel_tool_calls"`` (``inference_node.tools``); a message that carries an
 assistant's ``tool_calls`` or a tool result's ``tool_call_id`` keeps them. Left out, because
 they do not change the tokens: ``stream``, ``stream_options``, ``n`` (always 1), ``user``,
 ``logprobs``/``top_logprobs`` and ``echo`` (the response digest covers the completion only).
@@ -39,7 +40,13 @@ from pydantic import ValidationError
 from inference_node.errors import ReceiptError
 from inference_node.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from inference_node.response_format import MAX_SCHEMA_BYTES, Constraint, FormatError
-from inference_node.tools import call_constraint, choice_as_sent, normalized_tools, tools_as_sent
+from inference_node.tools import (
+    call_constraint,
+    choice_as_sent,
+    normalized_tools,
+    parallel_key,
+    tools_as_sent,
+)
 from ledger.errors import LedgerError
 from ledger.json_input import parse_json
 from trainer.grammar import ANY_OBJECT, schema_text
@@ -65,6 +72,9 @@ def normalized_request(route: str, request: ChatCompletionRequest | CompletionRe
     if getattr(request, "tools", None):
         body["tools"] = normalized_tools(request.tools)
         body["tool_choice"] = request.tool_choice
+        parallel = parallel_key(request.tool_choice, request.parallel_tool_calls)
+        if parallel is not None:
+            body["parallel_tool_calls"] = parallel
     return body
 
 
@@ -173,7 +183,10 @@ def check_normalized(normalized: object) -> dict[str, Any]:
         raise ReceiptError("malformed", "a normalized request sets max_tokens and seed")
     again = from_client_request(route, body, max_tokens=body["max_tokens"], seed=body["seed"])
     if again != normalized:
-        raise ReceiptError("malformed", "the request is not in normalized form")
+        legacy = {k: v for k, v in again.items() if k != "parallel_tool_calls"}
+        if legacy != normalized or again.get("parallel_tool_calls") is not True:
+            raise ReceiptError("malformed", "the request is not in normalized form")
+        return normalized  # a "required" request signed before calls were bounded
     return again
 
 

@@ -8,9 +8,8 @@ value that changes nothing: OpenAI's (`UNSUPPORTED`) and vLLM's request extras (
 ignored what it asked for. Other unknown fields are ignored, as vLLM's server does. `n` is 1 to
 `MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
 work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
-OpenAI and vLLM. `parallel_tool_calls: false` is honoured where the answer is at most one call
-anyway (a named `tool_choice`, `"none"`, no tools) and refused where it would have to bound a
-`"required"` or `"auto"` answer.
+OpenAI and vLLM. `parallel_tool_calls: false` bounds an answer to one call
+(`inference_node.tools`).
 
 The request models are strict where OpenAI is: a JSON string is not a number or a boolean
 (`"max_tokens": "4"`, `"stream": "yes"`), a number with a fraction is not an integer, and a
@@ -280,7 +279,7 @@ class ChatCompletionRequest(_SamplingRequest):
     # canonical forms (`inference_node.tools`); tool_choice None without tools
     tools: list[dict] | None = None
     tool_choice: str | dict | None = Field(default=None, validate_default=True)
-    parallel_tool_calls: bool | None = None  # false: refused where it would bound an answer
+    parallel_tool_calls: bool | None = None  # false: at most one call (`inference_node.tools`)
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -306,14 +305,7 @@ class ChatCompletionRequest(_SamplingRequest):
         return choice
 
     @model_validator(mode="after")
-    def _one_call_at_most(self) -> ChatCompletionRequest:
-        """`parallel_tool_calls: false` changes nothing where the answer is one call or none;
-        elsewhere this node cannot bound it yet, and says so."""
-        if self.parallel_tool_calls is False and self.tool_choice in ("required", "auto"):
-            raise refused("parallel_tool_calls", f"parallel_tool_calls false with tool_choice "
-                          f"{self.tool_choice!r} is not supported by this node (its answer "
-                          "may hold several calls); name the function in tool_choice for "
-                          "exactly one call")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
         if self.top_logprobs is not None and not self.logprobs:
             raise refused("top_logprobs", "top_logprobs is only allowed when logprobs is true")
         return self

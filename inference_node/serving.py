@@ -566,7 +566,9 @@ class OpenAIServing:
             choices.append(ChatChoice(
                 index=i, message=ChatMessageOut(content=content, tool_calls=calls),
                 logprobs=_chat_logprobs(result.logprobs),
-                finish_reason="tool_calls" if calls else result.finish_reason))
+                # calls cut by the token limit keep "length"
+                finish_reason="tool_calls" if calls and result.finish_reason == "stop"
+                else result.finish_reason))
         return ChatCompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
             choices=choices, usage=_usage_of(results))
@@ -611,7 +613,8 @@ class OpenAIServing:
                     if calls:
                         message.tool_calls = [DeltaToolCall(index=j, **c.model_dump())
                                               for j, c in enumerate(calls)]
-                        finish, upto = "tool_calls", len(content or "")
+                        finish = "tool_calls" if finish == "stop" else finish
+                        upto = len(content or "")
                 if upto > sent[index]:
                     message.content = text[sent[index]:upto]
                     sent[index] = upto

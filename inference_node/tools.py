@@ -15,8 +15,12 @@ absent or ``"none"``; with tools and no ``tool_choice`` it is ``"auto"``, as Ope
 
 What each does here:
 
-- ``required``: the answer is a JSON array (at least one item) of ``{"name": <a tool's name>,
-  "arguments": <that tool's parameters>}`` (``forced_call_schema``), decoded under its grammar.
+- ``required``: the answer is a JSON array (at least one item, at most ``call_limit``) of
+  ``{"name": <a tool's name>, "arguments": <that tool's parameters>}``
+  (``forced_call_schema``), decoded under its grammar, and always answered as ``tool_calls``:
+  an array cut by the token limit gives the calls it completed (``finish_reason`` "length").
+  ``parallel_tool_calls: false`` bounds it to one call, else ``MAX_PARALLEL_CALLS`` (a small
+  model would otherwise repeat a call until the token limit).
 - ``{"name": N}``: the answer is N's arguments object, decoded under N's parameters schema.
 - ``none``: no constraint, plain content; the tools are not shown to the model.
 - ``auto``, with a chat template that renders tools (``template_has_tools``): the tools go to
@@ -32,7 +36,12 @@ What each does here:
   match one tool's schema. An answer that ends (end of sequence) with calls is ``tool_calls``
   with ``content`` the text before the first call (null when there is none); otherwise it is
   plain content (``answer_of``). With a template that does not render tools, ``auto`` is
-  refused (400 naming ``tool_choice``): the model would not know the syntax.
+  refused (400 naming ``tool_choice``): the model would not know the syntax. With
+  ``parallel_tool_calls: false`` the grammar ends after the first call.
+
+The normalized request holds ``parallel_tool_calls`` where it sets the grammar: always for
+``required``, for ``auto`` when false. A receipt signed before the bound existed holds none for
+``required`` and is re-checked under the unbounded grammar it was decoded with.
 
 The normalized request (``inference_node.normalized_request``) holds both canonical forms, each
 tool's parameters as compact JSON text (``normalized_tools``: the digest then covers the order
@@ -172,6 +181,26 @@ def may_call(normalized: dict) -> bool:
     return forces_call(normalized) or normalized.get("tool_choice") == "auto"
 
 
+MAX_PARALLEL_CALLS = 4  # calls in one "required" answer unless parallel_tool_calls is false
+
+
+def parallel_key(tool_choice: object, parallel: bool | None) -> bool | None:
+    """The normalized request's ``parallel_tool_calls`` (module doc), or None to leave it out."""
+    if tool_choice == "required":
+        return parallel is not False
+    if tool_choice == "auto" and parallel is False:
+        return False
+    return None
+
+
+def call_limit(normalized: dict) -> int | None:
+    """How many calls an answer may hold (None: unbounded, a legacy ``required``)."""
+    parallel = normalized.get("parallel_tool_calls")
+    if parallel is None:
+        return None
+    return MAX_PARALLEL_CALLS if parallel else 1
+
+
 def forced_call_schema(normalized: dict) -> str | None:
     """The schema text a forced call is decoded under (module doc), or None."""
     if not forces_call(normalized):
@@ -183,7 +212,9 @@ def forced_call_schema(normalized: dict) -> str | None:
     calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": schema},
               "required": ["name", "arguments"], "additionalProperties": False}
              for name, schema in parameters.items()]
-    return schema_text({"type": "array", "minItems": 1, "items": {"anyOf": calls}})
+    limit = call_limit(normalized)
+    bound = {} if limit is None else {"maxItems": limit}
+    return schema_text({"type": "array", "minItems": 1, **bound, "items": {"anyOf": calls}})
 
 
 def auto_grammar(normalized: dict) -> str | None:
@@ -198,9 +229,12 @@ def auto_grammar(normalized: dict) -> str | None:
              "content": {"type": "json_schema", "json_schema": json.loads(t["parameters"])},
              "end": "}" + CALL_CLOSE}
             for t in normalized["tools"]]
+    first = {"type": "triggered_tags", "triggers": [CALL_TRIGGER], "tags": tags,
+             "stop_after_first": True}
+    if call_limit(normalized) == 1:
+        return structural_tag_text(first)
     return structural_tag_text({"type": "sequence", "elements": [
-        {"type": "triggered_tags", "triggers": [CALL_TRIGGER], "tags": tags,
-         "stop_after_first": True},
+        first,
         {"type": "star", "content": {"type": "sequence", "elements": [
             {"type": "const_string", "value": "\n"}, {"type": "or", "elements": tags}]}}]})
 
@@ -270,13 +304,34 @@ def template_has_tools(tokenizer: Any) -> bool:
 # --------------------------------------------------------------------------- answer
 
 
-def tool_calls_of(normalized: dict, text: str) -> list[dict] | None:
+def _complete_items(text: str) -> list:
+    """The complete items of a JSON array cut short (``[{...}, {...}, {"na``)."""
+    decoder, items, at = json.JSONDecoder(), [], text.find("[")
+    if at < 0:
+        return []
+    at += 1
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return items
+        items.append(item)
+
+
+def tool_calls_of(normalized: dict, text: str, *, cut: bool = False) -> list[dict] | None:
     """A forced call's answer as OpenAI's ``tool_calls``, or None when ``text`` is not a
-    complete call (cut by the token limit or a stop sequence)."""
+    complete call; with ``cut`` (the token limit ended it) a ``required`` answer gives the
+    calls it completed."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        return None
+        if not (cut and normalized["tool_choice"] == "required"):
+            return None
+        value = _complete_items(text)
+        if not value:
+            return None
     choice = normalized["tool_choice"]
     calls = [{"name": choice["name"], "arguments": value}] if isinstance(choice, dict) else value
     if not isinstance(calls, list) or not all(
@@ -322,6 +377,11 @@ def answer_of(normalized: dict, text: str, finish_reason: str
     """A chat answer's ``content`` and ``tool_calls``: calls only when the model ended the
     answer (``finish_reason`` "stop") with complete calls (forced, or ``auto``); otherwise the
     text as content."""
+    if finish_reason == "length" and normalized.get("tool_choice") == "required" \
+            and "parallel_tool_calls" in normalized:  # never a JSON array as content
+        calls = tool_calls_of(normalized, text, cut=True)
+        if calls is not None:
+            return None, calls
     if finish_reason == "stop":
         if forces_call(normalized):
             calls = tool_calls_of(normalized, text)

@@ -104,6 +104,28 @@ def test_langchain_bind_tools_with_a_named_tool(json_node, wire):
     assert call["name"] == "confirm" and isinstance(call["args"]["correct"], bool)
 
 
+def test_langchain_bind_tools_any_always_gets_calls(json_node, wire):
+    """tool_choice "any" is "required": at most 4 calls, as tool_calls (a small model once
+    repeated the call until max_tokens, and the answer came back as a JSON array in content;
+    a cut answer's complete calls: tests/inference_node/test_tools.py)."""
+    def confirm(correct: bool) -> bool:
+        """Confirm whether a sum is right."""
+        return correct
+
+    def check(sum_is: Literal["right", "wrong"]) -> str:
+        """Say whether a sum is right."""
+        return sum_is
+
+    chat = _chat(json_node, wire)  # temperature 0: short arguments keep the tiny model's calls whole
+    for seed in range(3):
+        message = chat.bind_tools([confirm, check], tool_choice="any").invoke(
+            "What is 2 plus 3?", max_tokens=600, seed=seed)
+        assert wire.requests[-1]["tool_choice"] == "required"
+        assert 1 <= len(message.tool_calls) <= 4, (message.content, message.tool_calls)
+        assert message.content == "" and {c["name"] for c in message.tool_calls} <= {"confirm",
+                                                                                    "check"}
+
+
 @pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
 def test_instructor(json_node, wire, mode, json_verifier, json_model_dir, monkeypatch):
     import instructor

@@ -244,8 +244,6 @@ ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {
 @pytest.mark.parametrize("extra, param", [
     ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs, as OpenAI and vLLM refuse it
     ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
-    ({"tools": [ADD_TOOL], "tool_choice": "required", "parallel_tool_calls": False},
-     "parallel_tool_calls"),  # a bound this node cannot put on a "required" answer yet
 ])
 def test_openai_edges_are_400s_naming_the_field(json_node, extra, param):
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}],

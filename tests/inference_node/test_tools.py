@@ -36,7 +36,7 @@ from inference_node.normalized_request import (
     request_key,
 )
 from inference_node.receipts import ReceiptSigner, model_digest
-from inference_node.tools import chat_messages
+from inference_node.tools import MAX_PARALLEL_CALLS, chat_messages
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
                                            "parameters": WEATHER}},
@@ -59,7 +59,7 @@ def ask(client, tool_choice, seed=0, **fields):
 
 def test_required_gives_calls_to_the_tools_with_valid_arguments(client):
     for seed in range(4):
-        choice = ask(client, "required", seed).choices[0]
+        choice = ask(client, "required", seed, max_tokens=600).choices[0]  # room for 4 calls
         assert choice.finish_reason == "tool_calls", choice.message
         assert choice.message.content is None and choice.message.tool_calls
         for call in choice.message.tool_calls:
@@ -87,10 +87,55 @@ def test_none_is_plain_content(client):
     assert chat_messages(normalized, template_has_tools=False) == (MESSAGES, None)
 
 
-def test_a_call_cut_by_max_tokens_is_content_with_length(client):
+def test_a_call_cut_before_it_is_complete_is_content_with_length(client):
     choice = ask(client, "required", 1, max_tokens=3).choices[0]
     assert choice.finish_reason == "length" and choice.message.tool_calls is None
     assert choice.message.content.startswith("[")
+
+
+def test_required_is_bounded_and_parallel_false_is_one_call(client):
+    counts = []
+    for seed in range(6):
+        calls = ask(client, "required", seed, max_tokens=600).choices[0].message.tool_calls
+        counts.append(len(calls))
+        one = ask(client, "required", seed, max_tokens=600, parallel_tool_calls=False).choices[0]
+        assert one.finish_reason == "tool_calls" and len(one.message.tool_calls) == 1
+    assert max(counts) <= MAX_PARALLEL_CALLS and max(counts) > 1, counts
+
+
+def test_a_required_answer_cut_after_complete_calls_gives_those_calls(json_node):
+    """Cut by max_tokens after complete calls: those calls (finish_reason "length"), never a
+    JSON array as content (LangChain's bind_tools(tool_choice="any") read no calls from it)."""
+    for seed, limit in [(seed, limit) for limit in (80, 120, 160) for seed in range(8)]:
+        body = {"model": MODEL_NAME, "messages": MESSAGES, "tools": TOOLS, "seed": seed,
+                "tool_choice": "required", "max_tokens": limit}
+        data = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60).json()
+        choice, text = data["choices"][0], data["receipt_evidence"]["completion_text"]
+        if choice["finish_reason"] == "length" and choice["message"]["tool_calls"]:
+            break
+    else:
+        pytest.fail("no seed cut a required answer after a complete call")
+    assert choice["message"]["content"] is None
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)  # the array itself was cut
+    decoder, at = json.JSONDecoder(), text.index("[") + 1
+    for call in choice["message"]["tool_calls"]:  # each a complete item of it, in order
+        item, at = decoder.raw_decode(text, at)
+        at = text.index(",", at) + 1
+        assert call["function"]["name"] == item["name"]
+        assert json.loads(call["function"]["arguments"]) == item["arguments"]
+
+
+def test_a_required_receipt_signed_before_the_bound_still_verifies_its_form():
+    body = {"model": MODEL_NAME, "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required"}
+    normalized = from_client_request("chat", body, max_tokens=8, seed=0)
+    assert normalized["parallel_tool_calls"] is True
+    assert '"maxItems":4' in constraint_of(normalized).schema_json
+    legacy = {k: v for k, v in normalized.items() if k != "parallel_tool_calls"}
+    assert check_normalized(legacy) == legacy  # decoded under the unbounded grammar then
+    assert "maxItems" not in constraint_of(legacy).schema_json
+    with pytest.raises(ReceiptError, match="not a valid chat request"):
+        check_normalized({**normalized, "parallel_tool_calls": "yes"})
 
 
 def test_streamed_call_arrives_whole_with_the_finish_chunk(client):

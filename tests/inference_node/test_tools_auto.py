@@ -182,6 +182,15 @@ def test_the_auto_grammar_takes_text_or_calls_and_nothing_else(hermes_model_dir)
     with pytest.raises(FormatError, match="renders tools"):
         chat_messages(normalized, template_has_tools=False)
 
+    # parallel_tool_calls false: the grammar ends after the first call
+    one = from_client_request("chat", body_for("x", parallel_tool_calls=False), max_tokens=8,
+                              seed=0)
+    assert one["parallel_tool_calls"] is False and "parallel_tool_calls" not in normalized
+    source = constraint_of(one).schema_json
+    for text in ["Hi there.", OSLO, "Sure. " + ADD_CALL]:
+        assert first_refused(text) is None, text
+    assert first_refused(OSLO + "\n" + ADD_CALL).endswith("</tool_call>\n")
+
 
 # --------------------------------------------------------------------------- the node
 
