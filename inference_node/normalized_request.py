@@ -17,6 +17,8 @@ response format adds ``"response_format"``, in its canonical form
 (``normalized_format``: the digest then covers the order of its properties, which RFC 8785
 would sort away); without one the key is absent. A chat request with tools adds ``"tools"``
 (canonical, each tool's ``parameters`` as compact JSON text, ``inference_node.tools``) and
+``"guided_choice"`` or ``"guided_regex"`` when the request sets one
+(``inference_node.guided``; ``guided_json`` is its ``response_format``);
 ``"tool_choice"`` ("none", "auto", "required" or ``{"name": N}``) and, where it sets the
 grammar, ``"parallel_tool_calls"`` (``inference_node.tools``); a message that carries an
 assistant's ``tool_calls`` or a tool result's ``tool_call_id`` keeps them. Left out, because
@@ -38,6 +40,7 @@ import rfc8785
 from pydantic import ValidationError
 
 from inference_node.errors import ReceiptError
+from inference_node.guided import constraint_source
 from inference_node.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from inference_node.response_format import MAX_SCHEMA_BYTES, Constraint, FormatError
 from inference_node.tools import (
@@ -69,6 +72,9 @@ def normalized_request(route: str, request: ChatCompletionRequest | CompletionRe
                 seed=seed, stop=request.stop_list())
     if request.response_format is not None:
         body["response_format"] = normalized_format(request.response_format)
+    for name in ("guided_choice", "guided_regex"):  # `inference_node.guided`
+        if getattr(request, name) is not None:
+            body[name] = getattr(request, name)
     if getattr(request, "tools", None):
         body["tools"] = normalized_tools(request.tools)
         body["tool_choice"] = request.tool_choice
@@ -195,7 +201,7 @@ def constraint_of(normalized: dict) -> Constraint | None:
     None: the one function the node and the verifier both derive it with. A forced tool call
     (``inference_node.tools``) is decoded under its call schema, ``tool_choice: "auto"`` under
     its text-or-calls structural tag."""
-    call = call_constraint(normalized)
+    call = call_constraint(normalized) or constraint_source(normalized)
     if call is not None:
         return Constraint(call)
     fmt = normalized.get("response_format")

@@ -4,8 +4,9 @@ The shapes follow the OpenAI API reference (chat completions, legacy completions
 official `openai` Python SDK reads them. Only the sampling fields this node honours are declared.
 A field that would change the tokens and is not honoured is a 400 naming it, unless it has the
 value that changes nothing: OpenAI's (`UNSUPPORTED`) and vLLM's request extras (`VLLM_EXTRAS`:
-`top_k`, `min_tokens`, `guided_choice`, ...), so a client never gets an answer that silently
-ignored what it asked for. Other unknown fields are ignored, as vLLM's server does. `n` is 1 to
+`top_k`, `min_tokens`, `guided_grammar`, ...), so a client never gets an answer that silently
+ignored what it asked for. vLLM's `guided_choice`, `guided_regex`, `guided_json` and
+`structured_outputs` are honoured (`inference_node.guided`). Other unknown fields are ignored, as vLLM's server does. `n` is 1 to
 `MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
 work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
 OpenAI and vLLM. `parallel_tool_calls: false` bounds an answer to one call
@@ -34,6 +35,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from inference_node.guided import (
+    canonical_choice,
+    canonical_regex,
+    from_structured_outputs,
+    guided_json_format,
+)
 from inference_node.response_format import FormatError, canonical_response_format
 from inference_node.tools import canonical_tool_choice, canonical_tools
 
@@ -115,9 +122,9 @@ VLLM_EXTRAS: dict[str, tuple[object, ...]] = {
     "bad_words": ([],), "allowed_token_ids": (), "use_beam_search": (False,),
     "include_stop_str_in_output": (False,), "skip_special_tokens": (True,),
     "spaces_between_special_tokens": (True,), "truncate_prompt_tokens": (),
-    "prompt_logprobs": (), "logits_processors": (), "guided_choice": (), "guided_json": (),
-    "guided_regex": (), "guided_grammar": (), "guided_decoding_backend": (),
-    "guided_whitespace_pattern": (), "structured_outputs": (), "add_generation_prompt": (True,),
+    "prompt_logprobs": (), "logits_processors": (), "guided_grammar": (),
+    "guided_decoding_backend": (), "guided_whitespace_pattern": (),
+    "add_generation_prompt": (True,),
     "continue_final_message": (False,), "chat_template": (), "chat_template_kwargs": ({},),
     "vllm_xargs": (),
 }
@@ -126,8 +133,7 @@ VLLM_EXTRAS: dict[str, tuple[object, ...]] = {
 def refused(param: str, message: str) -> PydanticCustomError:
     """A request error naming ``param`` (the server's 400 reads it from the error's context:
     a model-level check has no field location)."""
-    return PydanticCustomError("invalid_request",
-                               message.replace("{", "{{").replace("}", "}}"), {"param": param})
+    return PydanticCustomError("invalid_request", message, {"param": param})
 
 
 def _neutral(value: object, neutrals: tuple[object, ...]) -> bool:
@@ -148,6 +154,10 @@ class _SamplingRequest(_StrictRequest):
     user: str | None = None
     # canonical form (`inference_node.response_format`), None when unconstrained
     response_format: dict | None = None
+    # vLLM's guided decoding, canonical (`inference_node.guided`; guided_json and
+    # structured_outputs are read into these and `response_format` before validation)
+    guided_choice: list[str] | None = None
+    guided_regex: str | None = None
     # OpenAI parameters this node does not implement: a 400 unless neutral (`_unsupported`)
     presence_penalty: object = None
     frequency_penalty: object = None
@@ -171,14 +181,59 @@ class _SamplingRequest(_StrictRequest):
     @model_validator(mode="before")
     @classmethod
     def _vllm_extras(cls, data: object) -> object:
-        """vLLM's extras (`VLLM_EXTRAS`) are refused as OpenAI's unsupported fields are."""
+        """vLLM's extras (`VLLM_EXTRAS`) are refused as OpenAI's unsupported fields are;
+        `structured_outputs` and `guided_json` are read as the forms they mean."""
         if isinstance(data, dict):
+            data = dict(data)
+            try:
+                if data.get("structured_outputs") is not None:
+                    field, value = from_structured_outputs(data.pop("structured_outputs"))
+                    if data.get(field) is not None:
+                        raise FormatError(f"structured_outputs and {field} both given",
+                                          "structured_outputs")
+                    data[field] = value
+                if data.get("guided_json") is not None:
+                    if data.get("response_format") is not None:
+                        raise FormatError("guided_json and response_format both ask for a "
+                                          "format: give one", "guided_json")
+                    data["response_format"] = guided_json_format(data["guided_json"])
+            except FormatError as exc:
+                raise refused(exc.param or "structured_outputs", str(exc)) from None
+            data.pop("guided_json", None)
+            data.pop("structured_outputs", None)
             for name, neutrals in VLLM_EXTRAS.items():
                 if name in data and not _neutral(data[name], neutrals):
                     raise refused(name, f"{name} is not supported by this node (vLLM honours "
                                         "it; a verifiable answer here has no hidden sampling "
                                         "knobs): leave it out")
         return data
+
+    @field_validator("guided_choice", mode="before")
+    @classmethod
+    def _guided_choice(cls, value: object) -> list[str] | None:
+        try:
+            return None if value is None else canonical_choice(value)
+        except FormatError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("guided_regex", mode="before")
+    @classmethod
+    def _guided_regex(cls, value: object) -> str | None:
+        try:
+            return None if value is None else canonical_regex(value)
+        except FormatError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> _SamplingRequest:
+        given = [name for name in ("response_format", "guided_choice", "guided_regex")
+                 if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise refused(given[1], f"{' and '.join(given)} each constrain the answer: give one")
+        if given and getattr(self, "tool_choice", None) not in (None, "none"):
+            raise refused("tool_choice", f"tool_choice sets the answer's format (a call, or "
+                          f"text or calls): it cannot be combined with {given[0]}")
+        return self
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingRequest:

@@ -217,6 +217,9 @@ def _grammar_name(request: dict) -> str:
     or auto's text-or-calls)."""
     if "response_format" in request:
         return request["response_format"]["type"]
+    for name in ("guided_choice", "guided_regex"):
+        if name in request:
+            return name
     return "tool_choice"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 import jsonschema
@@ -211,16 +212,16 @@ def test_the_receipt_signs_the_format_and_its_property_order():
     ("audio", {"voice": "x"}), ("prediction", {"type": "content", "content": "x"}),
     # vLLM's extras: answered 200 and ignored before ("guided_choice" of yes/no said "No.")
     ("top_k", 5), ("min_p", 0.1), ("min_tokens", 3), ("repetition_penalty", 1.2),
-    ("ignore_eos", True), ("stop_token_ids", [2]), ("guided_choice", ["yes", "no"]),
-    ("guided_json", {"type": "object"}), ("guided_regex", "[0-9]+"),
-    ("structured_outputs", {"choice": ["yes", "no"]})])
+    ("ignore_eos", True), ("stop_token_ids", [2]), ("guided_grammar", "root ::= \"a\""),
+    ("structured_outputs", {"grammar": "root ::= \"a\""})])
 def test_an_openai_parameter_the_node_does_not_implement_is_a_400(json_node, field, value):
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
             "max_tokens": 2, field: value}
     reply = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60)
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == field
-    assert "not supported by this node" in reply.json()["error"]["message"]
+    assert "not supported by this node" in reply.json()["error"]["message"] or \
+        "on this node" in reply.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("field,value", [
@@ -283,3 +284,52 @@ def test_a_model_is_retrieved_by_id_and_an_unknown_route_names_the_routes(json_n
     assert "POST /v1/responses" in error["message"]  # what was asked, then what is served
     wrong = httpx.get(f"{json_node.base_url}/chat/completions", timeout=30)
     assert wrong.status_code == 405 and "POST /v1/chat/completions" in wrong.json()["error"]["message"]
+
+
+# --------------------------------------------------------------------------- vLLM's guided forms
+
+
+@pytest.mark.parametrize("route, extra, check", [
+    ("chat", {"guided_choice": ["yes", "no"]}, lambda text: text in ("yes", "no")),
+    ("chat", {"structured_outputs": {"choice": ["left", "right", "up"]}},
+     lambda text: text in ("left", "right", "up")),
+    ("chat", {"guided_regex": "[0-9]{3}-[a-c]{2}"},
+     lambda text: re.fullmatch("[0-9]{3}-[a-c]{2}", text) is not None),
+    ("chat", {"guided_json": {"type": "object", "properties": {"ok": {"type": "boolean"}},
+                              "required": ["ok"]}},
+     lambda text: isinstance(json.loads(text)["ok"], bool)),
+    ("completion", {"guided_choice": ["yes", "no"]}, lambda text: text in ("yes", "no")),
+])
+def test_guided_forms_constrain_the_answer_and_its_receipt_verifies(
+        json_node, json_verifier, json_model_dir, monkeypatch, route, extra, check):
+    """Each once answered 200 with the form ignored (a guided_choice of yes/no said "No.")."""
+    path, body = ("/chat/completions", {"messages": [{"role": "user", "content": "ok?"}]}) \
+        if route == "chat" else ("/completions", {"prompt": "ok?"})
+    for seed in range(3):
+        body = {"model": MODEL_NAME, "max_tokens": 40, "seed": seed, "temperature": 1.0,
+                **body, **extra}
+        data = httpx.post(json_node.base_url + path, json=body, timeout=60).json()
+        choice = data["choices"][0]
+        text = choice["message"]["content"] if route == "chat" else choice["text"]
+        assert choice["finish_reason"] == "stop" and check(text), (extra, text)
+        checks = offline_checks(answer_bundle(route, body, data, text), json_verifier,
+                                json_model_dir, monkeypatch)
+        assert checks["response_format"].passed and checks["sampling"].passed
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"guided_choice": ["a"], "guided_regex": "b"}, "guided_regex"),
+    ({"guided_json": {"type": "object"}, "response_format": {"type": "json_object"}},
+     "guided_json"),
+    ({"guided_regex": "[0-9]{1000}"}, "guided_regex"),
+    ({"guided_regex": "("}, "guided_regex"),
+    ({"guided_choice": ["a", "a"]}, "guided_choice"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"tools": [ADD_TOOL], "tool_choice": "required", "guided_choice": ["a"]}, "tool_choice"),
+])
+def test_bad_guided_forms_are_400s_naming_the_field(json_node, extra, param):
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
+            "max_tokens": 2, **extra}
+    reply = httpx.post(json_node.base_url + "/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == param, reply.json()
