@@ -59,13 +59,14 @@ ROUTES = ("chat", "completion")
 
 
 def normalized_request(route: str, request: ChatCompletionRequest | CompletionRequest, *,
-                       max_tokens: int, seed: int) -> dict[str, Any]:
-    """The normalized form of a validated request, with the limit and seed the node uses."""
+                       max_tokens: int, seed: int, prompt: str | None = None) -> dict[str, Any]:
+    """The normalized form of a validated request, with the limit and seed the node uses;
+    ``prompt``: which of a list prompt's prompts (each choice's request has one)."""
     body: dict[str, Any] = {"v": FORMAT, "route": route, "model": request.model}
     if route == "chat":
         body["messages"] = [_message(m) for m in request.messages]
     elif route == "completion":
-        body["prompt"] = request.prompt_text()
+        body["prompt"] = request.prompt_text() if prompt is None else prompt
     else:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     body.update(max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p,

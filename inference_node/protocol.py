@@ -442,15 +442,27 @@ class CompletionRequest(_SamplingRequest):
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, value: str | list[str]) -> str | list[str]:
-        if isinstance(value, list) and len(value) != 1:
-            raise ValueError("exactly one prompt per request")
-        if (value if isinstance(value, str) else value[0]) == "":
+    def _prompts(cls, value: str | list[str]) -> str | list[str]:
+        prompts = [value] if isinstance(value, str) else value
+        if not 1 <= len(prompts) <= MAX_N:
+            raise ValueError(f"1 to {MAX_N} prompts per request")
+        if any(p == "" for p in prompts):
             raise ValueError("the prompt must not be empty")  # vLLM's answer too
         return value
 
+    @model_validator(mode="after")
+    def _choices_in_all(self) -> CompletionRequest:
+        if len(self.prompts()) * self.n > MAX_N:
+            raise refused("n", f"{len(self.prompts())} prompts x n = {self.n} is more than "
+                          f"{MAX_N} choices per request")
+        return self
+
+    def prompts(self) -> list[str]:
+        """The prompts: a list prompt is batched, choice i answering prompt i // n."""
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
     def prompt_text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        return self.prompts()[0]
 
 
 class CompletionLogprobs(BaseModel):

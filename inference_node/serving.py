@@ -150,6 +150,7 @@ class Sample:
     index: int
     params: SamplingParams
     normalized: dict  # the normalized request (`inference_node.normalized_request`)
+    injected: InjectedPrompt | None = None  # its prompt, when a request has several
     receipt: ReceiptEntry | None = None  # set once the answer is signed
     receipt_json: dict | None = None  # its canonical JSON
     evidence: dict | None = None  # what a verifier needs beside the receipt
@@ -172,6 +173,10 @@ class Prepared:
     @property
     def params(self) -> SamplingParams:
         return self.samples[0].params
+
+    def prompt_of(self, sample: Sample) -> InjectedPrompt:
+        """The prompt ``sample`` answers (a list ``prompt`` gives each its own)."""
+        return sample.injected or self.injected
 
     @property
     def normalized(self) -> dict:
@@ -350,7 +355,7 @@ class OpenAIServing:
                            code="context_length_exceeded")
 
     async def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
-                       injected_for: Callable[[LibrarySnapshot], InjectedPrompt],
+                       injected_for: Callable[[LibrarySnapshot], list[InjectedPrompt]],
                        max_tokens: tuple[str, int | None], logprobs: bool, top_logprobs: int,
                        prompt_param: str, route: str, text_bytes: int) -> Prepared:
         """Checks, then the prompt built and tokenized on the tokenizer thread (a large prompt
@@ -360,7 +365,7 @@ class OpenAIServing:
         if request.model != self.model_name:
             raise APIError(404, f"The model `{request.model}` does not exist; this node serves "
                            f"`{self.model_name}`.", param="model", code="model_not_found")
-        seed, n = request.seed, request.n
+        seed, n = request.seed, request.n * len(getattr(request, "prompts", lambda: [0])())
         if seed is not None and not 0 <= seed <= SEED_LIMIT - (n - 1):
             raise APIError(400, f"The seed keys this node's verifiable sampler and its receipts "
                            f"record it: choice i is sampled with seed + i, which must be "
@@ -372,23 +377,28 @@ class OpenAIServing:
         context = self.engine.max_model_len
         self._check_text_bytes(text_bytes, prompt_param)
         snapshot = self.library_source.current()
-        injected = await asyncio.get_running_loop().run_in_executor(
+        prompts = await asyncio.get_running_loop().run_in_executor(
             self._tokenizing, injected_for, snapshot)
-        prompt_len = len(injected.prompt)
-        room = context - prompt_len
-        if room <= 0:
-            raise APIError(400, f"The prompt ({prompt_len} tokens with the library) leaves no "
-                           f"room in the model's {context}-token context.", param=prompt_param,
-                           code="context_length_exceeded")
-        limit_param, limit = max_tokens
-        if limit is not None and limit > room:
-            raise APIError(400, f"This model's maximum context length is {context} tokens. "
-                           f"However, you requested {prompt_len + limit} tokens ({prompt_len} "
-                           f"in the {prompt_param} with the library, {limit} in the "
-                           f"completion). Please reduce the length of the {prompt_param} or "
-                           "completion.", param=limit_param, code="context_length_exceeded")
-        limit = min(limit or self.settings.default_max_tokens, room)
-        normalized = normalized_request(route, request, max_tokens=limit, seed=seed)
+        limit_param, asked = max_tokens
+        limits = []
+        for injected in prompts:
+            prompt_len = len(injected.prompt)
+            room = context - prompt_len
+            if room <= 0:
+                raise APIError(400, f"The prompt ({prompt_len} tokens with the library) leaves "
+                               f"no room in the model's {context}-token context.",
+                               param=prompt_param, code="context_length_exceeded")
+            if asked is not None and asked > room:
+                raise APIError(400, f"This model's maximum context length is {context} tokens. "
+                               f"However, you requested {prompt_len + asked} tokens "
+                               f"({prompt_len} in the {prompt_param} with the library, {asked} "
+                               f"in the completion). Please reduce the length of the "
+                               f"{prompt_param} or completion.", param=limit_param,
+                               code="context_length_exceeded")
+            limits.append(min(asked or self.settings.default_max_tokens, room))
+        texts = getattr(request, "prompts", lambda: [None])()
+        normalized = normalized_request(route, request, max_tokens=limits[0], seed=seed,
+                                        prompt=texts[0])
         constraint = constraint_of(normalized)
         if constraint is not None:  # compiled once per schema, off the event loop
             try:
@@ -398,20 +408,24 @@ class OpenAIServing:
                 raise APIError(400, str(exc), param=exc.param, code="unsupported_value"
                                ) from None
         samples = []
-        for index in range(n):  # choice i: seed + i, its own normalized request and key
+        # choice i (prompt i // request.n): seed + i, its own normalized request and key
+        for index in range(n):
+            which = index // request.n
+            limit = limits[which]
             if index:
                 normalized = normalized_request(route, request, max_tokens=limit,
-                                                seed=seed + index)
+                                                seed=seed + index, prompt=texts[which])
             params = SamplingParams(max_tokens=limit, temperature=request.temperature,
                                     top_p=request.top_p, seed=seed + index,
                                     request_key=request_key(normalized),
                                     stop=tuple(request.stop_list()), constraint=constraint,
                                     logprobs=logprobs, top_logprobs=top_logprobs,
                                     capture_activations=self.receipts is not None)
-            samples.append(Sample(index, params, normalized))
+            samples.append(Sample(index, params, normalized,
+                                  prompts[which] if len(prompts) > 1 else None))
         self._check_queue()  # no await from here until the engine (or the stream) takes it
         self._admitted += 1
-        return Prepared(injected, samples, started, release=self._release_admission)
+        return Prepared(prompts[0], samples, started, release=self._release_admission)
 
     def _release_admission(self) -> None:
         self._admitted -= 1
@@ -457,7 +471,7 @@ class OpenAIServing:
             receipt = self.receipts.issue(
                 library=library_ref(snapshot.log_id, snapshot.size, snapshot.root),
                 experience_ids=snapshot.experience_ids, request_json=sample.normalized,
-                prompt_ids=prepared.injected.prompt.all_token_ids, text=result.text,
+                prompt_ids=prepared.prompt_of(sample).prompt.all_token_ids, text=result.text,
                 completion_ids=result.token_ids, temperature=params.temperature,
                 top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
                 activations=result.activations, finish_reason=result.finish_reason)
@@ -523,7 +537,7 @@ class OpenAIServing:
         """One choice's engine deltas with TTFT, latency and token metrics recorded on the
         way."""
         first = True
-        deltas = self.engine.stream(prepared.injected.prompt, sample.params)
+        deltas = self.engine.stream(prepared.prompt_of(sample).prompt, sample.params)
         # The engine queues the request in the first step of `stream`, before it awaits
         # anything: handing the admission over here leaves no moment uncounted.
         prepared.handed_over()
@@ -553,7 +567,7 @@ class OpenAIServing:
                  else ("max_tokens", request.max_tokens))
         text_bytes = sum(_string_bytes(m.get("content")) for m in messages) + _string_bytes(tools)
         return await self._prepare(
-            request, lambda snapshot: self.injector.chat(messages, snapshot, tools), limit,
+            request, lambda snapshot: [self.injector.chat(messages, snapshot, tools)], limit,
             request.logprobs, (request.top_logprobs or 0) if request.logprobs else 0,
             "messages", "chat", text_bytes)
 
@@ -660,7 +674,8 @@ class OpenAIServing:
             yield sse(_stream_error(exc))
         else:
             if include_usage and len(finished) == len(prepared.samples):
-                usage = _usage_of(list(finished.values()))
+                usage = _usage_of([finished[i] for i in sorted(finished)],
+                                  per_prompt=request.n if hasattr(request, "prompts") else None)
                 yield prepared.chunk(usage_chunk(usage),
                                      signed=prepared.samples[0] if single else None)
         yield sse("[DONE]")
@@ -668,23 +683,27 @@ class OpenAIServing:
     # ---------------------------------------------------------------- completions
 
     async def prepare_completion(self, request: CompletionRequest) -> Prepared:
-        text = request.prompt_text()
+        texts = request.prompts()  # a list prompt: choice i answers prompt i // n
         return await self._prepare(
-            request, lambda snapshot: self.injector.completion(text, snapshot),
+            request, lambda snapshot: [self.injector.completion(t, snapshot) for t in texts],
             ("max_tokens", request.max_tokens), request.logprobs is not None,
-            request.logprobs or 0, "prompt", "completion", len(text.encode()))
+            request.logprobs or 0, "prompt", "completion", sum(len(t.encode()) for t in texts))
 
     async def completion(self, request: CompletionRequest, prepared: Prepared,
                          request_json: dict | None = None) -> CompletionResponse:
         results = await self._generate("completions", prepared, request_json)
-        echo = request.prompt_text() if request.echo else ""
+        texts = request.prompts()
+        choices = []
+        for i, result in enumerate(results):
+            echo = texts[i // request.n] if request.echo else ""
+            choices.append(CompletionChoice(
+                index=i, text=echo + result.text,
+                logprobs=_completion_logprobs(result.logprobs, len(echo)),
+                finish_reason=result.finish_reason))
+        # each prompt's tokens counted once, whatever its n
         return CompletionResponse(
             model=self.model_name, system_fingerprint=fingerprint(prepared.snapshot),
-            choices=[CompletionChoice(index=i, text=echo + result.text,
-                                      logprobs=_completion_logprobs(result.logprobs, len(echo)),
-                                      finish_reason=result.finish_reason)
-                     for i, result in enumerate(results)],
-            usage=_usage_of(results))
+            choices=choices, usage=_usage_of(results, per_prompt=request.n))
 
     async def completion_stream(self, request: CompletionRequest, prepared: Prepared,
                                 request_json: dict | None = None) -> AsyncIterator[str]:
@@ -755,10 +774,13 @@ def _answer(normalized: dict, text: str, finish_reason: str
     return content, None if calls is None else [ToolCall.model_validate(c) for c in calls]
 
 
-def _usage_of(results: list) -> UsageInfo:
+def _usage_of(results: list, per_prompt: int | None = None) -> UsageInfo:
     """Usage of the choices (each a `Generation` or finish `GenerationDelta`): completion
-    tokens summed, the shared prompt counted once, as OpenAI and vLLM count it."""
-    return _usage(results[0].prompt_tokens, sum(r.completion_tokens for r in results))
+    tokens summed, a shared prompt counted once, as OpenAI and vLLM count it (a list prompt:
+    each of its prompts once, its choices ``per_prompt`` apart)."""
+    step = per_prompt or len(results)
+    return _usage(sum(r.prompt_tokens for r in results[::step]),
+                  sum(r.completion_tokens for r in results))
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:

@@ -4,6 +4,7 @@ through the official `openai` SDK, streamed and not, chat and completions."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 from node_helpers import MODEL_NAME, answer_bundle, offline_checks
@@ -88,3 +89,33 @@ def test_bad_n_is_a_400(client, fields, param):
         client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=4,
                                        **fields)
     assert failure.value.body["param"] == param
+
+
+# --------------------------------------------------------------------------- a list prompt
+
+
+def test_a_list_prompt_is_batched_each_choice_signing_its_own_prompt(json_node, json_verifier,
+                                                                    json_model_dir, monkeypatch):
+    """vLLM batches a list `prompt` on /v1/completions (once refused here): choice i answers
+    prompt i // n with seed + i, and its receipt signs that prompt alone."""
+    prompts = ["one", "two two", "three three three"]
+    body = {"model": MODEL_NAME, "prompt": prompts, "n": 2, "max_tokens": 6, "seed": 40,
+            "temperature": 1.0, "echo": True}
+    data = httpx.post(json_node.base_url + "/completions", json=body, timeout=60).json()
+    assert [c["index"] for c in data["choices"]] == list(range(6))
+    for choice in data["choices"]:
+        prompt = prompts[choice["index"] // 2]
+        assert choice["text"].startswith(prompt)  # echo: its own prompt
+        alone = {**body, "prompt": prompt, "n": 1, "seed": 40 + choice["index"], "echo": False}
+        same = httpx.post(json_node.base_url + "/completions", json=alone, timeout=60).json()
+        assert prompt + same["choices"][0]["text"] == choice["text"]  # the same sample
+        checks = offline_checks(answer_bundle("completion", alone, choice,
+                                              choice["text"][len(prompt):]),
+                                json_verifier, json_model_dir, monkeypatch)
+        assert checks["sampling"].passed
+    single = httpx.post(json_node.base_url + "/completions", timeout=60,
+                        json={**body, "prompt": prompts[0], "n": 1}).json()["usage"]
+    assert data["usage"]["prompt_tokens"] > single["prompt_tokens"]  # each prompt counted once
+    too_many = httpx.post(json_node.base_url + "/completions", timeout=60,
+                          json={**body, "prompt": ["x"] * 9, "n": 2})
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "n"
