@@ -147,3 +147,37 @@ def test_tool_choice_auto_s_grammar_holds_on_vllm(engine, vllm_json_model_dir):
     assert ours == theirs
     for tokens in ours:  # the node's Grammars is built as the verifier builds it
         assert replay(engine.grammars(), constraint.schema_json, tokens)[1] is None
+
+
+@needs_vllm
+def test_guided_forms_on_vllm_match_the_transformers_engine(engine, vllm_json_model_dir):
+    """vLLM's own request forms (guided_choice, guided_regex) through the node's grammar: the
+    vLLM engine's tokens equal TransformersEngine's, and the answers are the form's."""
+    import re
+
+    from inference_node.guided import constraint_source
+
+    forms = [({"guided_choice": ["yes", "no", "maybe"]}, lambda t: t in ("yes", "no", "maybe")),
+             ({"guided_regex": "[0-9]{3}-[a-c]{2}"},
+              lambda t: re.fullmatch("[0-9]{3}-[a-c]{2}", t) is not None)]
+    reference = make_engine(vllm_json_model_dir)
+    prompt = LibraryInjector(engine.tokenizer).chat(
+        [{"role": "user", "content": "ok?"}], SNAPSHOT).prompt
+
+    async def run(which):
+        async def one(form, seed):
+            params = SamplingParams(max_tokens=24, temperature=1.0, seed=seed, request_key=KEY,
+                                    constraint=Constraint(constraint_source(form)))
+            deltas = [d async for d in which.stream(prompt, params)]
+            return [t for d in deltas for t in d.token_ids], deltas[-1].finish_reason
+        return await asyncio.gather(*(one(form, seed) for form, _ in forms for seed in range(3)))
+
+    try:
+        ours, theirs = asyncio.run(run(engine)), asyncio.run(run(reference))
+    finally:
+        reference.shutdown()
+    assert ours == theirs
+    checks = [check for _, check in forms for _ in range(3)]
+    for (tokens, finish), check in zip(ours, checks, strict=True):
+        text = engine.tokenizer.decode(tokens, skip_special_tokens=True)
+        assert finish == "stop" and check(text), text
