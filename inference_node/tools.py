@@ -58,6 +58,7 @@ import uuid
 from typing import Any
 
 from inference_node.response_format import FormatError, check_schema
+from ledger.json_input import complete_array_items
 from trainer.grammar import schema_text, structural_tag_text
 
 MAX_TOOLS = 64
@@ -304,22 +305,6 @@ def template_has_tools(tokenizer: Any) -> bool:
 # --------------------------------------------------------------------------- answer
 
 
-def _complete_items(text: str) -> list:
-    """The complete items of a JSON array cut short (``[{...}, {...}, {"na``)."""
-    decoder, items, at = json.JSONDecoder(), [], text.find("[")
-    if at < 0:
-        return []
-    at += 1
-    while True:
-        while at < len(text) and text[at] in " \t\r\n,":
-            at += 1
-        try:
-            item, at = decoder.raw_decode(text, at)
-        except json.JSONDecodeError:
-            return items
-        items.append(item)
-
-
 def tool_calls_of(normalized: dict, text: str, *, cut: bool = False) -> list[dict] | None:
     """A forced call's answer as OpenAI's ``tool_calls``, or None when ``text`` is not a
     complete call; with ``cut`` (the token limit ended it) a ``required`` answer gives the
@@ -329,7 +314,8 @@ def tool_calls_of(normalized: dict, text: str, *, cut: bool = False) -> list[dic
     except json.JSONDecodeError:
         if not (cut and normalized["tool_choice"] == "required"):
             return None
-        value = _complete_items(text)
+        at = text.find("[")
+        value = complete_array_items(text, at) if at >= 0 else []
         if not value:
             return None
     choice = normalized["tool_choice"]

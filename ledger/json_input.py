@@ -108,3 +108,18 @@ def parse_json(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
         raise JSONInputError(f"{what} is not JSON: {exc}", reason="invalid") from None
     except ValueError as exc:  # an integer of more digits than int() converts (sys.int_info)
         raise JSONInputError(f"{what}: {exc}", reason="too_large") from None
+
+
+def complete_array_items(text: str, start: int) -> list:
+    """The complete items of the JSON array that opens at ``text[start]`` (a ``[``), read
+    until the first one that does not parse: what a model's array cut short by its token limit
+    still holds (``[{...}, {...}, {"na`` gives the two objects)."""
+    decoder, items, at = json.JSONDecoder(), [], start + 1
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return items
+        items.append(item)

