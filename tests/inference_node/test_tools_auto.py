@@ -274,6 +274,43 @@ def test_an_auto_answer_s_receipt_verifies(hermes_node, hermes_verifier, hermes_
         assert "tool_choice grammar" in checks["response_format"].detail
 
 
+def test_a_langchain_tool_loop_over_two_turns(hermes_node, hermes_verifier, hermes_model_dir,
+                                              monkeypatch):
+    """LangChain's agent loop against a template that renders tools: the model calls `add`
+    (auto), the loop sends the call and its result back, and the node answers the second turn
+    with a receipt the verifier checks on the whole conversation (the assistant's call and the
+    tool result rendered by the template, as the node rendered them)."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_openai import ChatOpenAI
+
+    sent, answers = [], []
+
+    def on_request(request):
+        sent.append(json.loads(request.content))
+
+    def on_response(response):
+        response.read()
+        answers.append(response.json())
+
+    wire = httpx.Client(event_hooks={"request": [on_request], "response": [on_response]},
+                        timeout=120)
+    chat = ChatOpenAI(base_url=hermes_node.base_url, api_key="x", model=MODEL_NAME,
+                      temperature=0, max_tokens=120, max_retries=0, http_client=wire,
+                      seed=3).bind_tools(TOOLS, tool_choice="auto")
+    history = [HumanMessage("add 2 and 3")]
+    first = chat.invoke(history)
+    assert [(c["name"], c["args"]) for c in first.tool_calls] == [("add", {"a": 2, "b": 3})]
+    history += [first, ToolMessage("5", tool_call_id=first.tool_calls[0]["id"])]
+    second = chat.invoke(history)
+    assert isinstance(second.content, str)
+    body, data = sent[-1], answers[-1]
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool"]
+    assert body["messages"][1]["tool_calls"][0]["function"]["name"] == "add"
+    bundle = answer_bundle("chat", body, data, data["receipt_evidence"]["completion_text"])
+    checks = offline_checks(bundle, hermes_verifier, hermes_model_dir, monkeypatch)
+    assert checks["response_format"].passed and checks["sampling"].passed
+
+
 def test_a_node_that_breaks_the_call_syntax_fails_response_format(hermes_model_dir,
                                                                   hermes_verifier,
                                                                   monkeypatch):
