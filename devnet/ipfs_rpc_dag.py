@@ -22,9 +22,11 @@ from devnet.ipfs_dagjson import decode_dag_json, encode_dag_json
 from devnet.ipfs_peer import load_identity
 from devnet.ipfs_tar import gzipped, tar_file
 from devnet.kubo_rpc import (
+    MAX_BLOCK_SIZE,
     Args,
     ClientGone,
     RpcError,
+    check_block_size,
     ndjson,
     parse_cid,
     read_all_while_connected,
@@ -35,6 +37,7 @@ from ledger.errors import LedgerError
 from ledger.multiformats import CID, DAG_PB, RAW
 from ledger.unixfs import (
     UNIXFS_DIRECTORY,
+    UNIXFS_FILE,
     DagError,
     decode_pbnode,
     decode_unixfs,
@@ -44,25 +47,25 @@ from ledger.unixfs import (
 MAX_REFS = 1 << 20  # one `refs` answer lists at most this many (a DAG can share subtrees)
 MAX_REFS_READ = 256 << 20  # and reads at most these many block bytes (a shared node is
 # read again each time it is reached)
-MAX_BLOCK_SIZE = 1024 * 1024
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, as Kubo's `ls` prints it
-_LS_FILE, _LS_DIRECTORY, _LS_SYMLINK = 2, 1, 4  # unixfs.pb Data.DataType
+_UNIXFS_SYMLINK = 4  # unixfs.pb Data.DataType, beside ledger.unixfs's File and Directory
+_UNIXFS_METADATA, _UNIXFS_HAMT = 3, 5  # listed as directories, as Kubo's `ls` does
 _STORE_CODECS = {"dag-pb": DAG_PB, "raw": RAW}
 
 
 def _unixfs(cid: CID, block: bytes) -> tuple[int, int]:
     """(``ls`` type, size) of a node: a file's byte size, 0 for a directory."""
     if cid.codec == RAW:
-        return _LS_FILE, len(block)
+        return UNIXFS_FILE, len(block)
     node = decode_pbnode(block)
     if node.data is None:
         raise DagError(f"{cid} is a dag-pb node without UnixFS data")
     data = decode_unixfs(node.data)
-    if data.type in (UNIXFS_DIRECTORY, 3, 5):  # directory, metadata, HAMT shard
-        return _LS_DIRECTORY, 0
-    if data.type == _LS_SYMLINK:
-        return _LS_SYMLINK, len(data.data or b"")
-    return _LS_FILE, data.filesize if data.filesize is not None else len(data.data or b"")
+    if data.type in (UNIXFS_DIRECTORY, _UNIXFS_METADATA, _UNIXFS_HAMT):  # directory, metadata, HAMT shard
+        return UNIXFS_DIRECTORY, 0
+    if data.type == _UNIXFS_SYMLINK:
+        return _UNIXFS_SYMLINK, len(data.data or b"")
+    return UNIXFS_FILE, data.filesize if data.filesize is not None else len(data.data or b"")
 
 
 def _ls(store: LocalBlockStore, path: str, resolve: bool) -> dict:
@@ -72,7 +75,7 @@ def _ls(store: LocalBlockStore, path: str, resolve: bool) -> dict:
     for link in (decode_pbnode(block).links if cid.codec == DAG_PB else ()):
         kind, size = 0, 0
         if link.cid.codec == RAW:
-            kind, size = _LS_FILE, link.tsize or 0
+            kind, size = UNIXFS_FILE, link.tsize or 0
         elif resolve:
             if link.cid not in resolved:
                 resolved[link.cid] = _unixfs(link.cid, store.get_block(link.cid))
@@ -133,7 +136,7 @@ def _stat(store: LocalBlockStore, path: str, with_local: bool) -> dict:
         links = decode_pbnode(block).links
         blocks, cumulative = len(links), len(block) + sum(link.tsize or 0 for link in links)
     answer = {"Hash": str(cid), "Size": size, "CumulativeSize": cumulative, "Blocks": blocks,
-              "Type": "directory" if kind == _LS_DIRECTORY else "file"}
+              "Type": "directory" if kind == UNIXFS_DIRECTORY else "file"}
     if with_local:
         local, held = True, 0
         try:
@@ -147,7 +150,7 @@ def _stat(store: LocalBlockStore, path: str, with_local: bool) -> dict:
 
 def _file_size(store: LocalBlockStore, cid: CID) -> int:
     kind, size = _unixfs(cid, store.get_block(cid))
-    if kind != _LS_FILE:
+    if kind != UNIXFS_FILE:
         raise RpcError(f"{cid} is not a file: this store's get makes archives of files only")
     return size
 
@@ -163,10 +166,7 @@ def _put_dag(store: LocalBlockStore, data: bytes, input_codec: str, codec: int,
     else:
         raise RpcError(f'input-codec "{input_codec}" with this store-codec is not supported '
                        "(dag-json, or the store codec itself)")
-    if len(block) > MAX_BLOCK_SIZE and not allow_big:
-        raise RpcError("produced block is over 1MiB: big blocks can't be exchanged with other "
-                       "peers. consider using UnixFS for automatic chunking of bigger files, "
-                       "or pass --allow-big-block to override")
+    check_block_size(block, allow_big)
     cid = CID.for_block(codec, block)
     store.put_block(cid, block)
     if pin:

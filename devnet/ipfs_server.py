@@ -47,6 +47,7 @@ from devnet.kubo_rpc import (
     Args,
     ClientGone,
     RpcError,
+    check_block_size,
     kubo_error,
     ndjson,
     parse_cid,
@@ -61,7 +62,6 @@ from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream, walk_d
 
 KUBO_RPC_VERSION = "0.35.0"  # the Kubo release whose RPC reference this subset follows
 KUBO_REPO_VERSION = "16"
-MAX_BLOCK_SIZE = 1024 * 1024  # Kubo's soft block limit; `allow-big-block` lifts it
 _CODECS = {"raw": RAW, "dag-pb": DAG_PB}
 
 
@@ -140,10 +140,7 @@ def _put_codec(args: Args) -> tuple[int, int]:
 
 def _put_block(store: LocalBlockStore, data: bytes, version: int, codec: int,
                allow_big: bool) -> dict:
-    if len(data) > MAX_BLOCK_SIZE and not allow_big:
-        raise RpcError("produced block is over 1MiB: big blocks can't be exchanged with other "
-                       "peers. consider using UnixFS for automatic chunking of bigger files, "
-                       "or pass --allow-big-block to override")
+    check_block_size(data, allow_big)
     if codec == DAG_PB:
         decode_pbnode(data)  # the store walks what it holds: refuse what it cannot read
     cid = CID.for_block(codec, data)

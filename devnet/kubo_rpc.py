@@ -24,6 +24,7 @@ from devnet.ipfs_gateway import header_params
 from ledger.errors import VerificationError
 from ledger.multiformats import CID
 
+MAX_BLOCK_SIZE = 1024 * 1024  # Kubo's soft block limit; `allow-big-block` lifts it
 _SPOOL_IN_MEMORY = 8 * 1024 * 1024  # uploads above this go to a temporary file
 _MAX_PART_HEADERS = 16 * 1024
 _MAX_PARTS = 1024
@@ -206,3 +207,11 @@ async def read_all_while_connected(request: Request,
 def verified_stream(chunks: Iterator[bytes]) -> StreamingResponse:
     return StreamingResponse(chunks, media_type="text/plain",
                              headers={"X-Stream-Output": "1"})
+
+
+def check_block_size(block: bytes, allow_big: bool) -> None:
+    """Kubo's refusal of a block over 1 MiB unless ``allow-big-block``."""
+    if len(block) > MAX_BLOCK_SIZE and not allow_big:
+        raise RpcError("produced block is over 1MiB: big blocks can't be exchanged with other "
+                       "peers. consider using UnixFS for automatic chunking of bigger files, "
+                       "or pass --allow-big-block to override")

@@ -21,6 +21,7 @@ node and the verifier both decode and replay under: an xgrammar structural tag, 
 
 from __future__ import annotations
 
+import json
 import re
 
 from inference_node.response_format import FormatError
@@ -65,8 +66,6 @@ def canonical_regex(value: object) -> str:
 def guided_json_format(schema: object) -> dict:
     """``guided_json``'s schema as the ``response_format`` that asks for it."""
     if isinstance(schema, str):
-        import json
-
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError:

@@ -6,8 +6,8 @@ A field that would change the tokens and is not honoured is a 400 naming it, unl
 value that changes nothing: OpenAI's (`UNSUPPORTED`) and vLLM's request extras (`VLLM_EXTRAS`:
 `top_k`, `min_tokens`, `guided_grammar`, ...), so a client never gets an answer that silently
 ignored what it asked for. vLLM's `guided_choice`, `guided_regex`, `guided_json` and
-`structured_outputs` are honoured (`inference_node.guided`). Other unknown fields are ignored, as vLLM's server does. `n` is 1 to
-`MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
+`structured_outputs` are honoured (`inference_node.guided`). Other unknown fields are ignored,
+as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
 work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
 OpenAI and vLLM. `parallel_tool_calls: false` bounds an answer to one call
 (`inference_node.tools`).
@@ -208,19 +208,12 @@ class _SamplingRequest(_StrictRequest):
                                         "knobs): leave it out")
         return data
 
-    @field_validator("guided_choice", mode="before")
+    @field_validator("guided_choice", "guided_regex", mode="before")
     @classmethod
-    def _guided_choice(cls, value: object) -> list[str] | None:
+    def _guided(cls, value: object, info: ValidationInfo) -> object:
+        canonical = {"guided_choice": canonical_choice, "guided_regex": canonical_regex}
         try:
-            return None if value is None else canonical_choice(value)
-        except FormatError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("guided_regex", mode="before")
-    @classmethod
-    def _guided_regex(cls, value: object) -> str | None:
-        try:
-            return None if value is None else canonical_regex(value)
+            return None if value is None else canonical[info.field_name](value)
         except FormatError as exc:
             raise ValueError(str(exc)) from None
 

@@ -365,7 +365,9 @@ class OpenAIServing:
         if request.model != self.model_name:
             raise APIError(404, f"The model `{request.model}` does not exist; this node serves "
                            f"`{self.model_name}`.", param="model", code="model_not_found")
-        seed, n = request.seed, request.n * len(getattr(request, "prompts", lambda: [0])())
+        # a list prompt (completions): choice i answers prompt i // request.n
+        texts = request.prompts() if isinstance(request, CompletionRequest) else [None]
+        seed, n = request.seed, request.n * len(texts)
         if seed is not None and not 0 <= seed <= SEED_LIMIT - (n - 1):
             raise APIError(400, f"The seed keys this node's verifiable sampler and its receipts "
                            f"record it: choice i is sampled with seed + i, which must be "
@@ -396,7 +398,6 @@ class OpenAIServing:
                                f"{prompt_param} or completion.", param=limit_param,
                                code="context_length_exceeded")
             limits.append(min(asked or self.settings.default_max_tokens, room))
-        texts = getattr(request, "prompts", lambda: [None])()
         normalized = normalized_request(route, request, max_tokens=limits[0], seed=seed,
                                         prompt=texts[0])
         constraint = constraint_of(normalized)
