@@ -41,7 +41,8 @@ into the entry's provenance.
 
 Every rollout is kept in `output_dir/completions.jsonl`, one line per completion with its
 problem, reference answer, reward and the verifier's reasoning (what it extracted), written
-after its step's snapshot; a resumed run drops the lines of the steps it runs again.
+after its step's snapshot; a resumed run drops the lines of the steps it runs again (a kill
+between a snapshot and its lines loses that step's lines, never duplicates them).
 
 Robustness: the run never crashes on model output. Malformed JSON, truncated JSON (complete
 elements are salvaged), operations that are not objects or name an unknown op, unknown ids,
