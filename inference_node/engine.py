@@ -46,6 +46,12 @@ class SamplingParams:
     # structured outputs: the grammar every token is chosen under
     # (`inference_node.response_format`), None when unconstrained
     constraint: Constraint | None = None
+    # gym-sampler/2's knobs (`inference_node.sampler_knobs.Knobs`), None when all neutral
+    knobs: Any = None
+    # where an answer stops besides stop strings: the model's EOS ids unless `ignore_eos`,
+    # and the request's `stop_token_ids` (the stop token is left out of the text, as vLLM)
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
     logprobs: bool = False
     top_logprobs: int = 0  # alternatives reported per position when `logprobs`
     # Hand back the final hidden state of every decode position (a receipt's activation
@@ -105,6 +111,8 @@ class Engine(abc.ABC):
     model_name: str
     tokenizer: Any  # a Hugging Face tokenizer with a chat template
     max_model_len: int
+    vocab_size: int  # the width of the logits rows (token ids a request may name are below it)
+    eos_ids: frozenset[int]  # the model's end-of-sequence ids (`generation_checks`)
 
     @abc.abstractmethod
     def stream(self, prompt: Prompt, params: SamplingParams) -> AsyncIterator[GenerationDelta]:

@@ -3,8 +3,10 @@ sampler's choice (``check_sampling``) and the answer ends where the engine would
 (``check_termination``). ``inference_node.verify`` runs both on the logits of the one prefill
 that also checks the activation commitment; ``docs/receipts.md`` explains the rules.
 
-Termination, with ``tokens`` the completion's ids, ``eos`` the model's end-of-sequence ids and
-``decode`` the tokenizer's ``decode(ids, skip_special_tokens=True)``:
+Termination, with ``tokens`` the completion's ids, ``eos`` the ids that end the answer
+(``answer_stop_ids``: the model's end-of-sequence ids unless the request set ``ignore_eos``, and
+its ``stop_token_ids``; "an EOS" below is any of them) and ``decode`` the tokenizer's
+``decode(ids, skip_special_tokens=True)``:
 
 - nothing follows an EOS: only the last token may be one;
 - no stop string is in ``decode(tokens[:-1])`` (the answer would have ended earlier);
@@ -38,6 +40,13 @@ def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
 
 
+def min_tokens_stop_ids(eos: frozenset[int], tokenizer: Any) -> frozenset[int]:
+    """The ids ``min_tokens`` masks besides a request's ``stop_token_ids``: the model's EOS ids
+    and the tokenizer's (vLLM's ``all_stop_token_ids``, which its own min_tokens processor
+    masks before the node's sampler sees the row), whether or not ``ignore_eos``."""
+    return frozenset(eos) | ({tokenizer.eos_token_id} - {None})
+
+
 def model_dir_eos_token_ids(model_dir: Any, tokenizer: Any) -> frozenset[int]:
     """``eos_token_ids`` of the model in ``model_dir`` without loading its weights: the
     generation config transformers would give the loaded model (its ``generation_config.json``,
@@ -53,18 +62,27 @@ def model_dir_eos_token_ids(model_dir: Any, tokenizer: Any) -> frozenset[int]:
     return eos_token_ids(SimpleNamespace(generation_config=config), tokenizer)
 
 
+def answer_stop_ids(normalized: dict, eos: frozenset[int]) -> frozenset[int]:
+    """The ids that end an answer to ``normalized`` (a normalized request): the model's EOS
+    ids unless ``ignore_eos``, and its ``stop_token_ids``."""
+    return (frozenset() if normalized.get("ignore_eos") else frozenset(eos)) \
+        | frozenset(normalized.get("stop_token_ids", ()))
+
+
 def check_sampling(logits: Any, tokens: Sequence[int], *, temperature: float, top_p: float,
                    seed: int, request_key: bytes, tokenizer: Any = None,
-                   allowed: Any = None):
+                   allowed: Any = None, knobs: Any = None, prompt_ids: Any = None):
     """``inference_node.sampling.check_completion`` on the prefill's logits; the
     ``SamplingCheck`` (near-ties counted), or ``ReceiptError`` sampling at the first token the
-    sampler could not have chosen. ``allowed``: the response format's masks, one row per token."""
+    sampler could not have chosen. ``allowed``: the response format's masks, one row per token;
+    ``knobs`` (gym-sampler/2) and the ``prompt_ids`` its penalties read."""
     from inference_node.errors import SamplingError
     from inference_node.sampling import check_completion
 
     try:
         result = check_completion(logits, list(tokens), temperature=temperature, top_p=top_p,
-                                  seed=seed, request_key=request_key, allowed=allowed)
+                                  seed=seed, request_key=request_key, allowed=allowed,
+                                  knobs=knobs, prompt_ids=prompt_ids)
     except SamplingError as exc:
         raise ReceiptError("sampling", f"the sampler's inputs are out of range ({exc})"
                            ) from None

@@ -11,7 +11,11 @@ same digest::
      "max_tokens": <the completion's limit>, "temperature": T, "top_p": P,
      "seed": <the request's seed, or the one the node drew>, "stop": [<stop strings>]}
 
-``route`` "completion" has ``"prompt": <text>`` in place of ``messages``. A request with a
+``route`` "completion" has ``"prompt": <text>`` in place of ``messages``. The knobs of
+``gym-sampler/2`` and the stopping ones (``protocol.NORMALIZED_KEYS``: ``min_tokens``,
+``logit_bias`` as ``{"<id>": bias}``, ``repetition_penalty``, ``frequency_penalty``,
+``presence_penalty``, ``min_p``, ``top_k``, ``ignore_eos``, ``stop_token_ids`` ascending) are
+present only when not neutral, so a request without them keeps the digest it had. A request with a
 response format adds ``"response_format"``, in its canonical form
 (``inference_node.response_format``) with a ``json_schema``'s schema as its compact JSON text
 (``normalized_format``: the digest then covers the order of its properties, which RFC 8785
@@ -71,6 +75,7 @@ def normalized_request(route: str, request: ChatCompletionRequest | CompletionRe
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     body.update(max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p,
                 seed=seed, stop=request.stop_list())
+    body.update(request.knobs())  # gym-sampler/2's knobs, only those not neutral
     if request.response_format is not None:
         body["response_format"] = normalized_format(request.response_format)
     for name in ("guided_choice", "guided_regex"):  # `inference_node.guided`

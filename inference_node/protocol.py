@@ -6,7 +6,10 @@ A field that would change the tokens and is not honoured is a 400 naming it, unl
 value that changes nothing: OpenAI's (`UNSUPPORTED`) and vLLM's request extras (`VLLM_EXTRAS`:
 `top_k`, `min_tokens`, `guided_grammar`, ...), so a client never gets an answer that silently
 ignored what it asked for. vLLM's `guided_choice`, `guided_regex`, `guided_json` and
-`structured_outputs` are honoured (`inference_node.guided`). Other unknown fields are ignored,
+`structured_outputs` are honoured (`inference_node.guided`), and so are the sampling knobs
+`gym-sampler/2` adds (`presence_penalty`, `frequency_penalty`, `logit_bias`,
+`repetition_penalty`, `top_k`, `min_p`, `min_tokens`) and the stopping ones (`ignore_eos`,
+`stop_token_ids`), declared here with vLLM's domains (`inference_node.sampler_knobs`). Other unknown fields are ignored,
 as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
 work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
 OpenAI and vLLM. `parallel_tool_calls: false` bounds an answer to one call
@@ -48,6 +51,15 @@ MAX_STOP_SEQUENCES = 4  # OpenAI's limit
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16  # choices per request
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.long, as vLLM's protocol bounds `seed`
+# gym-sampler/2's knobs (`inference_node.sampler_knobs`): bounds on what one request may set
+MAX_BIAS = 100.0  # OpenAI's |logit_bias| bound
+MAX_BIASED_TOKENS = 300
+MAX_STOP_TOKEN_IDS = 16
+MAX_TOKEN_ID = 2**31 - 1
+# the normalized request's keys for them (absent when neutral): the sampler's order, then the
+# two that only change where an answer stops (`inference_node.generation_checks`)
+NORMALIZED_KEYS = ("min_tokens", "logit_bias", "repetition_penalty", "frequency_penalty",
+                   "presence_penalty", "min_p", "top_k", "ignore_eos", "stop_token_ids")
 
 
 def new_id(prefix: str) -> str:
@@ -110,16 +122,13 @@ class UsageInfo(BaseModel):
 
 # OpenAI parameters the node refuses (400) unless they have one of these no-op values.
 UNSUPPORTED: dict[str, tuple[object, ...]] = {
-    "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "logit_bias": ({},),
     "functions": (), "function_call": (), "modalities": (["text"],), "audio": (),
     "prediction": (), "best_of": (1,), "suffix": ("",),
 }
 # vLLM's request extras (its `SamplingParams` and guided decoding), refused the same way unless
 # they have the value that changes nothing (or null).
 VLLM_EXTRAS: dict[str, tuple[object, ...]] = {
-    "top_k": (-1, 0), "min_p": (0, 0.0), "min_tokens": (0,), "repetition_penalty": (1, 1.0),
-    "length_penalty": (1, 1.0), "ignore_eos": (False,), "stop_token_ids": ([],),
-    "bad_words": ([],), "allowed_token_ids": (), "use_beam_search": (False,),
+    "length_penalty": (1, 1.0), "bad_words": ([],), "allowed_token_ids": (), "use_beam_search": (False,),
     "include_stop_str_in_output": (False,), "skip_special_tokens": (True,),
     "spaces_between_special_tokens": (True,), "truncate_prompt_tokens": (),
     "prompt_logprobs": (), "logits_processors": (), "guided_grammar": (),
@@ -158,10 +167,17 @@ class _SamplingRequest(_StrictRequest):
     # structured_outputs are read into these and `response_format` before validation)
     guided_choice: list[str] | None = None
     guided_regex: str | None = None
+    # gym-sampler/2's knobs (`inference_node.sampler_knobs`), vLLM's domains; None is neutral
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    logit_bias: dict[str, float] | None = None  # canonical: {"<id>": non-zero bias}
+    top_k: int | None = Field(default=None, ge=-1, le=MAX_TOKEN_ID)  # -1 and 0: off
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKEN_ID)
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None  # canonical: ascending, no repeats
     # OpenAI parameters this node does not implement: a 400 unless neutral (`_unsupported`)
-    presence_penalty: object = None
-    frequency_penalty: object = None
-    logit_bias: object = None
     functions: object = None
     function_call: object = None
     modalities: object = None
@@ -227,6 +243,70 @@ class _SamplingRequest(_StrictRequest):
             raise refused("tool_choice", f"tool_choice sets the answer's format (a call, or "
                           f"text or calls): it cannot be combined with {given[0]}")
         return self
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        if value is None:
+            return None
+        if len(value) > MAX_BIASED_TOKENS:
+            raise ValueError(f"logit_bias sets at most {MAX_BIASED_TOKENS} tokens")
+        canonical = {}
+        for key, bias in value.items():
+            if not key.isascii() or not key.isdigit() or key != str(int(key)) \
+                    or int(key) > MAX_TOKEN_ID:
+                raise ValueError(f"logit_bias keys are token ids (decimal, no leading zeros), "
+                                 f"got {key!r}")
+            if not -MAX_BIAS <= bias <= MAX_BIAS:
+                raise ValueError(f"a logit_bias value is between -{MAX_BIAS:g} and "
+                                 f"{MAX_BIAS:g}, got {bias!r}")
+            if bias:
+                canonical[str(int(key))] = float(bias)
+        return canonical or None
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _stop_token_ids(cls, value: list[int] | None) -> list[int] | None:
+        if not value:
+            return None
+        if len(value) > MAX_STOP_TOKEN_IDS or not all(0 <= t <= MAX_TOKEN_ID for t in value):
+            raise ValueError(f"stop_token_ids lists at most {MAX_STOP_TOKEN_IDS} token ids")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _min_tokens(self) -> _SamplingRequest:
+        if not self.min_tokens:
+            return self
+        limit = getattr(self, "max_completion_tokens", None) or self.max_tokens
+        if limit is not None and self.min_tokens > limit:
+            raise refused("min_tokens", f"min_tokens ({self.min_tokens}) is more than the "
+                          f"completion's limit ({limit})")
+        if self.stop:
+            raise refused("min_tokens", "min_tokens with stop strings is not supported by this "
+                          "node (vLLM then ignores stop strings inside the first min_tokens "
+                          "tokens, which its receipts could not replay): give one")
+        if self.response_format or self.guided_choice or self.guided_regex \
+                or getattr(self, "tool_choice", None) not in (None, "none"):
+            raise refused("min_tokens", "min_tokens cannot be combined with a response format, "
+                          "a guided form or a tool choice (the grammar decides where the answer "
+                          "ends)")
+        return self
+
+    def knobs(self) -> dict[str, object]:
+        """The gym-sampler/2 and stopping knobs that are not neutral, as the normalized request
+        holds them (``sampler_knobs.NORMALIZED_KEYS``)."""
+        neutral = {"min_tokens": 0, "logit_bias": None, "repetition_penalty": 1.0,
+                   "frequency_penalty": 0.0, "presence_penalty": 0.0, "min_p": 0.0,
+                   "ignore_eos": False, "stop_token_ids": None}
+        out: dict[str, object] = {}
+        for name in NORMALIZED_KEYS:
+            value = getattr(self, name)
+            if name == "top_k":
+                if value is not None and value > 0:
+                    out[name] = value
+            elif value is not None and value != neutral[name]:
+                out[name] = value
+        return out
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingRequest:

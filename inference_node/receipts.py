@@ -145,11 +145,12 @@ def build_receipt(*, node: str, model_digest: str, library: LibraryRef | dict,
                   completion_token_ids: Sequence[int], prompt_tokens: int, temperature: float,
                   top_p: float, max_tokens: int, seed: int, activation_commitment: str,
                   adapter_cid: str | None = None, at: int | None = None,
-                  finish_reason: str | None = None) -> ReceiptEntry:
+                  finish_reason: str | None = None, sampler: str = GYM_SAMPLER) -> ReceiptEntry:
     """An unsigned receipt; ``EntryError`` if a field breaks the entry format's rules. With
     ``finish_reason`` a v2 receipt (``request_json`` is then the normalized request, and the
-    tokens were chosen by ``GYM_SAMPLER``), else v1."""
-    v2 = {} if finish_reason is None else {"sampler": GYM_SAMPLER, "finish_reason": finish_reason}
+    tokens were chosen by ``sampler``: gym-sampler/1, or /2 when the request set its knobs),
+    else v1."""
+    v2 = {} if finish_reason is None else {"sampler": sampler, "finish_reason": finish_reason}
     return (ReceiptEntryV2 if v2 else ReceiptEntry)(**v2,
         node=node.lower(), model_digest=model_digest, adapter_cid=adapter_cid,
         library=library if isinstance(library, LibraryRef) else LibraryRef(**library),
@@ -395,8 +396,8 @@ class ReceiptSigner:
     def issue(self, *, library: LibraryRef, experience_ids: Sequence[str], request_json: Any,
               prompt_ids: Sequence[int], text: str, completion_ids: Sequence[int],
               temperature: float, top_p: float, max_tokens: int, seed: int,
-              activations: Sequence[Any] | None = None, finish_reason: str | None = None
-              ) -> ReceiptEntry:
+              activations: Sequence[Any] | None = None, finish_reason: str | None = None,
+              sampler: str = GYM_SAMPLER) -> ReceiptEntry:
         """Commit to the activations, build and sign the receipt. ``activations``: the decode
         positions' final hidden states captured by the engine; without them, one prefill.
         ``finish_reason``: a v2 receipt (``request_json`` the normalized request, the tokens
@@ -415,7 +416,7 @@ class ReceiptSigner:
             library=library, experience_ids=experience_ids, request_json=request_json, text=text,
             completion_token_ids=completion_ids, prompt_tokens=len(prompt_ids),
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-            activation_commitment=commitment, finish_reason=finish_reason)
+            activation_commitment=commitment, finish_reason=finish_reason, sampler=sampler)
         return receipt.model_copy(update={"signature": "0x" + self.sign_digest(
             receipt_hash(receipt, self.domain)).hex()})
 

@@ -1,6 +1,8 @@
-"""The verifiable sampler ``gym-sampler/1``: every token is a deterministic function of the
-model's logits and public inputs (temperature, top-p, seed, a 32-byte request key, the token's
-position). The wire-level spec is ``docs/sampling.md``; this module is its reference.
+"""The verifiable sampler ``gym-sampler/1`` and ``/2``: every token is a deterministic function
+of the model's logits and public inputs (temperature, top-p, seed, a 32-byte request key, the
+token's position; with ``/2`` also vLLM's penalties, logit bias, min_p, top_k and min_tokens,
+``inference_node.sampler_knobs``). The wire-level spec is ``docs/sampling.md``; this module is
+its reference.
 
 - ``position_key`` / ``uniforms``: stateless counter-based noise (SHA-256 key per position,
   SplitMix64 per token id); integer-only, so bit-exact on any device.
@@ -15,15 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from inference_node.errors import SamplingError
+from inference_node.sampler_knobs import (
+    History,
+    Knobs,
+    filtered,
+    min_p_kept,
+    pre_temperature,
+    top_k_kept,
+)
 from ledger.entries import GYM_SAMPLER
 
 SAMPLER = GYM_SAMPLER  # "gym-sampler/1": the name and version a v2 receipt records
-KEY_TAG = b"gym-sampler/1"  # first bytes hashed into every position key
+KEY_TAG = b"gym-sampler/1"  # first bytes hashed into every position key (in /2 too)
 GREEDY_BELOW = 1e-5  # temperature < GREEDY_BELOW: greedy argmax, no noise
 DEFAULT_EPS = 1e-3  # logit tolerance for fp32 engines (max |logit difference| assumed)
 REQUEST_KEY_BYTES = 32
@@ -229,17 +240,24 @@ def _kept_ids(logp: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Ten
 
 
 def choose(logits_row: torch.Tensor, *, temperature: float, top_p: float, seed: int,
-           request_key: bytes, position: int, allowed: torch.Tensor | None = None) -> Choice:
-    """The sampler's token for one logits row (``docs/sampling.md``): mask, then greedy below
-    ``GREEDY_BELOW``, else log_softmax(z / T) in float64, top-p, Gumbel-max; lowest id wins
-    ties."""
+           request_key: bytes, position: int, allowed: torch.Tensor | None = None,
+           knobs: Knobs | None = None, past: History | None = None) -> Choice:
+    """The sampler's token for one logits row (``docs/sampling.md``): mask, then ``knobs``'
+    steps before temperature (``past``: the prompt and the completion so far, for penalties),
+    then greedy below ``GREEDY_BELOW``, else log_softmax(z / T) in float64, min_p and top_k,
+    top-p, Gumbel-max; lowest id wins ties."""
     temperature, top_p = _check_params(temperature, top_p, seed, request_key, position)
     z = _check_logits(logits_row.detach(), 1, allowed)
+    if knobs is not None and not knobs.neutral:
+        z = pre_temperature(z.to(torch.float64), knobs, position, past)
     if temperature < GREEDY_BELOW:
         ids = torch.arange(z.numel(), device=z.device)
         token, margin = _best(ids, z)
         return Choice(token, margin, int(torch.isfinite(z).sum()))
-    ids, kept_logp = _kept_ids(_log_probs(z, temperature), top_p)
+    logp = _log_probs(z, temperature)
+    if knobs is not None and knobs.filters:
+        logp = filtered(logp, knobs)
+    ids, kept_logp = _kept_ids(logp, top_p)
     scores = kept_logp + _gumbel(position_key(seed, request_key, position), ids)
     token, margin = _best(ids, scores)
     return Choice(token, margin, ids.numel())
@@ -369,14 +387,80 @@ def _check_nucleus(logp: torch.Tensor, top_p: float, key: int, claimed: int,
     return _RowCheck(expected, margin, accepted, near_tie)
 
 
+def _check_filtered(lp: torch.Tensor, knobs: Knobs, top_p: float, gumbel: Callable, claimed: int,
+                    r: float) -> _RowCheck:
+    """The verifier's test for a sampled row with min_p or top_k (``lp``: the tempered
+    log-probabilities after steps 1-4; ``gumbel(ids)``: the position's noise; ``r``: the score
+    tolerance). Three sets, as ``gym-sampler/1``'s top-p check: *possibly kept* under some
+    logits within tolerance, *certainly kept* under all of them, and kept on these logits. A
+    token passes if it is possibly kept and its score is within ``r`` of the best certainly-kept
+    score. Every set is widened or narrowed by ``2r`` in log-probability (a difference of two
+    log-probabilities moves by at most ``r``). Whole-row work is a few comparisons and top-k
+    calls; sorting and masses only touch the possibly-kept tokens."""
+    d = 2 * r
+    candidate = torch.isfinite(lp)
+    kept_m = min_p_kept(lp, knobs.min_p) if knobs.min_p > 0 else candidate
+    kept = top_k_kept(lp, kept_m, knobs.top_k) if knobs.top_k > 0 else kept_m
+    renormalized = lp if bool((kept == candidate).all()) else \
+        torch.log_softmax(lp.masked_fill(~kept, float("-inf")), dim=-1)
+    kept_ids, kept_lp = _kept_ids(renormalized, top_p)  # the engine's choice, as ``choose``
+    expected, margin = _best(kept_ids, kept_lp + gumbel(kept_ids))
+
+    possibly, certainly = candidate, kept  # the filters' sets, then top-p's
+    if knobs.min_p > 0:
+        gap, edge = lp - lp.max(), math.log(knobs.min_p)
+        possibly = kept_m | (candidate & (gap >= edge - d))
+        certainly = kept_m & (gap >= edge + d)
+    if knobs.top_k > 0:
+        k = knobs.top_k
+        # possibly: fewer than k certainly-kept tokens above lp + d, i.e. lp >= their k-th - d;
+        # certainly: at most k possibly-kept ones (itself included) at or above lp - d
+        sure, maybe = lp[certainly], lp[possibly]
+        kth = torch.topk(sure, k).values[-1] if sure.numel() >= k else -math.inf
+        after = torch.topk(maybe, k + 1).values[-1] if maybe.numel() > k else -math.inf
+        possibly = possibly & (kept | (lp >= kth - d))
+        certainly = certainly & kept & (lp > after + d)
+    ids = torch.nonzero(possibly).flatten()  # ascending; kept ones among them
+    lp_in, sure_in = lp[ids], certainly[ids]
+    if top_p < 1:
+        kept_in = torch.isin(ids, kept_ids)
+        # the filters' sets bound the renormalizing mass: F_certain <= F <= F_possible
+        probs = (lp_in - lp_in.max()).exp()  # relative masses: only ratios matter
+        surely_above = _mass_above(lp_in, probs, sure_in, lp_in + d)
+        maybe_above = _mass_above(lp_in, probs, torch.ones_like(sure_in), lp_in - d) \
+            - torch.where(lp_in > lp_in - d, probs, 0.0)  # not itself
+        passes = kept_in | (math.exp(-d) * surely_above < top_p * probs.sum())
+        sure_in = sure_in & kept_in & (math.exp(d) * maybe_above < top_p * probs[sure_in].sum())
+        ids, lp_in, sure_in = ids[passes], lp_in[passes], sure_in[passes]
+    scores = lp_in + gumbel(ids)  # unnormalized: a shift changes no difference
+    floor = (float(scores[sure_in].max()) if bool(sure_in.any()) else -math.inf) - r
+    passing = ids[scores >= floor]
+    accepted = claimed == expected or bool((passing == claimed).any())
+    return _RowCheck(expected, margin, accepted, bool((passing != expected).any()))
+
+
+def _mass_above(lp: torch.Tensor, probs: torch.Tensor, members: torch.Tensor,
+                threshold: torch.Tensor) -> torch.Tensor:
+    """For each entry: the total of ``probs`` over ``members`` with ``lp`` > its
+    ``threshold``."""
+    values, order = torch.sort(lp[members])  # ascending
+    cumulative = torch.cat([torch.zeros(1, dtype=probs.dtype, device=probs.device),
+                            probs[members][order].cumsum(0)])
+    below = torch.searchsorted(values, threshold, right=True)
+    return cumulative[-1] - cumulative[below]
+
+
 def check_completion(logits: torch.Tensor, tokens: list[int], *, temperature: float,
                      top_p: float, seed: int, request_key: bytes, start_position: int = 0,
-                     eps: float = DEFAULT_EPS, allowed: torch.Tensor | None = None
+                     eps: float = DEFAULT_EPS, allowed: torch.Tensor | None = None,
+                     knobs: Knobs | None = None, prompt_ids: list[int] | None = None
                      ) -> SamplingCheck:
     """Check that ``tokens[i]`` is the sampler's choice on ``logits[i]`` (the prefill's LM-head
     row that produced it; sampler position ``start_position + i``), up to ``eps``: a token is
     accepted if the sampler could choose it from some logits within ``eps`` (max absolute
-    difference) of these. Stops at the first token that fails."""
+    difference) of these. Stops at the first token that fails. With ``knobs`` (``/2``),
+    ``prompt_ids`` are the prompt's token ids (the repetition penalty reads them) and ``eps``
+    is scaled by how much the penalties can stretch a logit difference."""
     temperature, top_p = _check_params(temperature, top_p, seed, request_key, start_position)
     try:
         eps = float(eps)
@@ -392,6 +476,11 @@ def check_completion(logits: torch.Tensor, tokens: list[int], *, temperature: fl
         _check_int("token", token, vocab)
     _check_int("last position", start_position + len(tokens), 1 << 64)
     greedy = temperature < GREEDY_BELOW
+    knobs = None if knobs is None or knobs.neutral else knobs
+    past = None
+    if knobs is not None:
+        eps *= knobs.logit_scale
+        past = History(vocab, prompt_ids or [], z.device)
     tolerance = 2 * eps if greedy else 2 * eps / temperature
 
     near_ties = tolerated = 0
@@ -399,12 +488,19 @@ def check_completion(logits: torch.Tensor, tokens: list[int], *, temperature: fl
     mismatch = None
     for index, claimed in enumerate(tokens):
         position = start_position + index
+        row_z = z[index]
+        if past is not None:
+            row_z = pre_temperature(row_z.to(torch.float64), knobs, position, past)
+            past.add(claimed)
         if greedy:
-            row = _check_greedy(z[index], claimed, tolerance)
+            row = _check_greedy(row_z, claimed, tolerance)
         else:
-            logp = _log_probs(z[index], temperature)
+            logp = _log_probs(row_z, temperature)
             key = position_key(seed, request_key, position)
-            if top_p >= 1:
+            if knobs is not None and knobs.filters:
+                row = _check_filtered(logp, knobs, top_p, lambda ids, key=key: _gumbel(key, ids),
+                                claimed, tolerance)
+            elif top_p >= 1:
                 row = _check_full(logp, key, claimed, tolerance)
             else:
                 row = _check_nucleus(logp, top_p, key, claimed, tolerance)
@@ -414,5 +510,5 @@ def check_completion(logits: torch.Tensor, tokens: list[int], *, temperature: fl
             break
         near_ties += row.near_tie
         tolerated += claimed != row.expected
-    return SamplingCheck(SAMPLER, len(tokens), mismatch, near_ties, tolerated, min_margin,
-                         tolerance)
+    return SamplingCheck(SAMPLER if knobs is None else knobs.sampler, len(tokens), mismatch,
+                         near_ties, tolerated, min_margin, tolerance)

@@ -72,6 +72,7 @@ from inference_node.engine import (
     new_seed,
 )
 from inference_node.errors import InferenceNodeError
+from inference_node.generation_checks import min_tokens_stop_ids
 from inference_node.injection import InjectedPrompt, LibraryInjector
 from inference_node.library import LibrarySnapshot, LibrarySource
 from inference_node.metrics import NodeMetrics
@@ -120,7 +121,7 @@ from inference_node.tools import (
     sendable_length,
     template_has_tools,
 )
-from ledger.entries import ReceiptEntry, encode_entry, entry_cid
+from ledger.entries import GYM_SAMPLER, ReceiptEntry, encode_entry, entry_cid
 from ledger.errors import LedgerError
 
 # Clients cap response headers (h11: 16 KiB in all); the commitment grows by ~180 characters
@@ -408,6 +409,7 @@ class OpenAIServing:
             except FormatError as exc:
                 raise APIError(400, str(exc), param=exc.param, code="unsupported_value"
                                ) from None
+        knobs = self._knobs(normalized)
         samples = []
         # choice i (prompt i // request.n): seed + i, its own normalized request and key
         for index in range(n):
@@ -420,6 +422,8 @@ class OpenAIServing:
                                     top_p=request.top_p, seed=seed + index,
                                     request_key=request_key(normalized),
                                     stop=tuple(request.stop_list()), constraint=constraint,
+                                    knobs=knobs, ignore_eos=request.ignore_eos,
+                                    stop_token_ids=tuple(request.stop_token_ids or ()),
                                     logprobs=logprobs, top_logprobs=top_logprobs,
                                     capture_activations=self.receipts is not None)
             samples.append(Sample(index, params, normalized,
@@ -427,6 +431,26 @@ class OpenAIServing:
         self._check_queue()  # no await from here until the engine (or the stream) takes it
         self._admitted += 1
         return Prepared(prompts[0], samples, started, release=self._release_admission)
+
+    def _knobs(self, normalized: dict) -> Any:
+        """The request's gym-sampler/2 knobs (None when all neutral); a 400 naming a token id
+        outside the model's vocabulary."""
+        from inference_node.sampler_knobs import from_normalized
+
+        vocab = self.engine.vocab_size
+        for name, ids in (("logit_bias", [int(t) for t in normalized.get("logit_bias", {})]),
+                          ("stop_token_ids", normalized.get("stop_token_ids", []))):
+            bad = [t for t in ids if t >= vocab]
+            if bad:
+                raise APIError(400, f"{name} names token {bad[0]}, outside the model's "
+                               f"vocabulary of {vocab}", param=name, code="invalid_value")
+        if normalized.get("min_tokens", 0) > normalized["max_tokens"]:
+            raise APIError(400, f"min_tokens ({normalized['min_tokens']}) is more than the "
+                           f"completion's limit ({normalized['max_tokens']} tokens here)",
+                           param="min_tokens", code="invalid_value")
+        knobs = from_normalized(normalized, min_tokens_stop_ids(self.engine.eos_ids,
+                                                                self.engine.tokenizer))
+        return None if knobs.neutral else knobs
 
     def _release_admission(self) -> None:
         self._admitted -= 1
@@ -475,7 +499,8 @@ class OpenAIServing:
                 prompt_ids=prepared.prompt_of(sample).prompt.all_token_ids, text=result.text,
                 completion_ids=result.token_ids, temperature=params.temperature,
                 top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
-                activations=result.activations, finish_reason=result.finish_reason)
+                activations=result.activations, finish_reason=result.finish_reason,
+                sampler=GYM_SAMPLER if params.knobs is None else params.knobs.sampler)
             data = encode_entry(receipt)
             cid = entry_cid(data)
             if self.receipt_log is not None:  # appended in the background, in batches

@@ -53,6 +53,7 @@ from inference_node.engine import (
 from inference_node.generation_checks import eos_token_ids
 from inference_node.injection import PrefixKVCache, Prompt
 from inference_node.response_format import Constraint, check_compiles
+from inference_node.sampler_knobs import history
 from inference_node.sampling import choose
 from trainer.grammar import Grammars, TokenMask
 
@@ -96,6 +97,7 @@ class TransformersEngine(Engine):
         self.device = next(model.parameters()).device
         self.max_model_len = int(getattr(model.config, "max_position_embeddings", 2048))
         self.eos_ids = eos_token_ids(model, tokenizer)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else next(iter(self.eos_ids), 0)
         self.prefix_cache = PrefixKVCache(self._prefill_prefix)
@@ -344,7 +346,8 @@ class TransformersEngine(Engine):
                                      float(logp[token]), top)]
         request.token_ids.append(token)
         finish: FinishReason | None = None
-        is_eos = token in self.eos_ids
+        is_eos = token in params.stop_token_ids or (not params.ignore_eos
+                                                     and token in self.eos_ids)
         ids = request.token_ids[:-1] if is_eos else request.token_ids
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         cut = _find_stop(text, params.stop, request.sent_chars)
@@ -374,16 +377,20 @@ class TransformersEngine(Engine):
 
     def _sample(self, logits: Any, params: SamplingParams, position: int,
                 request: _Request | None = None) -> int:
-        """The sampler's token (gym-sampler/1) for the completion token at ``position``,
-        among those the request's grammar allows."""
+        """The sampler's token (gym-sampler/1, or /2 with knobs) for the completion token at
+        ``position``, among those the request's grammar allows."""
         allowed = None
         if params.constraint is not None and request is not None:
             if request.mask is None:
                 request.mask = self.grammars().mask(params.constraint.schema_json)
             allowed = request.mask.allowed().to(logits.device)
+        knobs, past = params.knobs, None
+        if knobs is not None and knobs.reads_history and request is not None:
+            past = history(logits.numel(), request.prompt.all_token_ids, request.token_ids,
+                           logits.device)
         token = choose(logits, temperature=params.temperature, top_p=params.top_p,
                        seed=params.seed, request_key=params.request_key, position=position,
-                       allowed=allowed).token
+                       allowed=allowed, knobs=knobs, past=past).token
         if request is not None and request.mask is not None and not request.mask.accept(token):
             raise EngineError(f"the grammar refused its own token {token}")
         return token

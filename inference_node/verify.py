@@ -27,7 +27,13 @@ from typing import Any
 
 from inference_node.activations import prefill, verify_activations
 from inference_node.errors import NodeError, ReceiptError
-from inference_node.generation_checks import check_sampling, check_termination, eos_token_ids
+from inference_node.generation_checks import (
+    answer_stop_ids,
+    check_sampling,
+    check_termination,
+    eos_token_ids,
+    min_tokens_stop_ids,
+)
 from inference_node.normalized_request import FORMAT as REQUEST_FORMAT
 from inference_node.normalized_request import (
     check_normalized,
@@ -36,6 +42,7 @@ from inference_node.normalized_request import (
     normalized_request,
     request_key,
 )
+from inference_node.protocol import NORMALIZED_KEYS
 from inference_node.receipts import (
     ReceiptDomain,
     model_digest,
@@ -163,20 +170,25 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
     if receipt.v == 1:
         checks.extend(_skipped_answer_checks(receipt, ""))
         return checks
+    eos = eos_token_ids(model, tokenizer)
     how = check_termination(token_ids, response["text"], receipt.finish_reason,
                             max_tokens=request["max_tokens"], stop=request["stop"],
-                            eos=eos_token_ids(model, tokenizer), tokenizer=tokenizer)
+                            eos=answer_stop_ids(request, eos), tokenizer=tokenizer)
     checks.append(ReceiptCheck("termination", True, f"{receipt.finish_reason!r}: ends by {how},"
                                " nothing after it; the text decodes from the tokens"))
     allowed = _check_response_format(request, token_ids, model, tokenizer, checks)
     from inference_node.sampling import GREEDY_BELOW
 
     s = receipt.sampling
+    knobs = _knobs(request, receipt, eos, tokenizer)
     result = check_sampling(logits, token_ids, temperature=s.temperature, top_p=s.top_p,
                             seed=s.seed, request_key=request_key(request), tokenizer=tokenizer,
-                            allowed=allowed)
+                            allowed=allowed, knobs=knobs, prompt_ids=prompt_ids)
     mode = ("greedy" if s.temperature < GREEDY_BELOW
             else f"temperature {s.temperature:g}, top_p {s.top_p:g}, seed {s.seed}")
+    if not knobs.neutral:
+        mode += ", " + ", ".join(f"{k} {request[k]}" for k in NORMALIZED_KEYS[:7]
+                                 if k in request)
     checks.append(ReceiptCheck(
         "sampling", True, f"all {result.positions} tokens are {receipt.sampler}'s choice "
         f"({mode}); {result.near_ties} near-ties, {result.tolerated} tolerated",
@@ -245,6 +257,24 @@ def _skipped_answer_checks(receipt: ReceiptEntry, why: str) -> list[ReceiptCheck
     why = why if receipt.v == 2 else ("receipt v1: its tokens were sampled before the "
                                       "verifiable sampler, so they cannot be checked")
     return [ReceiptCheck("termination", None, why), ReceiptCheck("sampling", None, why)]
+
+
+def _knobs(request: dict, receipt: ReceiptEntry, eos: frozenset[int], tokenizer: Any) -> Any:
+    """The normalized request's gym-sampler/2 knobs; ``ReceiptError`` sampling when the receipt
+    names gym-sampler/1 for a request that sets them (an older sampler could not honour
+    them)."""
+    from inference_node.errors import SamplingError
+    from inference_node.sampler_knobs import from_normalized
+
+    try:
+        knobs = from_normalized(request, min_tokens_stop_ids(eos, tokenizer))
+    except SamplingError as exc:
+        raise ReceiptError("sampling", f"the request's sampling knobs: {exc}") from None
+    if receipt.sampler != knobs.sampler and not knobs.neutral:
+        raise ReceiptError("sampling", "the request sets gym-sampler/2's knobs, the receipt "
+                           "names another sampler", expected=knobs.sampler,
+                           computed=receipt.sampler)
+    return knobs
 
 
 def _check_sampling_params(receipt: ReceiptEntry, request: dict) -> None:

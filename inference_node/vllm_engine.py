@@ -90,6 +90,7 @@ from inference_node.engine import (
     resolve_seed,
 )
 from inference_node.errors import SamplingError
+from inference_node.generation_checks import model_dir_eos_token_ids
 from inference_node.injection import Prompt
 from inference_node.response_format import Constraint, FormatError, check_compiles
 from trainer.grammar import Grammars
@@ -117,6 +118,9 @@ class VLLMEngine(Engine):
         if SAMPLER_PROCESSOR not in processors:  # without it every request would be greedy
             self.engine_args["logits_processors"] = [SAMPLER_PROCESSOR, *processors]
         self.tokenizer = tokenizer
+        # what serving checks a request's token ids and min_tokens against (docs/sampling.md)
+        self.eos_ids = model_dir_eos_token_ids(model_dir, tokenizer)
+        self.vocab_size = len(tokenizer)  # vLLM's vocabulary once started (`start`)
         self.model_name = model_name
         self.model_dir = Path(model_dir)
         self.max_model_len = 0  # set by start() from vLLM's resolved config
@@ -202,6 +206,7 @@ class VLLMEngine(Engine):
                 raise EngineError(f"vLLM failed to start: {exc}") from exc
             self._loop, self._thread, self._llm = loop, thread, llm
             self.max_model_len = int(llm.model_config.max_model_len)
+            self.vocab_size = int(llm.model_config.get_vocab_size())
 
     async def _create_llm(self) -> Any:
         # Created on the engine loop: AsyncLLM binds its output handler to the running loop.
@@ -360,12 +365,16 @@ class VLLMEngine(Engine):
         # row. Its inputs are checked by GymSampler.validate_params when vLLM admits the request.
         params = resolve_seed(params)
         extra_args = sampler_args(params.temperature, params.top_p, params.seed,
-                                  params.request_key)
+                                  params.request_key, params.knobs)
         if params.constraint is not None:
             extra_args.update(grammar_args(params.constraint))
         return VLLMSamplingParams(
             max_tokens=params.max_tokens, temperature=0.0, top_p=1.0, seed=None,
             extra_args=extra_args,
+            # where the answer stops is vLLM's to decide; min_tokens also masks the stop ids in
+            # vLLM's own processor, the same ids GymSampler masks (`min_tokens_stop_ids`)
+            min_tokens=0 if params.knobs is None else params.knobs.min_tokens,
+            ignore_eos=params.ignore_eos, stop_token_ids=list(params.stop_token_ids) or None,
             stop=list(params.stop) or None,
             logprobs=params.top_logprobs if params.logprobs else None,
             skip_special_tokens=True, include_stop_str_in_output=False,

@@ -1,4 +1,5 @@
-"""``gym-sampler/1`` inside vLLM: a V1 logits processor that forces the sampler's token.
+"""``gym-sampler/1`` and ``/2`` inside vLLM: a V1 logits processor that forces the sampler's
+token.
 
 vLLM's own sampling cannot be reproduced outside vLLM (a stateful per-request generator whose
 draws depend on the batch, and different kernels on CPU and GPU), so `VLLMEngine` does not use
@@ -8,7 +9,11 @@ vLLM runs `GymSampler` on every row of every step: the row's token is
 ``inference_node.sampling.choose`` on the row's float32 logits (before temperature, penalties
 and top-p, after vLLM's allowed-token and bad-word masks, which the node does not use), at
 position ``len(output_token_ids)``; the row is then set to ``-inf`` everywhere but that token
-(``0``), so vLLM's greedy argmax picks it. Logprobs are unaffected: vLLM computes them from the
+(``0``), so vLLM's greedy argmax picks it. With gym-sampler/2's knobs (``extra_args``'
+``knobs``, ``sampler_knobs.Knobs.to_wire``) the row's penalties read the prompt ids vLLM hands
+the processor and the live output ids; vLLM's own penalties, bias, min_p and top_k are never
+set (the request is greedy), and its min_tokens processor masks the same stop ids before this
+one does (``serving`` passes the ids the node's sampler masks). Logprobs are unaffected: vLLM computes them from the
 raw logits before any processor (``logprobs_mode="raw_logprobs"``, its default).
 
 The processor is registered by name (``vllm_engine.SAMPLER_PROCESSOR``, an
@@ -42,25 +47,31 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from inference_node.response_format import Constraint, FormatError
+from inference_node.sampler_knobs import History, Knobs, history
 from inference_node.sampling import REQUEST_KEY_BYTES, SamplingError, choose
 from trainer.grammar import GrammarError, Grammars, TokenMask, grammar_text
 
 log = logging.getLogger(__name__)
 
 EXTRA_ARGS_KEY = "gym_sampler"
+_ARG_NAMES = {"temperature", "top_p", "seed", "key", "knobs"}
 GRAMMAR_ARGS_KEY = "gym_grammar"
 
 
-def sampler_args(temperature: float, top_p: float, seed: int, request_key: bytes
-                 ) -> dict[str, Any]:
+def sampler_args(temperature: float, top_p: float, seed: int, request_key: bytes,
+                 knobs: Knobs | None = None) -> dict[str, Any]:
     """The ``extra_args`` entry for one request. vLLM ships extra_args with MessagePack, whose
-    integers stop at 64 bits, so the seed and the key travel as hex strings."""
+    integers stop at 64 bits, so the seed and the key travel as hex strings; gym-sampler/2's
+    ``knobs`` (when not all neutral) as ``Knobs.to_wire``."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SamplingError(f"seed must be an integer, got {seed!r}")
     if not isinstance(request_key, bytes):
         raise SamplingError(f"request_key must be bytes, got {request_key!r}")
-    return {EXTRA_ARGS_KEY: {"temperature": float(temperature), "top_p": float(top_p),
-                             "seed": format(seed, "x"), "key": request_key.hex()}}
+    args: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p),
+                            "seed": format(seed, "x"), "key": request_key.hex()}
+    if knobs is not None and not knobs.neutral:
+        args["knobs"] = knobs.to_wire()
+    return {EXTRA_ARGS_KEY: args}
 
 
 def grammar_args(constraint: Constraint) -> dict[str, str]:
@@ -73,14 +84,24 @@ class _Row:
     """One request's sampler inputs, its live list of output token ids and, for a constrained
     request, its mask and how many of ``output_ids`` the mask has accepted."""
 
-    __slots__ = ("accepted", "key", "mask", "output_ids", "seed", "temperature", "top_p")
+    __slots__ = ("accepted", "key", "knobs", "mask", "output_ids", "prompt_ids", "seed",
+                 "temperature", "top_p")
 
     def __init__(self, temperature: float, top_p: float, seed: int, key: bytes,
-                 output_ids: list[int], mask: TokenMask | None = None) -> None:
+                 knobs: Knobs | None, output_ids: list[int], prompt_ids: list[int],
+                 mask: TokenMask | None = None) -> None:
         self.temperature, self.top_p, self.seed, self.key = temperature, top_p, seed, key
-        self.output_ids = output_ids
+        self.knobs = knobs
+        self.output_ids, self.prompt_ids = output_ids, prompt_ids
         self.mask = mask
         self.accepted = 0
+
+    def past(self, vocab: int, device: torch.device) -> History | None:
+        """What the penalties read: the prompt and the completion so far (None without
+        penalties)."""
+        if self.knobs is None or not self.knobs.reads_history:
+            return None
+        return history(vocab, self.prompt_ids, self.output_ids, device)
 
     def allowed(self) -> torch.Tensor | None:
         """The mask over the next token, after accepting the tokens vLLM appended since."""
@@ -94,16 +115,17 @@ class _Row:
         return self.mask.allowed()
 
 
-def _parse(params: SamplingParams) -> tuple[float, float, int, bytes] | None:
+def _parse(params: SamplingParams) -> tuple[float, float, int, bytes, Knobs | None] | None:
     """The sampler inputs in ``params.extra_args`` (None without them), checked against the
     sampler's domain: ValueError (a `SamplingError`) if outside it."""
     extra = params.extra_args or {}
     if EXTRA_ARGS_KEY not in extra:
         return None
     args = extra[EXTRA_ARGS_KEY]
-    if not isinstance(args, dict) or set(args) != {"temperature", "top_p", "seed", "key"}:
-        raise SamplingError(f"extra_args[{EXTRA_ARGS_KEY!r}] must hold exactly temperature, "
-                            f"top_p, seed and key, got {args!r}")
+    if not isinstance(args, dict) or \
+            not {"temperature", "top_p", "seed", "key"} <= set(args) <= _ARG_NAMES:
+        raise SamplingError(f"extra_args[{EXTRA_ARGS_KEY!r}] must hold temperature, top_p, seed, "
+                            f"key and optionally knobs, got {args!r}")
     try:
         seed = int(args["seed"], 16)
         key = bytes.fromhex(args["key"])
@@ -116,7 +138,8 @@ def _parse(params: SamplingParams) -> tuple[float, float, int, bytes] | None:
     # The sampler's own checks (types and ranges of every input), on a one-token row.
     choose(torch.zeros(1), temperature=temperature, top_p=top_p, seed=seed, request_key=key,
            position=0)
-    return float(temperature), float(top_p), seed, key
+    knobs = Knobs.from_wire(args["knobs"]) if "knobs" in args else None
+    return float(temperature), float(top_p), seed, key, knobs
 
 
 def _parse_constraint(params: SamplingParams) -> Constraint | None:
@@ -163,14 +186,14 @@ class GymSampler(LogitsProcessor):
         return False  # it decides the argmax: vLLM must apply it before greedy sampling
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
-        def new_row(params: SamplingParams, _prompt: list[int] | None,
+        def new_row(params: SamplingParams, prompt: list[int] | None,
                     output_ids: list[int]) -> _Row | None:
             inputs = _parse(params)
             if inputs is None:
                 return None
             constraint = _parse_constraint(params)
             mask = None if constraint is None else self.grammars().mask(constraint.schema_json)
-            return _Row(*inputs, output_ids, mask)
+            return _Row(*inputs, output_ids, list(prompt or ()), mask)
 
         process_dict_updates(self.rows, batch_update, new_row)
 
@@ -184,11 +207,12 @@ class GymSampler(LogitsProcessor):
                     allowed = allowed.to(logits.device)
                 token = choose(logits[index], temperature=row.temperature, top_p=row.top_p,
                                seed=row.seed, request_key=row.key, position=position,
-                               allowed=allowed).token
+                               allowed=allowed, knobs=row.knobs,
+                               past=row.past(logits.shape[1], logits.device)).token
             except Exception:
                 # Nothing here can fail one request alone: vLLM's engine core stops and every
                 # request fails with an error; say which row did it.
-                log.exception("gym-sampler/1 failed on batch row %d at position %d", index,
+                log.exception("gym-sampler failed on batch row %d at position %d", index,
                               position)
                 raise
             logits[index].fill_(float("-inf"))

@@ -335,6 +335,7 @@ class ReceiptEntry(_Strict):
 
 
 GYM_SAMPLER = "gym-sampler/1"  # the verifiable sampler a v2 receipt names (docs/sampling.md)
+GYM_SAMPLER_2 = "gym-sampler/2"  # /1 plus vLLM's penalties, bias, min_p, top_k, min_tokens
 
 
 class ReceiptEntryV2(ReceiptEntry):
@@ -343,7 +344,7 @@ class ReceiptEntryV2(ReceiptEntry):
     and ``finish_reason`` says how the answer ended (the verifier checks that it did)."""
 
     v: Literal[2] = 2  # type: ignore[assignment]
-    sampler: Literal[GYM_SAMPLER]  # type: ignore[valid-type]
+    sampler: Literal[GYM_SAMPLER, GYM_SAMPLER_2]  # type: ignore[valid-type]
     finish_reason: Literal["stop", "length"]
 
 

@@ -351,6 +351,39 @@ def signed_bundle(signer, body: dict, normalized: dict, prompt_ids: list[int],
                        completion_token_ids=generation.token_ids)
 
 
+class Wire:
+    """The last chat request and answer a client sent and got (an httpx event hook)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.answers: list[dict] = []
+
+    def client(self) -> httpx.Client:
+        def on_request(request: httpx.Request) -> None:
+            if request.url.path.endswith("/chat/completions"):
+                self.requests.append(json.loads(request.content))
+
+        def on_response(response: httpx.Response) -> None:
+            if response.request.url.path.endswith("/chat/completions"):
+                response.read()
+                self.answers.append(response.json())
+
+        return httpx.Client(event_hooks={"request": [on_request], "response": [on_response]},
+                            timeout=120)
+
+    def verify_last(self, verifier, model_dir, monkeypatch) -> dict:
+        """The last answer's receipt, verified on ``verifier`` (model, tokenizer) of
+        ``model_dir``: every check that ran passed, the grammar's and the sampler's included."""
+        body, answer = self.requests[-1], self.answers[-1]
+        text = answer["receipt_evidence"].get("completion_text") or \
+            answer["choices"][0]["message"]["content"]
+        checks = offline_checks(answer_bundle("chat", body, answer, text), verifier,
+                                model_dir, monkeypatch)
+        assert all(c.passed for c in checks.values() if c.passed is not None), checks
+        assert checks["response_format"].passed and checks["sampling"].passed, checks
+        return checks
+
+
 # Two tools' parameter schemas, shared by the tool tests (test_tools, test_tools_auto).
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 8},

@@ -10,13 +10,11 @@ makes its answers parse, so every parsed answer here is the constraint at work.
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
-import httpx
 import openai
 import pytest
-from node_helpers import MODEL_NAME, answer_bundle, offline_checks
+from node_helpers import MODEL_NAME, Wire
 from pydantic import BaseModel
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
@@ -28,36 +26,6 @@ class Verdict(BaseModel):
 
     correct: bool
     confidence: Literal["low", "high"]
-
-
-class Wire:
-    """The last chat request and answer a client sent and got (an httpx event hook)."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.answers: list[dict] = []
-
-    def client(self) -> httpx.Client:
-        def on_request(request: httpx.Request) -> None:
-            if request.url.path.endswith("/chat/completions"):
-                self.requests.append(json.loads(request.content))
-
-        def on_response(response: httpx.Response) -> None:
-            if response.request.url.path.endswith("/chat/completions"):
-                response.read()
-                self.answers.append(response.json())
-
-        return httpx.Client(event_hooks={"request": [on_request], "response": [on_response]},
-                            timeout=120)
-
-    def verify_last(self, json_verifier, json_model_dir, monkeypatch) -> dict:
-        body, answer = self.requests[-1], self.answers[-1]
-        text = answer["receipt_evidence"].get("completion_text") or \
-            answer["choices"][0]["message"]["content"]
-        checks = offline_checks(answer_bundle("chat", body, answer, text), json_verifier,
-                                json_model_dir, monkeypatch)
-        assert checks["response_format"].passed and checks["sampling"].passed, checks
-        return checks
 
 
 @pytest.fixture

@@ -144,3 +144,23 @@ def test_hostile_answers_are_one_clear_error(client):
     with pytest.raises(ReceiptError, match="echo"):
         bundle_from_response(echoed, COMPLETION)
 
+
+
+def test_an_answer_with_sampler_knobs_verifies_through_the_cli(client, tmp_path, tiny_model_dir):
+    """gym-sampler/2: the openai SDK sends vLLM's knobs in `extra_body`; `gym verify receipt
+    --model` replays them (the sampling row names the sampler and the knobs), and the same
+    answer offered for the request without them fails its digest."""
+    knobs = {"top_k": 4, "min_p": 0.01, "frequency_penalty": 1.5, "repetition_penalty": 1.3,
+             "logit_bias": {"7": 2.5}}
+    answer = client.chat.completions.create(**CHAT, extra_body=knobs).model_dump()
+    assert answer["receipt"]["sampler"] == "gym-sampler/2"
+    response = save(tmp_path, "response.json", answer)
+    done = gym_verify(tmp_path, "--response", response, "--request",
+                      save(tmp_path, "request.json", {**CHAT, **knobs}),
+                      "--model", str(tiny_model_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    sampling = row(done.stdout, "sampling")
+    assert "ok" in sampling and "gym-sampler/2" in sampling and "top_k 4" in sampling, done.stdout
+    failed = gym_verify(tmp_path, "--response", response, "--request",
+                        save(tmp_path, "plain.json", CHAT))
+    assert failed.returncode == 1 and "request_digest" in failed.stderr, failed.stderr

@@ -219,6 +219,49 @@ def test_sampler_output_equals_transformers(engine, reference, injector, tempera
     assert min(margins) > 1e-3  # no near-tie decided these tokens
 
 
+def knob_cases(eos: frozenset[int]) -> list[tuple[str, dict, dict]]:
+    """gym-sampler/2's knobs, and the stopping ones, as (name, SamplingParams fields, Knobs
+    fields): each changes the tiny model's answer."""
+    stop_ids = frozenset(eos)
+    end = min(eos)
+    return [
+        ("penalties", {}, {"repetition_penalty": 1.6, "frequency_penalty": 0.8,
+                               "presence_penalty": 0.4}),
+        ("bias and filters", {}, {"logit_bias": ((5, 3.0), (9, -50.0)), "min_p": 0.05, "top_k": 8}),
+        ("min_tokens", {}, {"min_tokens": 6, "min_tokens_ids": stop_ids,
+                                "logit_bias": ((end, 100.0),)}),
+        ("ignore_eos", {"ignore_eos": True}, {"logit_bias": ((end, 100.0),)}),
+        ("stop_token_ids", {"stop_token_ids": (7,)}, {"logit_bias": ((7, 100.0),)}),
+    ]
+
+
+@needs_vllm
+@pytest.mark.parametrize("temperature,top_p", [(0.0, 1.0), (0.9, 0.9)])
+def test_sampler_knobs_output_equals_transformers(engine, reference, injector, temperature,
+                                                  top_p):
+    """gym-sampler/2 on both engines: the same tokens, text and finish for every knob (vLLM's
+    penalties read the prompt ids it hands the processor), and the verifier's check with the
+    knobs passes on a transformers prefill."""
+    from inference_node.sampler_knobs import Knobs
+
+    for name, fields, knob_fields in knob_cases(reference.eos_ids):
+        knobs = Knobs(**knob_fields)
+        params = sampled(temperature, top_p, knobs=knobs, **fields)
+        for prompt in prompts(injector):
+            ours = run(engine.generate(prompt, params))
+            theirs = run(reference.generate(prompt, params))
+            assert ours.token_ids == theirs.token_ids, name
+            assert (ours.text.lstrip(), ours.finish_reason) == (theirs.text, theirs.finish_reason)
+            check = check_completion(prefill_logits(reference.model, prompt, ours.token_ids),
+                                     ours.token_ids, temperature=temperature, top_p=top_p,
+                                     seed=params.seed, request_key=KEY, knobs=knobs,
+                                     prompt_ids=list(prompt.all_token_ids))
+            assert check.ok and check.sampler == "gym-sampler/2", (name, check)
+            plain = run(reference.generate(prompt, dataclasses.replace(
+                params, knobs=None, ignore_eos=False, stop_token_ids=())))
+            assert plain.token_ids != theirs.token_ids, name  # the knobs did something
+
+
 @needs_vllm
 def test_seeded_sampling_depends_on_seed_and_request_key_only(engine, injector):
     """Same seed and key: the same tokens. Another seed or another key: other tokens (on at

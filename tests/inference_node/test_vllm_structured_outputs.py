@@ -21,6 +21,7 @@ from node_helpers import (
     NODE_KEY,
     SCHEMAS,
     SNAPSHOT,
+    Wire,
     answer_bundle,
     make_engine,
     needs_vllm,
@@ -181,3 +182,69 @@ def test_guided_forms_on_vllm_match_the_transformers_engine(engine, vllm_json_mo
     for (tokens, finish), check in zip(ours, checks, strict=True):
         text = engine.tokenizer.decode(tokens, skip_special_tokens=True)
         assert finish == "stop" and check(text), text
+
+
+@needs_vllm
+@pytest.mark.filterwarnings("ignore::DeprecationWarning",
+                            "ignore::pydantic.PydanticDeprecatedSince20")
+def test_client_libraries_and_sampler_knobs_on_a_vllm_node(engine, vllm_json_model_dir,
+                                                           monkeypatch):
+    """What test_client_libraries and test_sampler_knobs_node drive on the transformers engine,
+    on a signing vLLM node: LangChain's structured output by function calling, instructor in
+    JSON-schema mode, and the openai client with gym-sampler/2's knobs. Every receipt verifies
+    on a transformers prefill (grammar, sampler with the knobs, termination), and the knobs'
+    answers are the transformers node's, token for token."""
+    import instructor
+    import openai
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel
+
+    class Verdict(BaseModel):
+        correct: bool
+
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, engine.model, model_digest(vllm_json_model_dir))
+    verifier = verify.load_verifier_model(vllm_json_model_dir)
+    reference = make_engine(vllm_json_model_dir)
+    wire = Wire()
+    knobs = [{"top_k": 3, "min_p": 0.02, "repetition_penalty": 1.5},
+             {"frequency_penalty": 1.0, "presence_penalty": 0.5, "logit_bias": {"2": 5}},
+             {"min_tokens": 4, "logit_bias": {"2": 100}},
+             {"ignore_eos": True, "stop_token_ids": [40], "logit_bias": {"40": 8}}]
+    answers = {}
+    with run_server(engine, StaticLibrarySource(SNAPSHOT), receipts=signer,
+                    keep_engine=True) as node, \
+            run_server(reference, StaticLibrarySource(SNAPSHOT), receipts=ReceiptSigner(
+                NODE_KEY, DOMAIN, reference.model, model_digest(vllm_json_model_dir))
+            ) as transformers_node:
+        chat = ChatOpenAI(base_url=node.base_url, api_key="x", model=MODEL_NAME, max_tokens=48,
+                          temperature=0, max_retries=0, http_client=wire.client())
+        assert isinstance(chat.with_structured_output(Verdict, method="function_calling")
+                          .invoke("Is 2 + 3 = 5?"), Verdict)
+        wire.verify_last(verifier, vllm_json_model_dir, monkeypatch)
+        client = instructor.from_openai(openai.OpenAI(
+            base_url=node.base_url, api_key="x", http_client=wire.client(), max_retries=0),
+            mode=instructor.Mode.JSON_SCHEMA)
+        assert isinstance(client.chat.completions.create(
+            model=MODEL_NAME, response_model=Verdict, max_retries=0, max_tokens=48,
+            temperature=0, messages=[{"role": "user", "content": "Is 2 + 3 = 5?"}]), Verdict)
+        wire.verify_last(verifier, vllm_json_model_dir, monkeypatch)
+
+        for url in (node.base_url, transformers_node.base_url):
+            plain = openai.OpenAI(base_url=url, api_key="x", max_retries=0,
+                                  http_client=wire.client())
+            for index, extra in enumerate(knobs):
+                plain.chat.completions.create(
+                    model=MODEL_NAME, messages=[{"role": "user", "content": "plan"}],
+                    max_tokens=16, seed=index, temperature=0.9, top_p=0.95, extra_body=extra)
+                answers.setdefault(index, []).append(
+                    wire.answers[-1]["receipt_evidence"]["completion_token_ids"])
+                if url == node.base_url:
+                    body, answer = wire.requests[-1], wire.answers[-1]
+                    assert answer["receipt"]["sampler"] == "gym-sampler/2"
+                    checks = offline_checks(answer_bundle(
+                        "chat", body, answer, answer["choices"][0]["message"]["content"]),
+                        verifier, vllm_json_model_dir, monkeypatch)
+                    assert all(c.passed for c in checks.values() if c.passed is not None)
+                    assert checks["sampling"].passed and checks["termination"].passed
+    assert all(ours == theirs for ours, theirs in answers.values()), answers
+    assert len(answers[2][0]) == 5 and answers[3][0][-1] == 40  # min_tokens; stop_token_ids
