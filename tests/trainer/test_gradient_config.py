@@ -40,7 +40,7 @@ def _yaml(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("method", ["sft", "dpo", "grpo", "gspo"])
+@pytest.mark.parametrize("method", ["sft", "dpo", "kto", "orpo", "grpo", "gspo"])
 def test_shipped_configs_load_and_their_datasets_convert(method, monkeypatch):
     monkeypatch.chdir(REPO)
     config = load_config(f"trainer/configs/{method}_smollm2.yaml", method=method)
@@ -85,6 +85,9 @@ def test_cli_overrides_win(tmp_path):
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"dpo": {"beta": 0.1}}, "the dpo section applies to method dpo, not sft"),
+    ({"kto": {"beta": 0.1}}, "the kto section applies to method kto, not sft"),
+    ({"orpo": {"beta": 0.1}}, "the orpo section applies to method orpo, not sft"),
+    ({"dataset": {"path": "x", "format": "kto"}}, "dataset.format 'kto' does not fit sft"),
     ({"reward": {"verifiers": ["math"]}}, "apply to grpo/gspo, not sft"),
     ({"dataset": {"path": "x", "format": "prompt"}}, "dataset.format 'prompt' does not fit sft"),
     ({"lora": {"init": "loftq"}}, "lora: init must be default, gaussian, pissa"),
@@ -174,6 +177,12 @@ def test_sharegpt_preference_and_prompt_rows(tmp_path):
      r"d.jsonl:1: field 'rejected': equals 'chosen'"),
     ("prompt", [{"problem": "p", "answer": "1"}, {"problem": "q"}],
      r"d.jsonl:2: field 'answer': missing"),
+    ("kto", [{"prompt": "p", "completion": "c", "label": True},
+             {"prompt": "p", "completion": "c", "label": "yes"}],
+     r"d.jsonl:2: field 'label': must be true \(desirable\) or false, got 'yes'"),
+    ("kto", [{"prompt": "p", "completion": "c", "label": 1}],
+     r"d.jsonl:1: field 'label': must be true \(desirable\) or false, got 1"),
+    ("kto", [{"prompt": "p", "label": False}], r"d.jsonl:1: field 'completion': missing"),
 ])
 def test_bad_rows_name_file_line_and_field(tmp_path, fmt, rows, where):
     path = _jsonl(tmp_path, rows)

@@ -1,4 +1,4 @@
-"""SFT, DPO, GRPO and GSPO through TRL + PEFT on a tiny random Llama, on CPU: LoRA weights move,
+"""SFT, DPO, KTO, ORPO, GRPO and GSPO through TRL + PEFT on a tiny random Llama, on CPU: LoRA weights move,
 the base does not, the saved adapter reloads to the same logits, the same seed gives the same
 adapter bytes, and run.json is what the adapter publisher needs."""
 
@@ -31,6 +31,8 @@ CASES = {
     "sft-alpaca": ("sft", "alpaca", "sft_arith_alpaca.jsonl", {}),
     "sft-sharegpt": ("sft", "sharegpt", "sft_arith_sharegpt.jsonl", {}),
     "dpo": ("dpo", "preference", "dpo_arith_pairs.jsonl", {"dpo": {"beta": 0.5}}),
+    "kto": ("kto", "kto", "kto_arith.jsonl", {"kto": {"beta": 0.5}}),
+    "orpo": ("orpo", "preference", "dpo_arith_pairs.jsonl", {"orpo": {"beta": 0.5}}),
     "grpo": ("grpo", "prompt", "arith_train.jsonl", {}),
     "gspo": ("gspo", "prompt", "arith_train.jsonl", {"grpo": {
         "num_generations": 4, "max_completion_length": 12, "num_iterations": 2}}),

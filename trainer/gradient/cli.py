@@ -1,11 +1,14 @@
-"""``gym train sft|dpo|grpo|gspo``: thin commands over `trainer.gradient.train`.
+"""``gym train sft|dpo|kto|orpo|grpo|gspo``: thin commands over `trainer.gradient.train`.
 
     gym train sft  trainer/configs/sft_smollm2.yaml  [--output DIR] [--max-steps N] [--publish LOG]
+                                                     [--num-processes N]
     gym train dpo  trainer/configs/dpo_smollm2.yaml
+    gym train kto  trainer/configs/kto_smollm2.yaml
+    gym train orpo trainer/configs/orpo_smollm2.yaml
     gym train grpo trainer/configs/grpo_smollm2.yaml
     gym train gspo trainer/configs/gspo_smollm2.yaml
 
-`register(train_app)` adds the four commands to `gym train` (devnet/cli.py calls it). Importing
+`register(train_app)` adds the six commands to `gym train` (devnet/cli.py calls it). Importing
 this module does not import torch; the commands load TRL when they run.
 """
 
@@ -20,6 +23,8 @@ console = Console()
 SUMMARIES = {
     "sft": "LoRA supervised fine-tuning (TRL SFTTrainer) on alpaca or sharegpt rows.",
     "dpo": "LoRA direct preference optimisation (TRL DPOTrainer) on prompt/chosen/rejected pairs.",
+    "kto": "LoRA KTO (TRL KTOTrainer) on prompt/completion rows labelled desirable or not.",
+    "orpo": "LoRA ORPO (TRL's experimental ORPOTrainer): SFT plus an odds-ratio preference term.",
     "grpo": "LoRA GRPO (TRL GRPOTrainer) on problem/answer rows, rewarded by the verifiers.",
     "gspo": "LoRA GSPO: GRPO with sequence-level importance ratios (TRL GRPOTrainer).",
 }
@@ -39,6 +44,10 @@ def _train_command(method: str):
         publish: Annotated[str | None, typer.Option(
             help="Then publish the adapter to this ledger log (created if new) and anchor it.")
         ] = None,
+        num_processes: Annotated[int, typer.Option(
+            min=1, max=64, help="Train data-parallel with N processes on this machine (torch "
+                                "distributed through accelerate: gloo on CPU, NCCL with one GPU "
+                                "each); rank 0 writes the run. See docs/gradient.md.")] = 1,
     ) -> None:
         from trainer.gradient.config import load_config
 
@@ -55,11 +64,15 @@ def _train_command(method: str):
             from ledger.runtime import runtime_of
 
             runtime_of(ctx).contract.log_count()
-        result = run_training(config)
+        if num_processes > 1:
+            run_dir = run_distributed(config, config_path, num_processes,
+                                      max_steps=max_steps)
+        else:
+            run_dir = run_training(config).run_dir
         if publish:
             from trainer.reports import publish_and_show
 
-            publish_and_show(console, runtime_of(ctx), result.run_dir, publish)
+            publish_and_show(console, runtime_of(ctx), run_dir, publish)
 
     command.__doc__ = (f"{SUMMARIES[method]}\n\nWrites DIR/adapter (PEFT: adapter_config.json + "
                        "adapter_model.safetensors) and DIR/run.json (config, code and package "
@@ -85,6 +98,21 @@ def run_training(config, console: Console = console):
     from trainer.gradient.progress import train_with_progress
 
     return train_with_progress(config, console)
+
+
+def run_distributed(config, config_path: Path, num_processes: int, *,
+                    max_steps: int | None) -> Path:
+    """Train ``config`` with ``num_processes`` ranks (``trainer.gradient.distributed``; rank 0
+    shows the progress and the summary); the run directory."""
+    from trainer.gradient.distributed import launch
+    from trainer.gradient.train import check_run_dir
+
+    run_dir = Path(config.output_dir)
+    check_run_dir(run_dir)  # before N processes load the model
+    console.print(f"{config.method}: {num_processes} processes (torch distributed)",
+                  highlight=False)
+    launch(config_path.resolve(), config.method, run_dir.resolve(), max_steps, num_processes)
+    return run_dir
 
 
 def register(train_app: typer.Typer) -> None:

@@ -1,11 +1,12 @@
-"""The YAML config of a gradient-training run (`gym train sft|dpo|grpo|gspo CONFIG.yaml`).
+"""The YAML config of a gradient-training run (`gym train sft|dpo|kto|orpo|grpo|gspo CONFIG.yaml`).
 
 One file describes one run, in the spirit of LLaMA-Factory and Axolotl: the base model, the
 method, the dataset and its format, the LoRA adapter, the optimisation, and for GRPO/GSPO the
 rewards. Sections map onto TRL's `SFTConfig`/`DPOConfig`/`GRPOConfig` and PEFT's `LoraConfig`
 (see `trainer/gradient/train.py`); only the knobs a researcher turns every day are exposed.
 
-    method: sft                       # sft | dpo | grpo | gspo (optional: the command decides)
+    method: sft                       # sft | dpo | kto | orpo | grpo | gspo (optional: the
+                                      # command decides)
     model: ""                         # local model dir; "" = cached SmolLM2; tiny-random (tests)
     dataset: {path: trainer/data/sft_arith_alpaca.jsonl, format: alpaca}
     lora: {r: 8, alpha: 16, dropout: 0.0, target_modules: all-linear, rslora: false,
@@ -30,14 +31,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trainer.tfgrpo_config import ConfigError, resolve_input
 
-Method = Literal["sft", "dpo", "grpo", "gspo"]
-METHODS: tuple[str, ...] = ("sft", "dpo", "grpo", "gspo")
+Method = Literal["sft", "dpo", "kto", "orpo", "grpo", "gspo"]
+METHODS: tuple[str, ...] = ("sft", "dpo", "kto", "orpo", "grpo", "gspo")
 TINY_RANDOM = "tiny-random"
 # LoRA initialisations that rewrite the base weights (W -> W - BA): with the adapter disabled the
 # model is no longer the base, so TRL's implicit reference model (adapter off) would be wrong.
 BASE_MUTATING_INITS = ("pissa", "olora")
-FORMATS_BY_METHOD = {"sft": ("alpaca", "sharegpt"), "dpo": ("preference",),
-                     "grpo": ("prompt",), "gspo": ("prompt",)}
+FORMATS_BY_METHOD = {"sft": ("alpaca", "sharegpt"), "dpo": ("preference",), "kto": ("kto",),
+                     "orpo": ("preference",), "grpo": ("prompt",), "gspo": ("prompt",)}
+# methods whose reference model is the base with the adapter disabled (TRL's PEFT path)
+REFERENCE_BY_ADAPTER_OFF = ("dpo", "kto")
 
 
 class _Section(BaseModel):
@@ -46,9 +49,10 @@ class _Section(BaseModel):
 
 class DatasetSection(_Section):
     path: str = Field(description="local JSON or JSONL file (a list of objects, or one a line).")
-    format: Literal["alpaca", "sharegpt", "preference", "prompt"] = Field(
+    format: Literal["alpaca", "sharegpt", "preference", "kto", "prompt"] = Field(
         description="alpaca: instruction/input/output; sharegpt: conversations of {from, value}; "
-                    "preference: prompt/chosen/rejected; prompt: problem/answer (GRPO/GSPO).")
+                    "preference: prompt/chosen/rejected (DPO, ORPO); kto: prompt/completion/"
+                    "label (true: desirable); prompt: problem/answer (GRPO/GSPO).")
     system_prompt: str | None = Field(default=None, description=(
         "system message put before each alpaca/preference/prompt row (sharegpt rows carry "
         "their own); None = none (the tokenizer's template may add its default)."))
@@ -110,6 +114,19 @@ class DPOSection(_Section):
     loss_type: str = Field(default="sigmoid", description="TRL DPO loss (sigmoid, ipo, ...).")
 
 
+class KTOSection(_Section):
+    beta: float = Field(default=0.1, gt=0, description="strength of the KL pull to the base.")
+    desirable_weight: float = Field(default=1.0, gt=0, description=(
+        "weight of the desirable (label true) rows' loss; raise it when they are fewer."))
+    undesirable_weight: float = Field(default=1.0, gt=0, description=(
+        "weight of the undesirable (label false) rows' loss."))
+
+
+class ORPOSection(_Section):
+    beta: float = Field(default=0.1, gt=0, description=(
+        "lambda of the ORPO paper: weight of the odds-ratio term beside the SFT loss."))
+
+
 class GRPOSection(_Section):
     num_generations: int = Field(default=4, ge=2, description="G: completions per prompt.")
     max_completion_length: int = Field(default=128, ge=1, description="completion token cap.")
@@ -151,8 +168,9 @@ class RewardSection(_Section):
 class GradientConfig(_Section):
     """Everything of one gradient-training run; see the module docstring for the layout."""
 
-    method: Method | None = Field(default=None, description="sft | dpo | grpo | gspo; may be "
-                                                            "left out (the command decides).")
+    method: Method | None = Field(default=None, description="sft | dpo | kto | orpo | grpo | "
+                                                            "gspo; may be left out (the command "
+                                                            "decides).")
     model: str = Field(default="", description=(
         "local model directory; '' = SmolLM2-135M-Instruct (trainer.backends.default_model_dir);"
         " tiny-random = a ~100k-parameter random Llama written to <output_dir>/base (tests)."))
@@ -162,6 +180,8 @@ class GradientConfig(_Section):
                                                    "CUDA only) and train LoRA on top.")
     training: TrainingSection = Field(default_factory=TrainingSection)
     dpo: DPOSection | None = Field(default=None, description="dpo only.")
+    kto: KTOSection | None = Field(default=None, description="kto only.")
+    orpo: ORPOSection | None = Field(default=None, description="orpo only.")
     grpo: GRPOSection | None = Field(default=None, description="grpo and gspo only.")
     reward: RewardSection | None = Field(default=None, description="grpo and gspo only.")
     output_dir: str = Field(default="", description="run directory; '' = runs/<method>.")
@@ -171,19 +191,21 @@ class GradientConfig(_Section):
         if self.method is None:
             return self
         method = self.method
-        if self.dpo is not None and method != "dpo":
-            raise ValueError(f"the dpo section applies to method dpo, not {method}")
+        for section in ("dpo", "kto", "orpo"):
+            if getattr(self, section) is not None and method != section:
+                raise ValueError(f"the {section} section applies to method {section}, not "
+                                 f"{method}")
         if (self.grpo is not None or self.reward is not None) and method not in ("grpo", "gspo"):
             raise ValueError(f"the grpo and reward sections apply to grpo/gspo, not {method}")
         if self.dataset.format not in FORMATS_BY_METHOD[method]:
             raise ValueError(f"dataset.format {self.dataset.format!r} does not fit {method}: use "
                              f"{' or '.join(FORMATS_BY_METHOD[method])}")
-        if self.lora.mutates_base and (method == "dpo" or (method in ("grpo", "gspo") and
-                                                          self.grpo and self.grpo.beta > 0)):
+        if self.lora.mutates_base and (method in REFERENCE_BY_ADAPTER_OFF or (
+                method in ("grpo", "gspo") and self.grpo and self.grpo.beta > 0)):
             raise ValueError(
                 f"lora.init {self.lora.init!r} rewrites the base weights, but {method} takes the "
                 "base with the adapter disabled as its reference model; use init default or "
-                "gaussian" + (" (or grpo.beta: 0)" if method != "dpo" else ""))
+                "gaussian" + (" (or grpo.beta: 0)" if method in ("grpo", "gspo") else ""))
         if self.grpo is not None:
             completions = self.training.batch_size * self.training.grad_accumulation
             if completions % self.grpo.num_generations:
@@ -201,8 +223,10 @@ class GradientConfig(_Section):
                               f"`gym train {self.method}` or change `method:`")
         data = self.model_dump(exclude_unset=False)
         data["method"] = method
-        if method == "dpo" and data["dpo"] is None:
-            data["dpo"] = DPOSection().model_dump()
+        for section, default in (("dpo", DPOSection), ("kto", KTOSection),
+                                 ("orpo", ORPOSection)):
+            if method == section and data[section] is None:
+                data[section] = default().model_dump()
         if method in ("grpo", "gspo"):
             data["grpo"] = data["grpo"] or GRPOSection().model_dump()
             data["reward"] = data["reward"] or RewardSection().model_dump()

@@ -4,12 +4,14 @@
 |---|---|---|
 | alpaca | `instruction`, `input`?, `output`, `system`? | prompt/completion messages (SFT loss on the answer) |
 | sharegpt | `conversations: [{from, value}]`, `system`? | `messages` (SFT loss on the whole chat) |
-| preference | `prompt`, `chosen`, `rejected`, `system`? | prompt/chosen/rejected messages (DPO) |
+| preference | `prompt`, `chosen`, `rejected`, `system`? | prompt/chosen/rejected messages (DPO, ORPO) |
+| kto | `prompt`, `completion`, `label` (true/false), `system`? | prompt/completion messages + `label` (KTO) |
 | prompt | `problem`, `answer` | prompt messages + `problem`, `answer` columns (GRPO/GSPO rewards) |
 
 ShareGPT roles: `system`, `human`/`user`, `gpt`/`assistant`. Without a chat template (a base
 model's tokenizer) alpaca, preference and prompt rows become plain-text prompt/completion rows
-(an Alpaca-style `### Instruction / ### Response` layout); sharegpt needs a template.
+(an Alpaca-style `### Instruction / ### Response` layout); sharegpt needs a template. A kto
+`label` must be a JSON boolean (`"yes"` or 1 is refused, not guessed).
 
 A file is either JSONL (one object a line, blank lines skipped) or a JSON array of objects. Every
 bad row raises `DatasetFormatError` naming the file, the line (JSONL) or row index (JSON array)
@@ -150,6 +152,21 @@ def preference(row: Row, where: str, chat: bool, system_prompt: str | None) -> R
             "rejected": [{"role": "assistant", "content": rejected}]}
 
 
+def kto(row: Row, where: str, chat: bool, system_prompt: str | None) -> Row:
+    """KTO's unpaired rows: a prompt, one completion and whether it is desirable."""
+    prompt_text, completion = _text(row, where, "prompt"), _text(row, where, "completion")
+    label = row.get("label")
+    if not isinstance(label, bool):
+        raise DatasetFormatError(f"{where}: field 'label': must be true (desirable) or false, "
+                                 f"got {label!r}")
+    system = _system(row, where, system_prompt)
+    if not chat:
+        return {"prompt": _plain_prompt(system, prompt_text), "completion": completion,
+                "label": label}
+    return {"prompt": [*system, {"role": "user", "content": prompt_text}],
+            "completion": [{"role": "assistant", "content": completion}], "label": label}
+
+
 def prompt(row: Row, where: str, chat: bool, system_prompt: str | None) -> Row:
     problem = _text(row, where, "problem")
     answer = _text(row, where, "answer", allow_number=True)
@@ -160,7 +177,8 @@ def prompt(row: Row, where: str, chat: bool, system_prompt: str | None) -> Row:
             "answer": answer}
 
 
-CONVERTERS = {"alpaca": alpaca, "sharegpt": sharegpt, "preference": preference, "prompt": prompt}
+CONVERTERS = {"alpaca": alpaca, "sharegpt": sharegpt, "preference": preference, "kto": kto,
+              "prompt": prompt}
 
 
 def load_dataset_rows(path: str | Path, format: str, *, chat: bool,

@@ -10,11 +10,13 @@ against the problem's answer. From those:
   that re-checks the answer (16 rows);
 - `dpo_arith_pairs.jsonl`: preference pairs, the worked solution as `chosen` and the same steps
   with a slip in the last one as `rejected` (48 rows);
+- `kto_arith.jsonl`: the same pairs unpaired for KTO, each as a desirable row (`label: true`,
+  the worked solution) and an undesirable one (`label: false`, the slip) (96 rows);
 - `grpo_arith_easy.jsonl`: the one- and two-step problems (marbles, eggs, stickers) as
   problem/answer rows (24): SmolLM2-135M solves some of them, and GRPO learns only from groups
   whose rewards differ.
 
-    python -m trainer.gradient.sample_data trainer/data   # rewrites the four files, identical
+    python -m trainer.gradient.sample_data trainer/data   # rewrites the five files, identical
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _jsonl(rows: list[dict]) -> str:
 
 
 def write_sample_data(directory: str | Path, source: str | Path | None = None) -> list[Path]:
-    """Write the four files under `directory` from `source` (default arith_train.jsonl)."""
+    """Write the five files under `directory` from `source` (default arith_train.jsonl)."""
     directory = Path(directory)
     source = Path(source) if source else Path(__file__).parents[1] / "data" / "arith_train.jsonl"
     problems = [parse_json(line, max_bytes=LINE_BYTES, what=str(source))
@@ -130,10 +132,13 @@ def write_sample_data(directory: str | Path, source: str | Path | None = None) -
     rng = random.Random(0)
     pairs = [{"prompt": p["problem"], "chosen": worked_solution(p["problem"], p["answer"]),
               "rejected": slipped_solution(p["problem"], rng)} for p in problems[:48]]
+    unpaired = [{"prompt": pair["prompt"], "completion": pair[side], "label": side == "chosen"}
+                for pair in pairs for side in ("chosen", "rejected")]
     easy = [p for p in problems if len(_steps(p["problem"])) == 1 or "stickers" in p["problem"]]
     written = []
     for name, rows in (("sft_arith_alpaca.jsonl", alpaca), ("sft_arith_sharegpt.jsonl", sharegpt),
-                       ("dpo_arith_pairs.jsonl", pairs), ("grpo_arith_easy.jsonl", easy[:24])):
+                       ("dpo_arith_pairs.jsonl", pairs), ("kto_arith.jsonl", unpaired),
+                       ("grpo_arith_easy.jsonl", easy[:24])):
         path = directory / name
         path.write_text(_jsonl(rows), encoding="utf-8")
         written.append(path)

@@ -10,6 +10,10 @@ training itself:
   as `messages`: loss on the whole conversation);
 - dpo  -> `DPOTrainer`; the reference model is the base with the adapter disabled (TRL's PEFT
   path), so no second copy of the weights is loaded;
+- kto  -> `KTOTrainer` (TRL 1.16 has it in the stable API) on prompt/completion/label rows, the
+  reference model as DPO's;
+- orpo -> `trl.experimental.orpo.ORPOTrainer` on DPO's preference pairs (no reference model:
+  the odds-ratio term rides on the SFT loss);
 - grpo -> `GRPOTrainer` with the verifiers of `trainer/verifiers.py` as reward functions;
 - gspo -> the same with `importance_sampling_level="sequence"`, `loss_type="grpo"` and the GSPO
   paper's clip range (3e-4, 4e-4), as TRL documents GSPO.
@@ -45,6 +49,7 @@ from typing import Any
 from trainer._json import read_json_file
 from trainer.errors import TrainerError
 from trainer.gradient.config import TINY_RANDOM, GradientConfig
+from trainer.gradient.ranks import RankTrace, weights_digest
 from trainer.tfgrpo_config import ConfigError
 
 ADAPTER_DIR = "adapter"
@@ -177,7 +182,7 @@ def trl_arguments(config: GradientConfig, run_dir: Path, device: str):
         "gradient_accumulation_steps": t.grad_accumulation, "logging_steps": t.logging_steps,
         "gradient_checkpointing": t.gradient_checkpointing, "use_cpu": device == "cpu",
         "bf16": device == "cuda", "save_strategy": "no", "report_to": [], "disable_tqdm": True,
-        "dataloader_num_workers": 0,
+        "dataloader_num_workers": 0, "ddp_find_unused_parameters": False,
         "model_init_kwargs": {"dtype": "bfloat16" if config.qlora else "float32"}}
     try:
         if config.method == "sft":
@@ -189,6 +194,17 @@ def trl_arguments(config: GradientConfig, run_dir: Path, device: str):
 
             return DPOConfig(**common, max_length=t.max_length, beta=config.dpo.beta,
                              loss_type=[config.dpo.loss_type])
+        if config.method == "kto":
+            from trl import KTOConfig  # TRL 1.16: promoted from trl.experimental
+
+            k = config.kto
+            return KTOConfig(**common, max_length=t.max_length, beta=k.beta,
+                             desirable_weight=k.desirable_weight,
+                             undesirable_weight=k.undesirable_weight)
+        if config.method == "orpo":
+            from trl.experimental.orpo import ORPOConfig  # experimental in TRL 1.16
+
+            return ORPOConfig(**common, max_length=t.max_length, beta=config.orpo.beta)
         from trl import GRPOConfig
 
         g, gspo = config.grpo, config.method == "gspo"
@@ -226,6 +242,17 @@ def build_trainer(config: GradientConfig, base: BaseWeights, run_dir: Path, call
         from trl import DPOTrainer
 
         trainer = DPOTrainer(**shared)
+    elif config.method == "kto":
+        from trl import KTOTrainer
+
+        trainer = KTOTrainer(**shared)
+    elif config.method == "orpo":
+        from trl.experimental.orpo import ORPOTrainer
+
+        if quantization is not None:  # ORPOTrainer loads the model from model_init_kwargs
+            args.model_init_kwargs["quantization_config"] = quantization
+        del shared["quantization_config"]
+        trainer = ORPOTrainer(**shared)
     else:
         from trl import GRPOTrainer
 
@@ -303,10 +330,34 @@ def build_manifest(config: GradientConfig, base: BaseWeights, adapter_config: di
     }
 
 
+def distributed_section(trainer, rank: dict[str, Any], weights: str) -> dict[str, Any]:
+    """``run.hardware.distributed``: how many processes trained and how (every rank calls it:
+    the ranks' records are gathered to each)."""
+    from accelerate.utils import gather_object
+
+    accelerator, args = trainer.accelerator, trainer.args
+    world = accelerator.num_processes
+    ranks = gather_object([{"rank": accelerator.process_index, **rank,
+                            "weights_digest": weights}])
+    return {"world_size": world, "backend": accelerator.state.backend,
+            "per_device_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "global_batch_size": args.per_device_train_batch_size
+            * args.gradient_accumulation_steps * world,
+            "ranks": sorted(ranks, key=lambda r: r["rank"])}
+
+
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """``RunDirectoryError`` when ``run_dir`` already holds a finished run."""
+    if (run_dir / RUN_MANIFEST).exists() or (run_dir / ADAPTER_DIR).exists():
+        raise RunDirectoryError(f"{run_dir} already holds a run ({ADAPTER_DIR}/ or "
+                                f"{RUN_MANIFEST}); choose another --output or remove it")
 
 
 def train(config: GradientConfig, callbacks=()) -> TrainResult:
@@ -314,17 +365,27 @@ def train(config: GradientConfig, callbacks=()) -> TrainResult:
     if config.method is None:
         raise ConfigError("the config names no method: load it with load_config(..., method=)")
     run_dir = Path(config.output_dir)
-    if (run_dir / RUN_MANIFEST).exists() or (run_dir / ADAPTER_DIR).exists():
-        raise RunDirectoryError(f"{run_dir} already holds a run ({ADAPTER_DIR}/ or "
-                                f"{RUN_MANIFEST}); choose another --output or remove it")
+    check_run_dir(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    base = resolve_base_model(config, run_dir)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of `distributed.launch`
+        from accelerate import PartialState
+
+        with PartialState().main_process_first():  # rank 0 writes base/, the others read it
+            base = resolve_base_model(config, run_dir)
+    else:
+        base = resolve_base_model(config, run_dir)
     trainer = build_trainer(config, base, run_dir, callbacks)
+    trace = RankTrace(trainer.model)
     trainer.train()
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    accelerator = trainer.accelerator
+    model = accelerator.unwrap_model(trainer.model)
+    distributed = distributed_section(trainer, trace.close(), weights_digest(model))
+    if not accelerator.is_main_process:  # rank 0 alone writes the run directory
+        return TrainResult(run_dir, {}, trainer)
     adapter_config = save_adapter(model, run_dir / ADAPTER_DIR, base.name)
     manifest = build_manifest(config, base, adapter_config, trainer.state.log_history,
                               trainer.state.global_step)
+    manifest["run"]["hardware"]["distributed"] = distributed
     _write_json(run_dir / RUN_MANIFEST, manifest)
     try:
         (run_dir / "trl").rmdir()  # TRL's output_dir: empty unless something saved there

@@ -1,0 +1,105 @@
+"""`gym train sft --num-processes 2` through the real `gym` command on the tiny random model:
+two CPU ranks (torch distributed, gloo, through accelerate) train one adapter; a rank killed
+with -9 ends the run with one line naming it and nothing written."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path: Path) -> Path:
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        "method: sft\nmodel: tiny-random\n"
+        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca, "
+        "limit: 16}\n"
+        "lora: {r: 4, alpha: 8}\n"
+        "training: {max_steps: 3, batch_size: 2, max_length: 512, seed: 5, logging_steps: 1}\n"
+        f"output_dir: {tmp_path / 'run'}\n")
+    return config
+
+
+def test_two_ranks_train_one_adapter_and_rank_0_writes_it(gym_env, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    result = gym_env.run("train", "sft", str(_config(tmp_path)), "--num-processes", "2",
+                         timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "sft: 2 processes" in result.stdout
+    assert result.stdout.count("final_train_loss") == 1  # one summary: rank 0's
+    run = tmp_path / "run"
+    assert sorted(p.name for p in run.iterdir()) == [".ranks", "adapter", "base", "run.json"]
+    assert [p.name for p in (run / ".ranks").iterdir()] == ["torchrun.log"]  # no rank failed
+    assert sorted(p.name for p in (run / "adapter").iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors"]
+
+    manifest = json.loads((run / "run.json").read_text())
+    distributed = manifest["run"]["hardware"]["distributed"]
+    assert (distributed["world_size"], distributed["backend"]) == (2, "gloo")
+    assert (distributed["per_device_batch_size"], distributed["global_batch_size"]) == (2, 4)
+    ranks = distributed["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["batches"] == 3 for r in ranks)
+    # each rank trained on its own shard, and the averaged gradients kept one adapter
+    assert ranks[0]["inputs_digest"] != ranks[1]["inputs_digest"]
+    assert ranks[0]["weights_digest"] == ranks[1]["weights_digest"]
+    assert manifest["run"]["metrics"]["train_steps"] == 3
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run / "base"),
+                                      run / "adapter")
+    lora = [p for name, p in model.named_parameters() if "lora_B" in name]
+    assert lora and any(p.abs().sum() > 0 for p in lora)  # trained: B starts at zero
+
+
+def _rank_pid(rank: int, deadline: float) -> int | None:
+    """The pid of the training process with RANK=rank, once it exists."""
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                environ = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"trainer.gradient.distributed" in cmdline and f"RANK={rank}".encode() in environ:
+                return int(proc.name)
+        time.sleep(0.2)
+    return None
+
+
+def test_a_rank_killed_ends_the_run_with_one_line_and_nothing_written(gym_env, tmp_path):
+    import os
+    import signal
+
+    run = tmp_path / "run"
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.update(result=gym_env.run(
+        "train", "sft", str(_config(tmp_path)), "--num-processes", "2", "--max-steps", "100000",
+        timeout=600)))
+    worker.start()
+    pid = _rank_pid(1, time.monotonic() + 120)
+    assert pid is not None, "rank 1 never started"
+    deadline = time.monotonic() + 180
+    while not (run / "base" / "config.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # rank 0 has written the base: the ranks are in the process group
+    os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=300)
+    result = outcome["result"]
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: rank 1 died (exit status -9)"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (run / "run.json").exists() and not (run / "adapter").exists()
+
+
+@pytest.mark.parametrize("processes", ["0", "65"])
+def test_num_processes_out_of_range_is_refused(gym_env, tmp_path, processes):
+    result = gym_env.run("train", "sft", str(_config(tmp_path)), "--num-processes", processes)
+    assert result.returncode == 2 and "--num-processes" in result.stderr
