@@ -78,6 +78,7 @@ from inference_node.library import LibrarySnapshot, LibrarySource
 from inference_node.metrics import NodeMetrics
 from inference_node.normalized_request import constraint_of, normalized_request, request_key
 from inference_node.protocol import (
+    NORMALIZED_KEYS,
     ChatChoice,
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -437,6 +438,8 @@ class OpenAIServing:
         outside the model's vocabulary."""
         from inference_node.sampler_knobs import from_normalized
 
+        if not any(name in normalized for name in NORMALIZED_KEYS):
+            return None  # gym-sampler/1
         vocab = self.engine.vocab_size
         for name, ids in (("logit_bias", [int(t) for t in normalized.get("logit_bias", {})]),
                           ("stop_token_ids", normalized.get("stop_token_ids", []))):

@@ -191,7 +191,8 @@ def test_client_libraries_and_sampler_knobs_on_a_vllm_node(engine, vllm_json_mod
                                                            monkeypatch):
     """What test_client_libraries and test_sampler_knobs_node drive on the transformers engine,
     on a signing vLLM node: LangChain's structured output by function calling, instructor in
-    JSON-schema mode, and the openai client with gym-sampler/2's knobs. Every receipt verifies
+    JSON-schema mode, LiteLLM with a JSON schema, and the openai client with gym-sampler/2's
+    knobs. Every receipt verifies
     on a transformers prefill (grammar, sampler with the knobs, termination), and the knobs'
     answers are the transformers node's, token for token."""
     import instructor
@@ -228,6 +229,16 @@ def test_client_libraries_and_sampler_knobs_on_a_vllm_node(engine, vllm_json_mod
             model=MODEL_NAME, response_model=Verdict, max_retries=0, max_tokens=48,
             temperature=0, messages=[{"role": "user", "content": "Is 2 + 3 = 5?"}]), Verdict)
         wire.verify_last(verifier, vllm_json_model_dir, monkeypatch)
+        monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of its prices
+        import litellm
+
+        response = litellm.completion(
+            model=f"openai/{MODEL_NAME}", api_base=node.base_url, api_key="x", max_tokens=48,
+            temperature=0, messages=[{"role": "user", "content": "Is 2 + 3 = 5?"}],
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "Verdict", "schema": Verdict.model_json_schema()}})
+        Verdict.model_validate_json(response.choices[0].message.content)
+        assert response.model_dump()["receipt"]["v"] == 2
 
         for url in (node.base_url, transformers_node.base_url):
             plain = openai.OpenAI(base_url=url, api_key="x", max_retries=0,
