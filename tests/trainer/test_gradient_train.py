@@ -104,6 +104,11 @@ def test_training_moves_lora_only_and_the_adapter_reloads(tmp_path, case):
     assert run.config["training"]["seed"] == 1 and run.config["method"] == config.method
     assert run.dataset_digests == [file_digest(config.dataset.path)]
     assert len(run.metrics["train_loss"]) == 3
+    # the throughput per step, and tokens per second where TRL counts tokens
+    assert len(run.metrics["step_time_s"]) == 3 and min(run.metrics["step_time_s"]) > 0
+    if "num_tokens" in run.metrics:  # one rate per row that counts tokens
+        rates = run.metrics["step_tokens_per_s"]
+        assert len(rates) == len(run.metrics["num_tokens"]) and min(rates) > 0
     adapter = manifest["adapter"]
     assert adapter["config"] == json.loads(
         (result.run_dir / "adapter" / "adapter_config.json").read_text())

@@ -222,6 +222,36 @@ def trl_arguments(config: GradientConfig, run_dir: Path, device: str):
         raise ConfigError(f"TRL refused the {config.method} settings: {exc}") from None
 
 
+def _throughput_callback():
+    """A `TrainerCallback` that adds to each training log row the seconds per optimizer step
+    since the previous row (`step_time_s`) and, where TRL counts tokens (its cumulative
+    `num_tokens`, all ranks), the tokens per second over them (`step_tokens_per_s`): the
+    throughput curves of `run.metrics`."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class Throughput(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            start = time.perf_counter()
+            self.last = (start, state.global_step)  # the previous training row
+            self.counted = (start, 0.0)  # the previous row with a token count
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            row = state.log_history[-1] if state.log_history else {}
+            if "loss" not in row or state.global_step <= self.last[1]:
+                return
+            now = time.perf_counter()
+            row["step_time_s"] = (now - self.last[0]) / (state.global_step - self.last[1])
+            self.last = (now, state.global_step)
+            if "num_tokens" in row and now > self.counted[0]:
+                tokens = float(row["num_tokens"])
+                row["step_tokens_per_s"] = (tokens - self.counted[1]) / (now - self.counted[0])
+                self.counted = (now, tokens)
+
+    return Throughput()
+
+
 def build_trainer(config: GradientConfig, base: BaseWeights, run_dir: Path, callbacks=()):
     """The TRL trainer of `config`, its model wrapped by PEFT (nothing trained yet)."""
     from transformers import PrinterCallback
@@ -233,7 +263,8 @@ def build_trainer(config: GradientConfig, base: BaseWeights, run_dir: Path, call
     dataset = load_train_dataset(config, tokenizer)
     shared = {"model": str(base.path), "args": args, "train_dataset": dataset,
               "processing_class": tokenizer, "peft_config": lora_config(config),
-              "callbacks": list(callbacks), "quantization_config": quantization}
+              "callbacks": [*callbacks, _throughput_callback()],
+              "quantization_config": quantization}
     if config.method == "sft":
         from trl import SFTTrainer
 
