@@ -123,7 +123,9 @@ def test_the_verifier_service_rejects_a_stalling_challenge_and_judges_the_next(t
     from committee.judge import REJECTED_OUTCOME
     from committee.service import worker_judges
 
-    bounded = JudgeWorker(partial(judge_ops.challenge_ops, 60), JudgeBounds(deadline_s=1))
+    # 3 s: the ordinary judgement (an instant op) must fit it on a loaded 2-core machine; at 1 s
+    # the fresh worker's answer once came later there, under a full `make test`
+    bounded = JudgeWorker(partial(judge_ops.challenge_ops, 60), JudgeBounds(deadline_s=3))
     judge_challenge, _ = worker_judges(bounded)
     opened = [OpenedChallenge(challenge_id=i, registry_challenge_id=i, operator="0x" + "11" * 20,
                               challenger="0x" + "22" * 20, receipt_hash=bytes(32), bond=1,
@@ -132,9 +134,9 @@ def test_the_verifier_service_rejects_a_stalling_challenge_and_judges_the_next(t
     try:
         started = time.monotonic()
         stalled = judge_challenge(opened[0])
-        assert time.monotonic() - started < 4
+        assert time.monotonic() - started < 6
         assert stalled.outcome == REJECTED_OUTCOME and stalled.reason == ""
-        assert "took more than 1 s: more than verifiers allow" in stalled.detail
+        assert "took more than 3 s: more than verifiers allow" in stalled.detail
         assert stalled.verdict(1, bytes(32)).verdict == 2  # signed as a rejection
         ordinary = judge_challenge(opened[1])
         assert ordinary.outcome == REJECTED_OUTCOME
