@@ -58,8 +58,9 @@ MAX_STOP_TOKEN_IDS = 16
 MAX_TOKEN_ID = 2**31 - 1
 # the normalized request's keys for them (absent when neutral): the sampler's order, then the
 # two that only change where an answer stops (`inference_node.generation_checks`)
-NORMALIZED_KEYS = ("min_tokens", "logit_bias", "repetition_penalty", "frequency_penalty",
-                   "presence_penalty", "min_p", "top_k", "ignore_eos", "stop_token_ids")
+SAMPLER_KEYS = ("min_tokens", "logit_bias", "repetition_penalty", "frequency_penalty",
+                "presence_penalty", "min_p", "top_k")
+NORMALIZED_KEYS = (*SAMPLER_KEYS, "ignore_eos", "stop_token_ids")
 
 
 def new_id(prefix: str) -> str:

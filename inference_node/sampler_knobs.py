@@ -75,8 +75,8 @@ class Knobs:
         ids = [token for token, _ in self.logit_bias]
         if len(ids) > MAX_BIASED_TOKENS or ids != sorted(set(ids)) \
                 or any(_bad_id(t) for t in ids) \
-                or any(not isinstance(b, float) or not math.isfinite(b) or not b or abs(b) > MAX_BIAS
-                       for _, b in self.logit_bias):
+                or any(not isinstance(b, float) or not math.isfinite(b) or not b
+                       or abs(b) > MAX_BIAS for _, b in self.logit_bias):
             raise SamplingError(f"logit_bias must be at most {MAX_BIASED_TOKENS} (id, non-zero "
                                 f"float bias within +-{MAX_BIAS:g}) pairs, ids ascending")
         if any(_bad_id(t) for t in self.min_tokens_ids):
@@ -96,7 +96,7 @@ class Knobs:
 
     @property
     def filters(self) -> bool:
-        """Steps 5 or 6 are on (the rows need ``check_row``)."""
+        """Steps 5 or 6 are on (the verifier checks those rows with ``_check_filtered``)."""
         return self.min_p > 0 or self.top_k > 0
 
     @property
@@ -171,13 +171,17 @@ class History:
         self.counts[token] += 1
         self.length += 1
 
+    def sync(self, output_ids: Sequence[int]) -> History:
+        """Count the ids of the growing completion ``output_ids`` not counted yet (an engine
+        keeps one History per request and calls this before each token)."""
+        for token in output_ids[self.length:]:
+            self.add(int(token))
+        return self
+
 
 def history(vocab: int, prompt_ids: Sequence[int], output_ids: Sequence[int],
             device: Any = None) -> History:
-    h = History(vocab, prompt_ids, device)
-    for token in output_ids:
-        h.add(int(token))
-    return h
+    return History(vocab, prompt_ids, device).sync(output_ids)
 
 
 def pre_temperature(z: torch.Tensor, knobs: Knobs, position: int, past: History | None

@@ -53,7 +53,7 @@ from inference_node.engine import (
 from inference_node.generation_checks import eos_token_ids
 from inference_node.injection import PrefixKVCache, Prompt
 from inference_node.response_format import Constraint, check_compiles
-from inference_node.sampler_knobs import history
+from inference_node.sampler_knobs import History
 from inference_node.sampling import choose
 from trainer.grammar import Grammars, TokenMask
 
@@ -71,6 +71,7 @@ class _Request:
     activations: list[Any] = field(default_factory=list)
     sent_chars: int = 0
     mask: TokenMask | None = None  # the grammar's progress, with `params.constraint`
+    past: Any = None  # the penalties' History (`sampler_knobs`), with penalty knobs
 
     def emit(self, item: GenerationDelta | Exception) -> None:
         try:
@@ -386,8 +387,10 @@ class TransformersEngine(Engine):
             allowed = request.mask.allowed().to(logits.device)
         knobs, past = params.knobs, None
         if knobs is not None and knobs.reads_history and request is not None:
-            past = history(logits.numel(), request.prompt.all_token_ids, request.token_ids,
-                           logits.device)
+            if request.past is None:
+                request.past = History(logits.numel(), request.prompt.all_token_ids,
+                                       logits.device)
+            past = request.past.sync(request.token_ids)
         token = choose(logits, temperature=params.temperature, top_p=params.top_p,
                        seed=params.seed, request_key=params.request_key, position=position,
                        allowed=allowed, knobs=knobs, past=past).token

@@ -42,7 +42,7 @@ from inference_node.normalized_request import (
     normalized_request,
     request_key,
 )
-from inference_node.protocol import NORMALIZED_KEYS
+from inference_node.protocol import SAMPLER_KEYS
 from inference_node.receipts import (
     ReceiptDomain,
     model_digest,
@@ -187,7 +187,7 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
     mode = ("greedy" if s.temperature < GREEDY_BELOW
             else f"temperature {s.temperature:g}, top_p {s.top_p:g}, seed {s.seed}")
     if not knobs.neutral:
-        mode += ", " + ", ".join(f"{k} {request[k]}" for k in NORMALIZED_KEYS[:7]
+        mode += ", " + ", ".join(f"{k} {request[k]}" for k in SAMPLER_KEYS
                                  if k in request)
     checks.append(ReceiptCheck(
         "sampling", True, f"all {result.positions} tokens are {receipt.sampler}'s choice "

@@ -13,8 +13,8 @@ position ``len(output_token_ids)``; the row is then set to ``-inf`` everywhere b
 ``knobs``, ``sampler_knobs.Knobs.to_wire``) the row's penalties read the prompt ids vLLM hands
 the processor and the live output ids; vLLM's own penalties, bias, min_p and top_k are never
 set (the request is greedy), and its min_tokens processor masks the same stop ids before this
-one does (``serving`` passes the ids the node's sampler masks). Logprobs are unaffected: vLLM computes them from the
-raw logits before any processor (``logprobs_mode="raw_logprobs"``, its default).
+one does (``serving`` passes the ids the node's sampler masks). Logprobs are unaffected: vLLM
+computes them from the raw logits before any processor (``logprobs_mode="raw_logprobs"``, its default).
 
 The processor is registered by name (``vllm_engine.SAMPLER_PROCESSOR``, an
 ``AsyncEngineArgs.logits_processors`` entry) and instantiated in vLLM's engine-core process,
@@ -47,7 +47,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from inference_node.response_format import Constraint, FormatError
-from inference_node.sampler_knobs import History, Knobs, history
+from inference_node.sampler_knobs import History, Knobs
 from inference_node.sampling import REQUEST_KEY_BYTES, SamplingError, choose
 from trainer.grammar import GrammarError, Grammars, TokenMask, grammar_text
 
@@ -84,8 +84,8 @@ class _Row:
     """One request's sampler inputs, its live list of output token ids and, for a constrained
     request, its mask and how many of ``output_ids`` the mask has accepted."""
 
-    __slots__ = ("accepted", "key", "knobs", "mask", "output_ids", "prompt_ids", "seed",
-                 "temperature", "top_p")
+    __slots__ = ("_past", "accepted", "key", "knobs", "mask", "output_ids", "prompt_ids",
+                 "seed", "temperature", "top_p")
 
     def __init__(self, temperature: float, top_p: float, seed: int, key: bytes,
                  knobs: Knobs | None, output_ids: list[int], prompt_ids: list[int],
@@ -95,13 +95,16 @@ class _Row:
         self.output_ids, self.prompt_ids = output_ids, prompt_ids
         self.mask = mask
         self.accepted = 0
+        self._past: History | None = None
 
     def past(self, vocab: int, device: torch.device) -> History | None:
         """What the penalties read: the prompt and the completion so far (None without
-        penalties)."""
+        penalties); built once, then grown with the ids vLLM appended since."""
         if self.knobs is None or not self.knobs.reads_history:
             return None
-        return history(vocab, self.prompt_ids, self.output_ids, device)
+        if self._past is None:
+            self._past = History(vocab, self.prompt_ids, device)
+        return self._past.sync(self.output_ids)
 
     def allowed(self) -> torch.Tensor | None:
         """The mask over the next token, after accepting the tokens vLLM appended since."""
