@@ -9,9 +9,9 @@ ignored what it asked for. vLLM's `guided_choice`, `guided_regex`, `guided_json`
 `structured_outputs` are honoured (`inference_node.guided`), and so are the sampling knobs
 `gym-sampler/2` adds (`presence_penalty`, `frequency_penalty`, `logit_bias`,
 `repetition_penalty`, `top_k`, `min_p`, `min_tokens`) and the stopping ones (`ignore_eos`,
-`stop_token_ids`), declared here with vLLM's domains (`inference_node.sampler_knobs`). Other unknown fields are ignored,
-as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own sample with its own receipt, so the bound keeps one request's
-work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
+`stop_token_ids`), declared here with vLLM's domains (`inference_node.sampler_knobs`). Other
+unknown fields are ignored, as vLLM's server does. `n` is 1 to `MAX_N` (each choice is its own
+sample with its own receipt, so the bound keeps one request's work in line). `top_logprobs` needs `logprobs`, and `stream_options` needs `stream`, as in
 OpenAI and vLLM. `parallel_tool_calls: false` bounds an answer to one call
 (`inference_node.tools`).
 
@@ -295,7 +295,7 @@ class _SamplingRequest(_StrictRequest):
 
     def knobs(self) -> dict[str, object]:
         """The gym-sampler/2 and stopping knobs that are not neutral, as the normalized request
-        holds them (``sampler_knobs.NORMALIZED_KEYS``)."""
+        holds them (``NORMALIZED_KEYS``)."""
         neutral = {"min_tokens": 0, "logit_bias": None, "repetition_penalty": 1.0,
                    "frequency_penalty": 0.0, "presence_penalty": 0.0, "min_p": 0.0,
                    "ignore_eos": False, "stop_token_ids": None}
