@@ -494,7 +494,10 @@ def main() -> None:
         try:
             app()
         except EXPECTED_ERRORS as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            from rich.markup import escape  # a message may hold brackets: "[pair.cc:553] ..."
+
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False,
+                              soft_wrap=True)
             sys.exit(1)
         except SystemExit as done:
             if done.code in (0, None):

@@ -103,3 +103,50 @@ def test_a_rank_killed_ends_the_run_with_one_line_and_nothing_written(gym_env, t
 def test_num_processes_out_of_range_is_refused(gym_env, tmp_path, processes):
     result = gym_env.run("train", "sft", str(_config(tmp_path)), "--num-processes", processes)
     assert result.returncode == 2 and "--num-processes" in result.stderr
+
+
+TORCHRUN_REPORT = """terminate called without an active exception
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+trainer.gradient.distributed FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 11182)
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 11183)
+=======================================================
+"""
+
+
+def test_a_rank_killed_is_named_even_when_the_others_wrote_errors_first(tmp_path):
+    from trainer.gradient.distributed import _failure
+
+    ranks = tmp_path / ".ranks"
+    ranks.mkdir()
+    log = ranks / "torchrun.log"
+    log.write_text(TORCHRUN_REPORT)
+    # rank 0 noticed the dead peer first: gloo's message, brackets and all
+    (ranks / "rank-0.error").write_text(
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+        "Connection closed by peer [127.0.0.1]:1234\n")
+    assert _failure(ranks, log, 1).startswith("rank 1 died (exit status -9)")
+    # a rank that raised (its own error file) is named with its message
+    log.write_text(TORCHRUN_REPORT.replace("exitcode  : -9", "exitcode  : 1"))
+    assert _failure(ranks, log, 1).startswith("rank 0 failed: RuntimeError: [/__w/")
+
+
+def test_an_error_message_with_brackets_is_printed_as_it_is(gym_env, tmp_path):
+    """The root prints a failing command's message verbatim: text in brackets is not rich
+    markup (a gloo message "[/__w/.../pair.cc:553] ..." once crashed the error printer)."""
+    for name in ("[bold]x", "[/odd]"):
+        config = tmp_path / name.replace("/", "") / "c.yaml"
+        config.parent.mkdir()
+        config.write_text("method: sft\nbogus: 1\n")
+        result = gym_env.run("train", "sft", str(config))
+        assert result.returncode == 1
+        assert result.stderr == f"error: {config}: dataset: Field required; bogus: unknown key\n"

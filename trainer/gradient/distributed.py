@@ -69,14 +69,23 @@ def launch(config_path: Path, method: str, output_dir: Path, max_steps: int | No
 
 
 def _failure(ranks: Path, log: Path, returncode: int) -> str:
-    """One line: the first rank that failed and why."""
-    errors = sorted(ranks.glob("rank-*.error"), key=lambda p: p.stat().st_mtime)
+    """One line: the rank that failed first and why. A rank killed by a signal (not torchrun's
+    own SIGTERM to the others) is the cause even when the others wrote errors first: their
+    "connection closed by peer" is the consequence."""
+    errors = {p.stem.removeprefix("rank-"): p for p in ranks.glob("rank-*.error")}
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    report = text.rpartition("FAILED")[2]  # torchrun's ChildFailedError: failures, root cause
+    exits = re.findall(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", report, re.DOTALL)
+    for rank, status in exits:
+        if int(status) < 0 and int(status) != -15 and rank not in errors:
+            return (f"rank {rank} died (exit status {status}) before training finished; "
+                    f"torchrun's log: {log}")
     if errors:
-        rank = errors[0].stem.removeprefix("rank-")
-        message = errors[0].read_text(encoding="utf-8").strip().splitlines()[-1]
+        first = min(errors.values(), key=lambda p: p.stat().st_mtime)
+        rank = first.stem.removeprefix("rank-")
+        message = first.read_text(encoding="utf-8").strip().splitlines()[-1]
         return f"rank {rank} failed: {message}"
-    text = log.read_text(encoding="utf-8", errors="replace")
-    root = text.rpartition("Root Cause")[2]  # torchrun's ChildFailedError: the first failure
+    root = report.rpartition("Root Cause")[2]
     died = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", root, re.DOTALL)
     if died:
         return (f"rank {died.group(1)} died (exit status {died.group(2)}) before training "
@@ -113,6 +122,7 @@ def _worker(argv: list[str]) -> int:
 
             quiet_library_output()
             train(config)
+        _leave_process_group()
     except BaseException as exc:  # noqa: BLE001 (any failure ends this rank with its message)
         errors.mkdir(parents=True, exist_ok=True)
         text = str(exc).replace("\n", " ") or type(exc).__name__
@@ -120,6 +130,17 @@ def _worker(argv: list[str]) -> int:
                                                    encoding="utf-8")
         return 1
     return 0
+
+
+def _leave_process_group() -> None:
+    """Wait for every rank, then take the process group down before the interpreter exits: a
+    gloo group left to the exit handlers can abort a rank that already finished ("terminate
+    called without an active exception", SIGABRT), failing a run whose adapter was written."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
