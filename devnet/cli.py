@@ -27,6 +27,7 @@ import ledger.cli
 import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
+import trainer.swarm.cli
 from contracts.signing import held_notices
 from devnet.errors import DevnetError
 from devnet.help import GymGroup
@@ -56,6 +57,7 @@ app.add_typer(ledger.cli.verify_app, name="verify")
 trainer.gradient.cli.register(trainer.cli.train_app)
 app.add_typer(trainer.cli.train_app, name="train")
 app.add_typer(trainer.adapters.cli.app, name="adapter")
+app.add_typer(trainer.swarm.cli.app, name="swarm")
 app.add_typer(inference_node.cli.app, name="node")
 app.add_typer(committee.cli.app, name="verifier")
 app.command(name="eval")(trainer.cli.eval_library)

@@ -90,6 +90,14 @@ class LedgerRuntime:
             return chain.private_key
         return chain.choose_key(self.contract.w3.eth.chain_id, self.account)
 
+    def recorded_signing_key(self) -> str | None:
+        """``signing_key`` by the chain id the deployment recorded, without asking the chain
+        (a swarm peer signs records, not transactions, and may never reach the RPC)."""
+        chain = self.chain
+        if chain.choose_key is None or chain.chain_id is None:
+            return chain.private_key
+        return chain.choose_key(chain.chain_id, self.account)
+
 
 def runtime_of(ctx: Any) -> LedgerRuntime:
     """The ``LedgerRuntime`` a command finds in ``ctx.obj`` (a click/typer context)."""

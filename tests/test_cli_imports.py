@@ -18,7 +18,7 @@ from gym_helpers import GYM
 # web3 pulls in py_ecc and eth-account; the ML stack is torch and what sits on it.
 CHAIN = ("web3", "eth_account", "eth_abi", "eth_utils", "py_ecc", "sqlalchemy", "alembic")
 ML = ("torch", "transformers", "vllm", "trl", "peft", "accelerate", "datasets", "xgrammar",
-      "toploc", "safetensors", "numpy")
+      "toploc", "safetensors", "numpy", "hivemind")
 
 
 def _modules(stderr: str) -> set[str]:

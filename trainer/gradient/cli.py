@@ -12,6 +12,7 @@
 this module does not import torch; the commands load TRL when they run.
 """
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -48,6 +49,42 @@ def _train_command(method: str):
             min=1, max=64, help="Train data-parallel with N processes on this machine (torch "
                                 "distributed through accelerate: gloo on CPU, NCCL with one GPU "
                                 "each); rank 0 writes the run. See docs/gradient.md.")] = 1,
+        swarm: Annotated[str | None, typer.Option(
+            metavar="RUN", rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Start or join the collaborative run RUN: peers anywhere average their "
+                 "gradients through hivemind; --max-steps counts the run's collaborative "
+                 "steps.")] = None,
+        initial_peers: Annotated[list[str] | None, typer.Option(
+            metavar="MADDR", envvar="GYM_SWARM_PEERS", rich_help_panel="Volunteer training "
+            "(docs/swarm.md)", help="A peer of the run to join through (the `swarm peer:` line "
+                                   "another peer printed); repeatable.")] = None,
+        target_batch_size: Annotated[int | None, typer.Option(
+            min=1, rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Samples per collaborative step, all peers together [default: 4 local "
+                 "batches].")] = None,
+        min_peers: Annotated[int, typer.Option(
+            min=1, max=1024, rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Hold the first step until this many peers joined.")] = 1,
+        host_maddrs: Annotated[list[str] | None, typer.Option(
+            metavar="MADDR", rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Listen here (repeatable) [default: /ip4/0.0.0.0/tcp/0].")] = None,
+        announce_maddrs: Annotated[list[str] | None, typer.Option(
+            metavar="MADDR", rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Tell the peers to reach this peer here (repeatable): a public address, or a "
+                 "relay's for a peer behind NAT.")] = None,
+        compression: Annotated[str, typer.Option(
+            rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Compress averaged gradients and parameters: none, float16 or 8bit.")
+        ] = "none",
+        matchmaking_time: Annotated[float, typer.Option(
+            min=0.5, max=600, rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Seconds a round waits to gather its group (3-5 on one network, 10-15 over "
+                 "the internet).")] = 5.0,
+        account: Annotated[int | None, typer.Option(
+            "--account", rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="With --swarm: Anvil's account N signs this peer's contribution records "
+                 "(devnet only; else GYM_PUBLISHER_KEY, else on the devnet account 0).")
+        ] = None,
     ) -> None:
         from trainer.gradient.config import load_config
 
@@ -64,7 +101,38 @@ def _train_command(method: str):
             from ledger.runtime import runtime_of
 
             runtime_of(ctx).contract.log_count()
-        if num_processes > 1:
+        swarm_flags = {"--initial-peers": initial_peers, "--target-batch-size": target_batch_size,
+                       "--min-peers": min_peers != 1, "--host-maddrs": host_maddrs,
+                       "--announce-maddrs": announce_maddrs, "--account": account is not None,
+                       "--compression": compression != "none",
+                       "--matchmaking-time": matchmaking_time != 5.0}
+        if swarm is None:
+            used = [flag for flag, value in swarm_flags.items() if value]
+            if used:
+                raise typer.BadParameter(f"{used[0]} applies to a --swarm run")
+        elif num_processes > 1:
+            raise typer.BadParameter("--swarm and --num-processes: one at a time (a peer of a "
+                                     "swarm trains in one process)")
+        if swarm is not None:
+            from ledger.runtime import runtime_of
+            from trainer.swarm.peer import SwarmOptions, SwarmSession
+
+            runtime = runtime_of(ctx)
+            runtime.account = account
+            options = SwarmOptions(
+                run=swarm, initial_peers=tuple(initial_peers or ()),
+                target_batch_size=target_batch_size, min_peers=min_peers,
+                host_maddrs=tuple(host_maddrs or ("/ip4/0.0.0.0/tcp/0",)),
+                announce_maddrs=tuple(announce_maddrs or ()), compression=compression,
+                matchmaking_time=matchmaking_time)
+            key = (os.environ.get("GYM_PUBLISHER_KEY") if account is None else None) \
+                or runtime.recorded_signing_key()
+            if key is None:
+                raise typer.BadParameter("--swarm needs a key to sign contribution records: "
+                                         "set GYM_PUBLISHER_KEY")
+            session = SwarmSession(config, options, key, console)
+            run_dir = run_training(config, swarm=session).run_dir
+        elif num_processes > 1:
             run_dir = run_distributed(config, config_path, num_processes,
                                       max_steps=max_steps)
         else:
@@ -92,12 +160,12 @@ def check_dataset(config) -> None:
                       system_prompt=section.system_prompt, limit=section.limit)
 
 
-def run_training(config, console: Console = console):
+def run_training(config, console: Console = console, swarm=None):
     """Train with a progress bar and print the run's summary; returns the `TrainResult`
     (`trainer.gradient.progress.train_with_progress` on this module's console)."""
     from trainer.gradient.progress import train_with_progress
 
-    return train_with_progress(config, console)
+    return train_with_progress(config, console, swarm=swarm)
 
 
 def run_distributed(config, config_path: Path, num_processes: int, *,

@@ -68,17 +68,22 @@ class RichProgressCallback(TrainerCallback):
             self.progress = None
 
 
-def train_with_progress(config, console: Console):
+def train_with_progress(config, console: Console, swarm=None):
     """Train `config` with a progress bar on `console` and print the run's summary (metrics,
-    adapter and manifest paths); returns the `TrainResult`."""
+    adapter and manifest paths); returns the `TrainResult`. With ``swarm`` (a
+    `trainer.swarm.peer.SwarmSession`) the session shows the run's collaborative steps."""
     from trainer.gradient.train import train
 
     quiet_library_output()
     loading = console.status(f"{config.method}: loading the base model and the dataset")
     loading.start()  # until the first step: the bar takes over
     try:
-        result = train(config, callbacks=[RichProgressCallback(
-            console, f"{config.method} steps", on_begin=loading.stop)])
+        if swarm is not None:
+            loading.stop()  # the session prints its address and waits for peers
+            result = train(config, swarm=swarm)
+        else:
+            result = train(config, callbacks=[RichProgressCallback(
+                console, f"{config.method} steps", on_begin=loading.stop)])
     finally:
         loading.stop()
     manifest = result.manifest

@@ -391,8 +391,10 @@ def check_run_dir(run_dir: Path) -> None:
                                 f"{RUN_MANIFEST}); choose another --output or remove it")
 
 
-def train(config: GradientConfig, callbacks=()) -> TrainResult:
-    """Train `config` (its method set, see `GradientConfig.for_method`); write the run dir."""
+def train(config: GradientConfig, callbacks=(), swarm=None) -> TrainResult:
+    """Train `config` (its method set, see `GradientConfig.for_method`); write the run dir.
+    With ``swarm`` (a `trainer.swarm.peer.SwarmSession`) the peers of a volunteer run average
+    the training, and run.json's ``run.hardware.swarm`` says who contributed."""
     if config.method is None:
         raise ConfigError("the config names no method: load it with load_config(..., method=)")
     run_dir = Path(config.output_dir)
@@ -407,7 +409,16 @@ def train(config: GradientConfig, callbacks=()) -> TrainResult:
         base = resolve_base_model(config, run_dir)
     trainer = build_trainer(config, base, run_dir, callbacks)
     trace = RankTrace(trainer.model)
-    trainer.train()
+    swarm_section = None
+    try:
+        if swarm is not None:
+            swarm.attach(trainer, base)
+        trainer.train()
+        if swarm is not None:
+            swarm_section = swarm.finish(trainer)
+    finally:
+        if swarm is not None:
+            swarm.close()
     accelerator = trainer.accelerator
     model = accelerator.unwrap_model(trainer.model)
     distributed = distributed_section(trainer, trace.close(), weights_digest(model))
@@ -417,6 +428,8 @@ def train(config: GradientConfig, callbacks=()) -> TrainResult:
     manifest = build_manifest(config, base, adapter_config, trainer.state.log_history,
                               trainer.state.global_step)
     manifest["run"]["hardware"]["distributed"] = distributed
+    if swarm_section is not None:
+        manifest["run"]["hardware"]["swarm"] = swarm_section
     _write_json(run_dir / RUN_MANIFEST, manifest)
     try:
         (run_dir / "trl").rmdir()  # TRL's output_dir: empty unless something saved there

@@ -1,0 +1,198 @@
+"""Volunteer training on loopback, through the real `gym` command and hivemind: three peers
+train the tiny model with `--swarm`, one is killed with SIGKILL mid-run, a fourth joins late and
+catches up; the survivors end with the same adapter; the publishing peer refuses forged
+contribution records and publishes the adapter with the contributors' shares on the devnet."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from contracts.devnet_accounts import devnet_account_key
+
+REPO = Path(__file__).resolve().parents[2]
+GYM = Path(sys.executable).parent / "gym"
+STEPS = 8
+
+
+class Peer:
+    """One `gym train sft --swarm` process; its stdout lines collected as they come."""
+
+    def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, account: int,
+                 *extra: str) -> None:
+        self.name, self.run_dir = name, tmp_path / name
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [str(GYM), "train", "sft", str(config), "--swarm", "arith", "--output",
+             str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--matchmaking-time",
+             "2", "--target-batch-size", "32", "--account", str(account), *extra],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, prefix: str, timeout: float = 240, at_least: int | None = None) -> str:
+        """The first line starting with ``prefix`` (with ``at_least``: followed by a number that
+        is at least that, as "step 3/8")."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if line.startswith(prefix) and (at_least is None or int(
+                        line.removeprefix(prefix).partition("/")[0]) >= at_least):
+                    return line
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"peer {self.name} never printed {prefix!r}: {self.lines} "
+                             f"{self.process.stderr.read() if self.process.poll() else ''}")
+
+    def finish(self, timeout: float = 300) -> str:
+        self.process.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        stderr = self.process.stderr.read()
+        Path(f"/tmp/swdbg_{self.name}.log").write_text("\n".join(self.lines) + stderr)
+        assert self.process.returncode == 0, (self.name, stderr, self.lines[-10:])
+        return "\n".join(self.lines)
+
+    def manifest(self) -> dict:
+        return json.loads((self.run_dir / "run.json").read_text())
+
+
+def _forge_records(maddr: str, victim_peer_id: str) -> None:
+    """Publish two forged records for the victim (devnet account 1), each from a DHT node of
+    its own (one owner key, one value): one signed by another key, one with the victim's key
+    and inflated samples; each beside a copy of the victim's spec."""
+    import hivemind
+    from eth_account import Account
+    from hivemind.dht.crypto import RSASignatureValidator
+    from hivemind.utils import get_dht_time
+    from hivemind.utils.crypto import RSAPrivateKey
+
+    from trainer.swarm.records import Round, decode_contribution, sign_contribution
+
+    def store(value: dict | None) -> dict:
+        validator = RSASignatureValidator(RSAPrivateKey())
+        dht = hivemind.DHT(start=True, initial_peers=[maddr],
+                           host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[validator])
+        try:
+            deadline = time.monotonic() + 120
+            while value is None:  # the victim's latest record, once it lists a round
+                found = dht.get("arith_gym_peers", latest=True)
+                for item in found.value.values() if found else ():
+                    if (item.value["spec"]["peer_id"] == victim_peer_id
+                            and item.value.get("contribution", {}).get("rounds")):
+                        return item.value
+                assert time.monotonic() < deadline, "the victim never published a round"
+                time.sleep(1)
+            assert dht.store("arith_gym_peers", subkey=validator.local_public_key, value=value,
+                             expiration_time=get_dht_time() + 600)
+            return value
+        finally:
+            dht.shutdown()
+
+    victim = store(None)
+    honest = decode_contribution(victim["contribution"])
+    mallory = devnet_account_key(9)
+    wrong_key = sign_contribution(
+        replace(honest, contributor=Account.from_key(mallory).address.lower()), mallory)
+    extra = 100 * len(honest.rounds)  # each round 100 samples more than announced
+    inflated = sign_contribution(replace(
+        honest, samples=honest.samples + extra, steps=honest.steps + extra,
+        rounds=tuple(Round(r.epoch, r.samples + 100) for r in honest.rounds)),
+        devnet_account_key(1))
+    for record in (wrong_key, inflated):
+        store({"spec": victim["spec"], "contribution": record.to_json()})
+
+
+@pytest.mark.anvil
+@pytest.mark.slow
+def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_devnet,
+                                                                        tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    gym = ledger_devnet.gym
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        "method: sft\nmodel: tiny-random\n"
+        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca, "
+        "limit: 16}\n"
+        "lora: {r: 4, alpha: 8}\n"
+        f"training: {{max_steps: {STEPS}, batch_size: 2, max_length: 512, seed: 5, "
+        "logging_steps: 1}\n")
+    env = {**gym.env, "OMP_NUM_THREADS": "1"}
+    a = Peer("a", tmp_path, env, config, 0, "--min-peers", "3", "--publish", "alice/swarm")
+    maddr = a.wait_for("swarm peer: ").split()[2]
+    b = Peer("b", tmp_path, env, config, 1, "--initial-peers", maddr, "--min-peers", "3")
+    c = Peer("c", tmp_path, env, config, 2, "--initial-peers", maddr, "--min-peers", "3")
+    try:
+        a.wait_for("swarm arith: step ", at_least=1)
+        c.process.kill()  # SIGKILL mid-run: the others go on
+        d = Peer("d", tmp_path, env, config, 3, "--initial-peers", maddr)  # joins late
+        b_peer = b.wait_for("swarm peer: ").split()[2].rpartition("/p2p/")[2]
+        _forge_records(maddr, b_peer)
+        # an operator's view, from outside the run: the peers, their steps and addresses
+        listed = gym.run("swarm", "peers", "arith", "--initial-peers", maddr, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        a_peer = maddr.rpartition("/p2p/")[2]
+        assert a_peer in listed.stdout and b_peer in listed.stdout, listed.stdout
+        assert "swarm arith:" in listed.stdout and "training" in listed.stdout
+        out_a, out_b, out_d = a.finish(), b.finish(), d.finish()
+    finally:
+        for peer in (a, b, c) + ((d,) if "d" in locals() else ()):
+            if peer.process.poll() is None:
+                peer.process.kill()
+    assert c.process.wait(timeout=10) == -9
+
+    manifests = {p.name: p.manifest() for p in (a, b, d)}
+    swarm = {name: m["run"]["hardware"]["swarm"] for name, m in manifests.items()}
+    # every survivor stopped at the run's last collaborative step, with the same weights
+    assert all(s["collaborative_steps"] == STEPS for s in swarm.values())
+    digests = {m["run"]["hardware"]["distributed"]["ranks"][0]["weights_digest"]
+               for m in manifests.values()}
+    assert len(digests) == 1, digests
+    adapters = {(p.run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
+                for p in (a, b, d)}
+    assert len(adapters) == 1
+    # the late joiner loaded the state of a later step from its peers, then averaged with them
+    local = {name: s["local"] for name, s in swarm.items()}
+    first_d = next(line for line in out_d.splitlines() if line.startswith("swarm arith: step "))
+    assert "caught up: state loaded from the peers" in first_d, out_d
+    assert local["d"]["rounds"] > 0 and local["d"]["steps"] < local["a"]["steps"], local
+    assert all(f"step {STEPS}/{STEPS}" in out for out in (out_a, out_b))
+
+    # the publisher's verdicts: the three survivors credited, the forgeries refused
+    contributors = {c["peer_id"]: c for c in swarm["a"]["contributors"]}
+    survivors = {swarm[name]["peer_id"] for name in "abd"}
+    assert survivors <= set(contributors)
+    assert abs(sum(c["share"] for c in contributors.values()) - 1) < 1e-5
+    assert contributors[swarm["a"]["peer_id"]]["samples"] > 0
+    refused = swarm["a"]["refused"]
+    assert sorted(r["peer_id"] for r in refused) == [b_peer, b_peer], refused
+    reasons = " | ".join(r["reason"] for r in refused)
+    assert "joined as" in reasons and "a round holds at most 32" in reasons, reasons
+
+    # published: the run entry lists the contributors and their shares; the log audits clean
+    assert "run entry" in out_a and "adapter entry" in out_a
+    shown = gym.run("ledger", "show", "alice/swarm", "0", "--json")
+    assert shown.returncode == 0, shown.stderr
+    entry = json.loads(shown.stdout)["entry"]
+    assert entry["type"] == "run"
+    assert entry["hardware"]["swarm"]["contributors"] == swarm["a"]["contributors"]
+    audit = gym.run("audit", "alice/swarm")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(a.run_dir / "base"),
+                                      a.run_dir / "adapter")
+    lora = [p for name, p in model.named_parameters() if "lora_B" in name]
+    assert lora and any(p.abs().sum() > 0 for p in lora)  # trained: B starts at zero

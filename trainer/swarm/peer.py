@@ -1,0 +1,608 @@
+"""One peer of a volunteer training run: `gym train sft|grpo CONFIG --swarm RUN`.
+
+    session = SwarmSession(config, SwarmOptions(run="arith-1", initial_peers=[...]), key)
+    result = train(config, callbacks=[...], swarm=session)  # trainer.gradient.train
+
+The peers share no coordinator: a hivemind DHT (libp2p, its daemon ships in hivemind's wheel)
+finds them, and `hivemind.Optimizer` averages their gradients. `SwarmSession` is what `train`
+calls around TRL's training loop:
+
+- `attach(trainer, base)`: start the DHT (print ``swarm peer: MADDR ...``, what joiners pass
+  to ``--initial-peers``), publish this peer's `PeerSpec` and refuse to join a run whose peers
+  train something else (one line naming the field), wait for ``--min-peers``, then replace the
+  trainer's optimizer with a recording `hivemind.Optimizer`: each peer accumulates gradients
+  until the peers together processed ``target_batch_size`` samples, then they average them in
+  one all-reduce and take the same optimizer step (one collaborative step, hivemind's epoch),
+  and average parameters and Adam's moments, so a round lost to a dead peer heals at the next.
+  The learning rate follows the collaborative step. Each peer shuffles the data with its own
+  seed (the run's seed and its peer id), so the peers train on different orders of the rows.
+  A peer that joins late, or falls behind, downloads the current state from the others first.
+- the trainer stops when the collaborative step reaches the run's ``max_steps``; every peer
+  stops at the same step with the same weights.
+- `finish(trainer)`: sign and publish the final `Contribution` record, stay reachable until the
+  live peers finished too (a straggler can still download the state) or ``linger_s`` passed,
+  check every peer's latest record against what this peer saw (`trainer.swarm.witness`), and
+  return ``run.hardware.swarm`` for run.json: the run, this peer, its rounds, the contributors
+  with their shares and the records refused.
+
+Records are republished every ``RECORD_INTERVAL_S`` seconds of training, so a peer that dies
+leaves its last one behind (the DHT keeps copies on other peers for ``RECORD_TTL_S``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from trainer.errors import TrainerError
+from trainer.swarm.records import (
+    Contribution,
+    PeerSpec,
+    Round,
+    SwarmRecordError,
+    check_run_id,
+    decode_spec,
+    sign_binding,
+    sign_contribution,
+    spec_difference,
+)
+from trainer.swarm.witness import RoundSeen, Witness, judge_records
+
+RECORD_INTERVAL_S = 5.0
+RECORD_TTL_S = 24 * 3600.0
+COMPRESSIONS = ("none", "float16", "8bit")
+MAX_DHT_RECORDS = 1024  # peer records read from the DHT at once; more are ignored
+
+
+class SwarmError(TrainerError, RuntimeError):
+    """A swarm peer cannot join or finish the run; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class SwarmOptions:
+    run: str  # the run's name: every DHT key of the run starts with it
+    initial_peers: tuple[str, ...] = ()  # multiaddrs of peers already in the run
+    target_batch_size: int | None = None  # samples per collaborative step; None: 4 local batches
+    min_peers: int = 1  # hold the first step until this many peers joined
+    host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
+    announce_maddrs: tuple[str, ...] = ()
+    matchmaking_time: float = 5.0  # seconds to gather a group for a round
+    averaging_timeout: float = 60.0  # a round that takes longer is dropped
+    compression: str = "none"  # of averaged gradients and parameters: none, float16, 8bit
+    linger_s: float = 60.0  # at the end, wait at most this long for the other live peers
+    join_timeout_s: float = 600.0  # --min-peers waits at most this long
+
+
+def config_digest(config) -> str:
+    """sha256 over the run's training settings: the config without what may differ between
+    machines (output dir, dataset and model paths: their digests are compared instead, device)."""
+    data = config.to_dict()
+    data.pop("output_dir", None)
+    data.pop("model", None)
+    data["dataset"] = {k: v for k, v in data["dataset"].items() if k != "path"}
+    data["training"] = {k: v for k, v in data["training"].items() if k != "device"}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _peers_key(run: str) -> str:
+    return f"{run}_gym_peers"
+
+
+@dataclass
+class _Local:
+    """What this peer did: its samples and steps, and the rounds it averaged in."""
+
+    samples: int = 0
+    steps: int = 0
+    pending: int = 0  # samples of the forwards since the last optimizer step
+    averaging_s: float = 0.0  # seconds spent in collaborative steps (matchmaking, all-reduce)
+    rounds: list[Round] = field(default_factory=list)
+
+
+class SwarmSession:
+    """One peer's part in a swarm run (module docstring)."""
+
+    def __init__(self, config, options: SwarmOptions, key: str, console=None) -> None:
+        from eth_account import Account
+
+        check_run_id(options.run)
+        if options.compression not in COMPRESSIONS:
+            raise SwarmError(f"--compression is one of {', '.join(COMPRESSIONS)}")
+        if config.training.max_steps is None:
+            raise SwarmError("a swarm run counts collaborative steps: set training.max_steps "
+                             "or --max-steps")
+        self.config, self.options, self.key = config, options, key
+        self.address = Account.from_key(key).address.lower()
+        self.console = console
+        self.max_steps = config.training.max_steps
+        t = config.training
+        self.batch_per_step = t.batch_size * t.grad_accumulation
+        self.target = options.target_batch_size or 4 * self.batch_per_step
+        self.config_digest = config_digest(config)
+        self.local = _Local()
+        self.dht = self.optimizer = self.spec = None
+        self.witness = Witness(options.run, self.config_digest, self.batch_per_step, self.target)
+        self._subkey = None
+        self._last_record = 0.0
+        self._final_digest = None  # set once training ended: the weights this peer holds
+        self._heartbeat = None
+
+    # ------------------------------------------------------------------ joining
+
+    def start(self) -> list[str]:
+        """Start this peer's DHT node under a new libp2p identity (kept in the run directory:
+        its key signs the spec's binding); its visible multiaddrs."""
+        from pathlib import Path
+
+        import hivemind
+        from hivemind.dht.crypto import RSASignatureValidator
+        from hivemind.p2p import P2P
+        from hivemind.proto import crypto_pb2
+
+        logging.getLogger("hivemind").setLevel(logging.ERROR)  # rounds it retries are no news
+        identity = Path(self.config.output_dir) / ".swarm" / "identity.key"
+        identity.parent.mkdir(parents=True, exist_ok=True)
+        identity.unlink(missing_ok=True)
+        P2P.generate_identity(str(identity))  # mode 0400
+        self._identity_der = crypto_pb2.PrivateKey.FromString(identity.read_bytes()).data
+        validator = RSASignatureValidator()  # the process's key, as hivemind's tracker uses
+        self._subkey = validator.local_public_key
+        try:
+            self.dht = hivemind.DHT(
+                start=True, initial_peers=list(self.options.initial_peers),
+                host_maddrs=list(self.options.host_maddrs),
+                announce_maddrs=list(self.options.announce_maddrs) or None,
+                record_validators=[validator], identity_path=str(identity),
+                check_if_identity_free=False)  # new: nobody else holds it
+        except Exception as exc:  # noqa: BLE001 (hivemind: P2PDaemonError, ValueError, ...)
+            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise SwarmError(f"cannot join the swarm: {detail}") from None
+        maddrs = [str(m) for m in self.dht.get_visible_maddrs()]
+        if self.console is not None:
+            self.console.print("swarm peer: " + " ".join(maddrs), highlight=False, soft_wrap=True)
+        return maddrs
+
+    def _records(self) -> dict[bytes, dict]:
+        """The run's peer records in the DHT: subkey -> {"spec", "contribution", ...}."""
+        from hivemind.utils import get_dht_time
+
+        found = self.dht.get(_peers_key(self.options.run), latest=True)
+        if found is None or not isinstance(found.value, dict):
+            return {}
+        out = {}
+        for subkey, item in list(found.value.items())[:MAX_DHT_RECORDS]:
+            value = getattr(item, "value", None)
+            if isinstance(value, dict):
+                value = {**value, "_stored": getattr(item, "expiration_time", 0) - RECORD_TTL_S,
+                         "_now": get_dht_time()}
+                out[subkey] = value
+        return out
+
+    def _peer_specs(self) -> dict[str, PeerSpec]:
+        specs = {}
+        for value in self._records().values():
+            try:
+                spec = decode_spec(value.get("spec"))
+            except SwarmRecordError:
+                continue  # a malformed record is no peer of the run
+            if spec.run == self.options.run:
+                specs[spec.peer_id] = spec
+        return specs
+
+    def _publish(self, record: Contribution | None = None) -> None:
+        from hivemind.utils import get_dht_time
+
+        value = {"spec": self.spec.to_json()}
+        if record is not None:
+            value["contribution"] = record.to_json()
+        if self._final_digest is not None:
+            value["final_weights"] = self._final_digest
+        self.dht.store(_peers_key(self.options.run), subkey=self._subkey, value=value,
+                       expiration_time=get_dht_time() + RECORD_TTL_S)
+
+    def join(self, base, maddrs: list[str]) -> None:
+        """Publish this peer's spec; refuse a run that trains something else; wait for
+        ``min_peers``."""
+        from trainer.provenance import file_digest
+
+        self.spec = PeerSpec(
+            run=self.options.run, peer_id=str(self.dht.peer_id), address=self.address,
+            method=self.config.method, base_model=base.name, base_digest=base.weights_digest,
+            dataset_digest=file_digest(self.config.dataset.path),
+            config_digest=self.config_digest, target_batch_size=self.target,
+            local_steps=0, max_steps=self.max_steps, maddrs=tuple(maddrs[:8]))
+        key, binding = sign_binding(self._identity_der, self.options.run, self.address)
+        self.spec = replace(self.spec, libp2p_key=key, binding=binding)
+        deadline = time.monotonic() + self.options.join_timeout_s
+        shown = None
+        while True:
+            specs = self._peer_specs()
+            for peer_id, spec in specs.items():
+                if peer_id != self.spec.peer_id:
+                    difference = spec_difference(self.spec, spec)
+                    if difference is not None:
+                        raise SwarmError(f"run {self.options.run}: {difference}; this peer "
+                                         "cannot join it")
+            self._publish(self._record())
+            joined = len(specs.keys() | {self.spec.peer_id})
+            if joined >= self.options.min_peers:
+                return
+            if time.monotonic() > deadline:
+                raise SwarmError(f"run {self.options.run}: {joined} of --min-peers "
+                                 f"{self.options.min_peers} peers joined in "
+                                 f"{self.options.join_timeout_s:.0f} s")
+            if self.console is not None and joined != shown:
+                shown = joined
+                self.console.print(f"swarm {self.options.run}: {joined} of "
+                                   f"{self.options.min_peers} peers joined, waiting",
+                                   highlight=False)
+            time.sleep(1.0)
+
+    # ------------------------------------------------------------------ training
+
+    def attach(self, trainer, base) -> None:
+        """Join the run and put hivemind's optimizer into ``trainer`` (see the module docs)."""
+        maddrs = self.start()
+        self.join(base, maddrs)
+        peer_seed = int.from_bytes(hashlib.sha256(self.spec.peer_id.encode()).digest()[:4], "big")
+        trainer.args.data_seed = (self.config.training.seed + peer_seed) % 2**31
+        trainer.args.max_steps = 10**9  # the callback stops at the run's collaborative step
+        self.optimizer = self._make_optimizer(trainer)
+        trainer.optimizer = self.optimizer
+        trainer.lr_scheduler = _SwarmSchedule(self.optimizer)
+        trainer.model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
+        trainer.add_callback(_swarm_callback(self))
+        stop = threading.Event()
+        self._heartbeat = (stop, threading.Thread(target=self._beat, args=(stop,), daemon=True))
+        self._heartbeat[1].start()
+
+    def _count_samples(self, _module, args, kwargs) -> None:
+        import torch
+
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if torch.is_grad_enabled() and isinstance(ids, torch.Tensor) and ids.dim() >= 1:
+            self.local.pending += int(ids.shape[0])
+
+    def _make_optimizer(self, trainer):
+        import torch
+        from hivemind import compression
+        from transformers import get_scheduler
+
+        t = self.config.training
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        codec = {"none": compression.NoCompression, "float16": compression.Float16Compression,
+                 "8bit": compression.Uniform8BitQuantization}[self.options.compression]()
+        return _optimizer_class()(
+            session=self, dht=self.dht, run_id=self.options.run, target_batch_size=self.target,
+            batch_size_per_step=self.batch_per_step, params=params,
+            optimizer=lambda ps: torch.optim.AdamW(ps, lr=t.learning_rate,
+                                                   weight_decay=trainer.args.weight_decay),
+            scheduler=lambda opt: get_scheduler(t.lr_scheduler, opt,
+                                                num_warmup_steps=t.warmup_steps,
+                                                num_training_steps=self.max_steps),
+            matchmaking_time=self.options.matchmaking_time,
+            averaging_timeout=self.options.averaging_timeout,
+            delay_state_averaging=False, average_opt_statistics=("exp_avg", "exp_avg_sq"),
+            grad_compression=codec, state_averaging_compression=codec)
+
+    def _round_done(self, epoch: int, members: frozenset[str] | None, mine: int,
+                    announced: dict[str, int]) -> None:
+        """The optimizer finished collaborative step ``epoch``."""
+        self.witness.epoch = max(self.witness.epoch, epoch)
+        if members is not None and self.spec.peer_id in members:
+            self.witness.rounds[epoch] = RoundSeen(epoch, members, announced)
+            if mine > 0:
+                self.local.rounds.append(Round(epoch, mine))
+
+    def _record(self) -> Contribution:
+        epoch = self.optimizer.local_epoch if self.optimizer is not None else 0
+        record = Contribution(
+            run=self.options.run, config_digest=self.config_digest,
+            peer_id=self.spec.peer_id, contributor=self.address, samples=self.local.samples,
+            steps=self.local.steps, epoch=epoch, rounds=tuple(self.local.rounds[-4096:]))
+        return sign_contribution(record, self.key)
+
+    def maybe_publish_record(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_record >= RECORD_INTERVAL_S:
+            self._last_record = now
+            self._publish(self._record())
+
+    def _beat(self, stop) -> None:
+        """Republish the record every ``RECORD_INTERVAL_S`` even while a round blocks the
+        training loop: a record older than three intervals is a dead peer's."""
+        while not stop.wait(RECORD_INTERVAL_S):
+            try:
+                self.maybe_publish_record(force=True)
+            except Exception:  # a DHT hiccup: the next beat retries
+                logging.getLogger(__name__).debug("record not republished", exc_info=True)
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(self, trainer) -> dict[str, Any]:
+        """Publish the final record, wait for the live peers, check every record; the
+        ``run.hardware.swarm`` section."""
+        self.maybe_publish_record(force=True)
+        self._linger()
+        final = self._converge(trainer.model)
+        contributors, refused = judge_records(list(self._records().values()), self.witness)
+        return {
+            "run": self.options.run, "peer_id": self.spec.peer_id, "address": self.address,
+            "target_batch_size": self.target, "collaborative_steps": self.optimizer.local_epoch,
+            "compression": self.options.compression, "final_weights_digest": final,
+            "local": {"samples": self.local.samples, "steps": self.local.steps,
+                      "rounds": len(self.local.rounds),
+                      "first_round": self.local.rounds[0].epoch if self.local.rounds else None,
+                      "averaging_s": round(self.local.averaging_s, 3)},
+            "contributors": contributors, "refused": refused}
+
+    def _live(self) -> dict[str, dict]:
+        """The run's peers whose record was republished within three intervals, by peer id."""
+        live = {}
+        for value in self._records().values():
+            spec = value.get("spec")
+            if (isinstance(spec, dict) and isinstance(spec.get("peer_id"), str)
+                    and value["_now"] - value["_stored"] < 3 * RECORD_INTERVAL_S):
+                live[spec["peer_id"]] = value
+        return live
+
+    def _linger(self) -> None:
+        """Stay reachable until every live peer reached the last step (or ``linger_s``)."""
+        deadline = time.monotonic() + self.options.linger_s
+        while time.monotonic() < deadline:
+            waiting = [peer for peer, value in self._live().items()
+                       if (value.get("contribution") or {}).get("epoch", 0) < self.max_steps]
+            if not waiting:
+                return
+            time.sleep(1.0)
+
+    def _converge(self, model) -> str:
+        """End every live peer on the same weights: the live peer with the smallest peer id
+        shares its state (alone, at a priority above the others'), the others download it until
+        their weights digest is the one it published (a step where the peers' groups split or
+        a round failed left them apart). The digest this peer ends with."""
+        from trainer.gradient.ranks import weights_digest
+
+        averager = self.optimizer.state_averager
+        deadline = time.monotonic() + self.options.linger_s
+        while True:
+            self._final_digest = weights_digest(model)
+            self.maybe_publish_record(force=True)
+            live = self._live()
+            live.setdefault(self.spec.peer_id, {"final_weights": self._final_digest})
+            canonical = min(live)
+            if canonical == self.spec.peer_id:
+                averager.state_sharing_priority = float(self.max_steps + 1)
+                others = [v.get("final_weights") for p, v in live.items() if p != canonical]
+                if all(d == self._final_digest for d in others):
+                    return self._final_digest
+            else:
+                averager.allow_state_sharing = False  # only the canonical peer serves
+                if live[canonical].get("final_weights") == self._final_digest:
+                    return self._final_digest
+                if live[canonical].get("final_weights") is not None:
+                    averager.load_state_from_peers(timeout=self.options.averaging_timeout)
+            if time.monotonic() > deadline:
+                return self._final_digest
+            time.sleep(1.0)
+
+    def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat[0].set()
+            self._heartbeat[1].join(timeout=30)
+        if self.optimizer is not None:
+            self.optimizer.shutdown()
+        if self.dht is not None:
+            self.dht.shutdown()
+        from pathlib import Path
+
+        (Path(self.config.output_dir) / ".swarm" / "identity.key").unlink(missing_ok=True)
+
+
+class _SwarmSchedule:
+    """What the HF trainer holds as its scheduler: hivemind steps the real one once per
+    collaborative step, so the trainer's per-local-step call does nothing."""
+
+    def __init__(self, optimizer) -> None:
+        self.optimizer = optimizer
+
+    def step(self) -> None:
+        pass
+
+    def get_last_lr(self) -> list[float]:
+        scheduler = self.optimizer.state_averager.scheduler
+        if scheduler is not None:
+            return scheduler.get_last_lr()
+        return [g["lr"] for g in self.optimizer.opt.param_groups]
+
+    def state_dict(self) -> dict:
+        return {}
+
+
+def _optimizer_class():
+    """`hivemind.Optimizer` that tells its session each local step's samples and each finished
+    round (its group and the samples the peers announced for it)."""
+    import hivemind
+    from hivemind.p2p import PeerID
+
+    class RecordingOptimizer(hivemind.Optimizer):
+        def __init__(self, *, session: SwarmSession, **kwargs) -> None:
+            self.session = session
+            self._group = None
+            super().__init__(**kwargs)
+
+        def step(self, closure=None, batch_size=None, grad_scaler=None):
+            local = self.session.local
+            samples = local.pending or self.batch_size_per_step
+            local.pending = 0
+            local.samples += samples
+            local.steps += 1
+            return super().step(closure, batch_size=samples, grad_scaler=grad_scaler)
+
+        def _announced(self, epoch: int) -> dict[str, int]:
+            found = self.dht.get(f"{self.run_id}_progress", latest=True)
+            out: dict[str, int] = {}
+            items = found.value.items() if found is not None and isinstance(found.value, dict) \
+                else ()
+            for _subkey, item in list(items)[:MAX_DHT_RECORDS]:
+                value = getattr(item, "value", None)
+                if not isinstance(value, dict) or value.get("epoch") != epoch:
+                    continue
+                samples = value.get("samples_accumulated")
+                peer = _peer_name(PeerID, value.get("peer_id"))
+                if peer is not None and type(samples) is int and samples >= 0:
+                    out[peer] = max(out.get(peer, 0), samples)
+            return out
+
+        def _update_global_epoch(self, grad_scaler) -> None:
+            before = self.local_epoch
+            mine = self.grad_averager.local_samples_accumulated if self.grad_averager else 0
+            announced = self._announced(before)
+            self._group = None
+            started = time.perf_counter()
+            super()._update_global_epoch(grad_scaler)
+            self.session.local.averaging_s += time.perf_counter() - started
+            if self.local_epoch > before:
+                self.session._round_done(self.local_epoch, self._group, mine, announced)
+
+        def _average_gradients_and_load_into_optimizer(self, control) -> None:
+            super()._average_gradients_and_load_into_optimizer(control)
+            try:
+                if control is not None and control.done():
+                    self._group = frozenset(p.to_base58() for p in control.result())
+            except BaseException:  # noqa: BLE001 (the round failed: no group to record)
+                self._group = None
+
+    return RecordingOptimizer
+
+
+def _peer_name(peer_id_type, raw) -> str | None:
+    """The base58 name of a libp2p peer id given as bytes, else None (a malformed
+    announcement counts for nobody)."""
+    try:
+        return peer_id_type(raw).to_base58() if isinstance(raw, bytes) else None
+    except Exception:  # noqa: BLE001 (multihash decoding raises several kinds)
+        return None
+
+
+def _swarm_callback(session: SwarmSession):
+    """Stops the trainer at the run's last collaborative step, republishes the record, and
+    shows the run's progress on the session's console: collaborative steps, peers, the swarm's
+    samples for the current step, this peer's samples per second, and the ETA of the run."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from transformers import TrainerCallback
+
+    class SwarmCallback(TrainerCallback):
+        progress = task = None
+        shown = 0  # the last collaborative step printed
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if session.console is not None:
+                self.progress = Progress(
+                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=session.console)
+                self.progress.start()
+                self.task = self.progress.add_task(f"swarm {session.options.run}",
+                                                   total=session.max_steps)
+            self.started = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            optimizer = session.optimizer
+            session.maybe_publish_record()
+            if optimizer.local_epoch >= session.max_steps:
+                control.should_training_stop = True
+            step = min(optimizer.local_epoch, session.max_steps)
+            if step > self.shown and session.console is not None:
+                self.shown = step
+                seen = session.witness.rounds.get(step)
+                if seen is not None:
+                    averaged = f"averaged by {len(seen.members)} peers"
+                elif session.witness.epoch >= step:
+                    averaged = "not averaged: no other peer in time"
+                else:
+                    averaged = "caught up: state loaded from the peers"
+                session.console.print(f"swarm {session.options.run}: step {step}/"
+                                      f"{session.max_steps} ({averaged})", highlight=False)
+            if self.progress is not None:
+                swarm = optimizer.tracker.global_progress
+                rate = session.local.samples / max(time.monotonic() - self.started, 1e-9)
+                self.progress.update(
+                    self.task, completed=min(optimizer.local_epoch, session.max_steps),
+                    description=f"swarm {session.options.run}: {swarm.num_peers} peers, "
+                                f"{swarm.samples_accumulated}/{session.target} samples, "
+                                f"you {rate:.1f}/s")
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.progress is not None:
+                self.progress.update(self.task, completed=session.optimizer.local_epoch)
+                self.progress.stop()
+                self.progress = None
+
+    return SwarmCallback()
+
+
+
+def swarm_peers(run: str, initial_peers: list[str], wait_s: float = 2.0) -> list[dict]:
+    """The peers of ``run`` as a DHT client sees them (it joins through ``initial_peers`` and
+    trains nothing): for each valid spec, its peer id, address, the step and samples of its
+    latest record, its samples per second from the run's progress records, and the seconds
+    since it last republished. Sorted by step, then samples (largest first)."""
+    import hivemind
+    from hivemind.dht.crypto import RSASignatureValidator
+    from hivemind.p2p import PeerID
+    from hivemind.utils import get_dht_time
+
+    check_run_id(run)
+    logging.getLogger("hivemind").setLevel(logging.ERROR)
+    try:
+        dht = hivemind.DHT(start=True, initial_peers=list(initial_peers), client_mode=True,
+                           record_validators=[RSASignatureValidator()])  # strips signatures
+    except Exception as exc:  # noqa: BLE001 (hivemind: P2PDaemonError, ValueError, ...)
+        detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise SwarmError(f"cannot reach the swarm: {detail}") from None
+    try:
+        time.sleep(wait_s)  # let the routing table fill before the first lookup
+        found = dht.get(_peers_key(run), latest=True)
+        progress = dht.get(f"{run}_progress", latest=True)
+        now = get_dht_time()
+    finally:
+        dht.shutdown()
+    rates = {}
+    for item in list(progress.value.values())[:MAX_DHT_RECORDS] if progress and isinstance(
+            progress.value, dict) else ():
+        value = getattr(item, "value", None)
+        if isinstance(value, dict):
+            peer = _peer_name(PeerID, value.get("peer_id"))
+            rate = value.get("samples_per_second")
+            if peer is not None and isinstance(rate, float):
+                rates[peer] = rate
+    rows = []
+    for item in list(found.value.values())[:MAX_DHT_RECORDS] if found and isinstance(
+            found.value, dict) else ():
+        value = getattr(item, "value", None)
+        try:
+            spec = decode_spec(value.get("spec") if isinstance(value, dict) else None)
+        except SwarmRecordError:
+            continue
+        record = value.get("contribution") if isinstance(value.get("contribution"), dict) else {}
+        seen = now - (getattr(item, "expiration_time", now) - RECORD_TTL_S)
+        rows.append({"peer_id": spec.peer_id, "address": spec.address,
+                     "step": record.get("epoch", 0), "max_steps": spec.max_steps,
+                     "samples": record.get("samples", 0), "samples_per_s": rates.get(spec.peer_id),
+                     "seen_s_ago": max(0.0, seen),
+                     "state": "done" if "final_weights" in value else (
+                         "training" if seen < 3 * RECORD_INTERVAL_S else "silent")})
+    return sorted(rows, key=lambda r: (-int(r["step"] or 0), -int(r["samples"] or 0)))

@@ -1,0 +1,172 @@
+"""What the publishing peer saw of a swarm run, and the check of each peer's `Contribution`
+against it (docs/swarm.md "What is checked").
+
+The witness is the peer that publishes (any peer can be). For every collaborative step it
+completed by averaging gradients it keeps a `RoundSeen`: the peers of its averaging group (from
+hivemind's all-gather), and the samples each peer had announced for that step in the run's
+progress records (hivemind's ProgressTracker, signed in the DHT by each peer's RSA key) just
+before the round. From the peers' `PeerSpec` records it keeps which address each peer id joined
+with. `check_contribution` then accepts a record only when:
+
+1. its EIP-712 signature recovers to its contributor;
+2. run id and config digest are the witness's;
+3. the contributor is the address the peer id joined with;
+4. the step it reached is not past the witness's last step, and its samples fit in its local
+   steps (at most ``batch_size_per_step`` each) and include the samples of its rounds;
+5. each round it claims in the witness's own group of that step holds at most a whole target
+   batch, or more if the peer announced more for that step in the run's progress records, plus
+   two local steps (a round starts once the group's announced samples reach the target; the
+   announcements lag the last local steps).
+
+Only rounds of the witness's own groups are credited: a round the witness did not average in
+(it was alone, or its round failed), or averaged in another group (hivemind may split a step's
+peers into several groups), is neither credited nor held against the record.
+A record counts only beside a spec of the same peer id (`judge_records`); a peer with several
+accepted records is credited with the smallest. A peer's share is its credited samples over all
+contributors' credited samples. What a
+lying peer can still claim: samples it announced but did not compute (the announcements are its
+own), and up to a whole target batch per round it averaged in (the all-reduce weights that
+would tell its real part stay inside hivemind).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trainer.swarm.records import (
+    Contribution,
+    SwarmRecordError,
+    decode_contribution,
+    decode_spec,
+    verify_contribution,
+)
+
+ANNOUNCEMENT_SLACK_STEPS = 2  # local steps a round may hold beyond the announced samples
+
+
+@dataclass(frozen=True)
+class RoundSeen:
+    epoch: int  # the collaborative step the round ended
+    members: frozenset[str]  # peer ids of the witness's averaging group
+    announced: dict[str, int]  # peer id -> samples announced for this step
+
+
+@dataclass
+class Witness:
+    run: str
+    config_digest: str
+    batch_size_per_step: int  # samples of one local optimizer step
+    target_batch_size: int  # samples of one collaborative step, all peers together
+    epoch: int = 0  # the last collaborative step the witness reached
+    rounds: dict[int, RoundSeen] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)  # peer id -> address it joined with
+
+    def bind(self, peer_id: str, address: str) -> None:
+        """Remember the address ``peer_id`` joined with (the first one seen stays)."""
+        self.addresses.setdefault(peer_id, address)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    record: Contribution
+    accepted: bool
+    reason: str  # why it was refused; "" when accepted
+    credited_samples: int = 0
+    credited_rounds: int = 0
+
+
+def check_contribution(record: Contribution, witness: Witness) -> Verdict:
+    """Whether ``witness`` accepts ``record``, and what it credits (see the module docstring)."""
+    try:
+        verify_contribution(record)
+    except SwarmRecordError as exc:
+        return Verdict(record, False, str(exc))
+    if record.run != witness.run or record.config_digest != witness.config_digest:
+        return Verdict(record, False, f"run {record.run} / {record.config_digest} is not this "
+                                      f"run ({witness.run} / {witness.config_digest})")
+    joined = witness.addresses.get(record.peer_id)
+    if joined is None:
+        return Verdict(record, False, f"peer {record.peer_id} never joined this run")
+    if joined != record.contributor:
+        return Verdict(record, False, f"peer {record.peer_id} joined as {joined}, but the record "
+                                      f"is signed by {record.contributor}")
+    if record.epoch > witness.epoch:
+        return Verdict(record, False, f"claims step {record.epoch}; the run reached "
+                                      f"{witness.epoch}")
+    if record.samples > record.steps * witness.batch_size_per_step:
+        return Verdict(record, False, f"claims {record.samples} samples in {record.steps} local "
+                                      f"steps of at most {witness.batch_size_per_step}")
+    if record.samples < sum(r.samples for r in record.rounds):
+        return Verdict(record, False, "its rounds hold more samples than its total")
+    slack = ANNOUNCEMENT_SLACK_STEPS * witness.batch_size_per_step
+    credited = rounds = 0
+    for claim in record.rounds:
+        seen = witness.rounds.get(claim.epoch)
+        if seen is None:
+            continue  # the witness did not average at that step: not credited
+        if record.peer_id not in seen.members:
+            continue  # another group of the same step (hivemind may split): not credited
+        bound = max(seen.announced.get(record.peer_id, 0), witness.target_batch_size) + slack
+        if claim.samples > bound:
+            return Verdict(record, False, f"claims {claim.samples} samples at step {claim.epoch}; "
+                                          f"a round holds at most {bound - slack} (the target "
+                                          "batch, or what it announced)")
+        credited += claim.samples
+        rounds += 1
+    return Verdict(record, True, "", credited, rounds)
+
+
+def judge_records(values: list, witness: Witness) -> tuple[list[dict], list[dict]]:
+    """(contributors, refused) of the run's DHT values (each ``{"spec", "contribution"}`` as a
+    peer published it): bind each valid spec's address to its peer id, check each record that
+    sits beside a valid spec of the same peer, and keep one accepted record per peer (the
+    smallest credit). Refused: ``{"peer_id", "reason"}`` for each record kept out."""
+    pairs = []
+    for value in values:
+        if not isinstance(value, dict) or "contribution" not in value:
+            continue
+        try:
+            spec = decode_spec(value.get("spec"))
+        except SwarmRecordError as exc:
+            pairs.append((None, f"no valid spec beside the record: {exc}"))
+            continue
+        witness.bind(spec.peer_id, spec.address)
+        pairs.append((spec, value["contribution"]))
+    verdicts, refused = [], []
+    for spec, item in pairs:
+        if spec is None:
+            refused.append({"peer_id": None, "reason": item})
+            continue
+        try:
+            record = decode_contribution(item)
+        except SwarmRecordError as exc:
+            refused.append({"peer_id": spec.peer_id, "reason": str(exc)})
+            continue
+        if record.peer_id != spec.peer_id:
+            refused.append({"peer_id": record.peer_id, "reason": f"published beside the spec "
+                                                                 f"of peer {spec.peer_id}"})
+            continue
+        verdict = check_contribution(record, witness)
+        if verdict.accepted:
+            verdicts.append(verdict)
+        else:
+            refused.append({"peer_id": record.peer_id, "reason": verdict.reason})
+    least: dict[str, Verdict] = {}
+    for verdict in verdicts:
+        peer = verdict.record.peer_id
+        if peer not in least or verdict.credited_samples < least[peer].credited_samples:
+            least[peer] = verdict
+    return shares(list(least.values())), refused
+
+
+def shares(verdicts: list[Verdict]) -> list[dict]:
+    """The contributors of the accepted records with their credited samples and share (of all
+    credited samples), largest first."""
+    accepted = [v for v in verdicts if v.accepted]
+    total = sum(v.credited_samples for v in accepted)
+    rows = [{"peer_id": v.record.peer_id, "address": v.record.contributor,
+             "samples": v.credited_samples, "rounds": v.credited_rounds,
+             "steps": v.record.steps, "epoch": v.record.epoch,
+             "share": round(v.credited_samples / total, 6) if total else 0.0}
+            for v in accepted]
+    return sorted(rows, key=lambda r: (-r["samples"], r["peer_id"]))
