@@ -60,7 +60,6 @@ class Peer:
         self.process.wait(timeout=timeout)
         self._reader.join(timeout=10)
         stderr = self.process.stderr.read()
-        Path(f"/tmp/swdbg_{self.name}.log").write_text("\n".join(self.lines) + stderr)
         assert self.process.returncode == 0, (self.name, stderr, self.lines[-10:])
         return "\n".join(self.lines)
 
@@ -196,3 +195,24 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
                                       a.run_dir / "adapter")
     lora = [p for name, p in model.named_parameters() if "lora_B" in name]
     assert lora and any(p.abs().sum() > 0 for p in lora)  # trained: B starts at zero
+
+
+def test_swarm_options_are_checked_before_anything_starts(gym_env, tmp_path):
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        "method: sft\nmodel: tiny-random\n"
+        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca}}\n"
+        "training: {batch_size: 2}\n")
+    key = {"GYM_PUBLISHER_KEY": devnet_account_key(1)}
+    cases = [
+        (["--initial-peers", "/ip4/127.0.0.1/tcp/1"], "--initial-peers applies to a --swarm run"),
+        (["--swarm", "r", "--num-processes", "2"], "--swarm and --num-processes: one at a time"),
+        (["--swarm", "../r", "--max-steps", "2"], "run id '../r': 1 to 64 letters"),
+        (["--swarm", "r"], "a swarm run counts collaborative steps: set training.max_steps"),
+        (["--swarm", "r", "--max-steps", "2", "--compression", "zip"], "--compression is one of"),
+    ]
+    for extra, message in cases:
+        result = gym_env.run("train", "sft", str(config), "--output", str(tmp_path / "run"),
+                             *extra, extra_env=key)
+        assert result.returncode != 0 and message in result.stderr, (extra, result.stderr)
+        assert not (tmp_path / "run").exists()
