@@ -343,13 +343,16 @@ class SwarmSession:
             "contributors": contributors, "refused": refused}
 
     def _live(self) -> dict[str, dict]:
-        """The run's peers whose record was republished within three intervals, by peer id."""
+        """The run's peers with a valid spec whose record was republished within three
+        intervals, by peer id (values from the DHT are anyone's: each field is checked)."""
         live = {}
         for value in self._records().values():
-            spec = value.get("spec")
-            if (isinstance(spec, dict) and isinstance(spec.get("peer_id"), str)
-                    and value["_now"] - value["_stored"] < 3 * RECORD_INTERVAL_S):
-                live[spec["peer_id"]] = value
+            try:
+                spec = decode_spec(value.get("spec"))
+            except SwarmRecordError:
+                continue
+            if value["_now"] - value["_stored"] < 3 * RECORD_INTERVAL_S:
+                live[spec.peer_id] = value
         return live
 
     def _linger(self) -> None:
@@ -357,7 +360,7 @@ class SwarmSession:
         deadline = time.monotonic() + self.options.linger_s
         while time.monotonic() < deadline:
             waiting = [peer for peer, value in self._live().items()
-                       if (value.get("contribution") or {}).get("epoch", 0) < self.max_steps]
+                       if _record_epoch(value) < self.max_steps]
             if not waiting:
                 return
             time.sleep(1.0)
@@ -374,9 +377,10 @@ class SwarmSession:
         while True:
             self._final_digest = weights_digest(model)
             self.maybe_publish_record(force=True)
-            live = self._live()
-            live.setdefault(self.spec.peer_id, {"final_weights": self._final_digest})
-            canonical = min(live)
+            live = {peer: value for peer, value in self._live().items()
+                    if isinstance(value.get("final_weights"), str)}
+            live[self.spec.peer_id] = {"final_weights": self._final_digest}
+            canonical = min(live)  # among the peers that finished
             if canonical == self.spec.peer_id:
                 averager.state_sharing_priority = float(self.max_steps + 1)
                 others = [v.get("final_weights") for p, v in live.items() if p != canonical]
@@ -384,10 +388,9 @@ class SwarmSession:
                     return self._final_digest
             else:
                 averager.allow_state_sharing = False  # only the canonical peer serves
-                if live[canonical].get("final_weights") == self._final_digest:
+                if live[canonical]["final_weights"] == self._final_digest:
                     return self._final_digest
-                if live[canonical].get("final_weights") is not None:
-                    averager.load_state_from_peers(timeout=self.options.averaging_timeout)
+                averager.load_state_from_peers(timeout=self.options.averaging_timeout)
             if time.monotonic() > deadline:
                 return self._final_digest
             time.sleep(1.0)
@@ -480,6 +483,17 @@ def _optimizer_class():
                 self._group = None
 
     return RecordingOptimizer
+
+
+def _record_epoch(value: dict) -> int:
+    """The step a peer's DHT value says it reached (0 when the value does not say it well)."""
+    record = value.get("contribution")
+    epoch = record.get("epoch") if isinstance(record, dict) else None
+    return epoch if type(epoch) is int else 0
+
+
+def _count_or_zero(value) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _peer_name(peer_id_type, raw) -> str | None:
@@ -600,9 +614,15 @@ def swarm_peers(run: str, initial_peers: list[str], wait_s: float = 2.0) -> list
         record = value.get("contribution") if isinstance(value.get("contribution"), dict) else {}
         seen = now - (getattr(item, "expiration_time", now) - RECORD_TTL_S)
         rows.append({"peer_id": spec.peer_id, "address": spec.address,
-                     "step": record.get("epoch", 0), "max_steps": spec.max_steps,
-                     "samples": record.get("samples", 0), "samples_per_s": rates.get(spec.peer_id),
+                     "step": _record_epoch(value), "max_steps": spec.max_steps,
+                     "samples": _count_or_zero(record.get("samples")),
+                     "samples_per_s": rates.get(spec.peer_id),
                      "seen_s_ago": max(0.0, seen),
                      "state": "done" if "final_weights" in value else (
                          "training" if seen < 3 * RECORD_INTERVAL_S else "silent")})
-    return sorted(rows, key=lambda r: (-int(r["step"] or 0), -int(r["samples"] or 0)))
+    latest: dict[str, dict] = {}  # one row a peer: its most recently republished value
+    for row in rows:
+        if row["peer_id"] not in latest or row["seen_s_ago"] < latest[row["peer_id"]][
+                "seen_s_ago"]:
+            latest[row["peer_id"]] = row
+    return sorted(latest.values(), key=lambda r: (-r["step"], -r["samples"]))

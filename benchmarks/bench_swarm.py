@@ -1,0 +1,134 @@
+"""Volunteer training on this machine: `gym train sft --swarm` with 2 peers against 1 process,
+and the bytes an averaging round moves against the adapter's size, per compression.
+
+Every arm runs the real `gym` command on the same LoRA SFT config (SmolLM2-135M-Instruct by
+default). The baseline is one plain process training `--steps` local steps. The swarm arm
+starts 2 peers on loopback (`--min-peers 2`, a target batch of `--target` samples) for
+`--rounds` collaborative steps, once per compression (none, float16, 8bit):
+
+- samples per second: the samples the peers processed together over the longest peer's
+  training time (TRL's `train_runtime`, from run.json), against the baseline's samples over its
+  training time; and the samples the collaborative steps stood for (rounds x target) over the
+  same time, the run's useful throughput;
+- bytes per round: what went over the loopback interface while the peers trained
+  (/proc/net/dev, both peers, DHT and matchmaking included), over the collaborative steps,
+  against the adapter's weights file.
+
+    .venv/bin/python benchmarks/bench_swarm.py [--model DIR|tiny-random] [--rounds 3]
+
+Prints each run and the ratios (swarm / 1 process, the baseline; bytes per round / adapter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GYM = REPO / ".venv" / "bin" / "gym"
+# two of Anvil's public dev keys: the peers sign contribution records, no chain is needed
+KEYS = ("0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+        "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a")
+
+
+def config_text(model: str) -> str:
+    return (f"method: sft\nmodel: {json.dumps(model)}\n"
+            f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca}}\n"
+            "lora: {r: 8, alpha: 16, target_modules: [q_proj, k_proj, v_proj, o_proj]}\n"
+            "training: {batch_size: 2, max_length: 192, seed: 0, logging_steps: 1}\n")
+
+
+def loopback_bytes() -> int:
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            return int(counters.split()[0])  # received: on loopback, what was sent
+    raise SystemExit("no loopback interface in /proc/net/dev")
+
+
+def metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())["run"]
+
+
+def baseline(config: Path, out: Path, steps: int) -> float:
+    """Samples per second of one plain process."""
+    done = subprocess.run([str(GYM), "train", "sft", str(config), "--output", str(out),
+                           "--max-steps", str(steps)], capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        sys.exit(f"gym train sft failed: {done.stderr.strip()}")
+    run = metrics(out)
+    return steps * 2 / run["metrics"]["train_runtime_s"]
+
+
+def swarm(config: Path, out: Path, rounds: int, target: int, compression: str) -> dict:
+    """Two peers on loopback: samples/s processed and useful, bytes per round, adapter size."""
+    common = ["train", "sft", str(config), "--swarm", f"bench-{compression}", "--max-steps",
+              str(rounds), "--target-batch-size", str(target), "--min-peers", "2",
+              "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--compression", compression,
+              "--matchmaking-time", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([str(GYM), *common, "--output", str(out / "a")],
+                             env={**env, "GYM_PUBLISHER_KEY": KEYS[0]},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    maddr = None
+    for line in first.stdout:
+        if line.startswith("swarm peer: "):
+            maddr = line.split()[2]
+            break
+    if maddr is None:
+        sys.exit(f"the first peer printed no address: {first.stderr.read().strip()}")
+    before = loopback_bytes()
+    second = subprocess.run([str(GYM), *common, "--output", str(out / "b"), "--initial-peers",
+                             maddr], env={**env, "GYM_PUBLISHER_KEY": KEYS[1]},
+                            capture_output=True, text=True, check=False)
+    first.communicate()
+    moved = loopback_bytes() - before
+    if first.returncode or second.returncode:
+        sys.exit(f"a peer failed: {second.stderr.strip()}")
+    runs = [metrics(out / name) for name in ("a", "b")]
+    seconds = max(r["metrics"]["train_runtime_s"] for r in runs)
+    processed = sum(r["hardware"]["swarm"]["local"]["samples"] for r in runs)
+    adapter = (out / "a" / "adapter" / "adapter_model.safetensors").stat().st_size
+    return {"processed": processed / seconds, "useful": rounds * target / seconds,
+            "bytes_per_round": moved / rounds, "adapter_bytes": adapter}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="", help="local model dir, or tiny-random "
+                                                    "(default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--rounds", type=int, default=3, help="collaborative steps per arm")
+    parser.add_argument("--target", type=int, default=16, help="samples per collaborative step")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "sft.yaml"
+        config.write_text(config_text(args.model))
+        steps = args.rounds * args.target // 2  # the same samples as the swarm's rounds
+        start = time.perf_counter()
+        base = baseline(config, Path(tmp) / "one", steps)
+        print(f"1 process: {steps} steps, {base:.2f} samples/s "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+        for compression in ("none", "float16", "8bit"):
+            out = Path(tmp) / compression
+            out.mkdir()
+            result = swarm(config, out, args.rounds, args.target, compression)
+            print(f"2 peers, {compression}: processed {result['processed']:.2f} samples/s, "
+                  f"useful {result['useful']:.2f} samples/s; "
+                  f"{result['bytes_per_round'] / 1e6:.2f} MB per round on loopback, adapter "
+                  f"{result['adapter_bytes'] / 1e6:.2f} MB", flush=True)
+            print(f"  samples/s, 2 peers / 1 process (baseline): processed "
+                  f"{result['processed'] / base:.3f}, useful {result['useful'] / base:.3f}")
+            print(f"  bytes per round / adapter size: "
+                  f"{result['bytes_per_round'] / result['adapter_bytes']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
