@@ -197,9 +197,9 @@ def test_the_witness_accepts_an_honest_record_and_credits_the_rounds_it_saw():
     # Mallory signs with her own key for Alice's peer id
     (lambda: sign_contribution(_record(account=MALLORY), MALLORY.key), "joined as"),
     (lambda: sign_contribution(_record(peer="peer-z"), ALICE.key), "never joined"),
-    # samples inflated past a whole target batch (8, +2 local steps of 2) in one round
-    (lambda: sign_contribution(_record(rounds=((1, 13), (2, 6)), steps=10), ALICE.key),
-     "claims 13 samples at step 1; a round holds at most 8"),
+    # samples inflated past twice the target batch (8, +2 local steps of 2) in one round
+    (lambda: sign_contribution(_record(rounds=((1, 21), (2, 6)), steps=14), ALICE.key),
+     "claims 21 samples at step 1; a round holds at most 16"),
     (lambda: sign_contribution(_record(samples=15), ALICE.key), "local steps of at most 2"),
     (lambda: sign_contribution(_record(epoch=4), ALICE.key), "the run reached 3"),
     (lambda: sign_contribution(_record(samples=4), ALICE.key), "more samples than its total"),
@@ -241,7 +241,7 @@ def test_judging_the_dht_values_ties_each_record_to_its_spec(libp2p_keys):
         value(alice_spec, ALICE, 8),
         value(bob_spec, BOB, 4),
         value(bob_spec, BOB, 3),  # Bob published twice: the smaller credit counts
-        value(bob_spec, BOB, 40, steps=20),  # inflated past a target batch (8 + 2 steps)
+        value(bob_spec, BOB, 40, steps=20),  # inflated past twice the target (16 + 2 steps)
         {"spec": bob_spec.to_json(), "contribution": value(alice_spec, ALICE, 8)["contribution"]},
         {"spec": alice_spec.to_json() | {"address": MALLORY.address.lower()},
          "contribution": value(alice_spec, ALICE, 8)["contribution"]},
@@ -254,7 +254,7 @@ def test_judging_the_dht_values_ties_each_record_to_its_spec(libp2p_keys):
         (alice_spec.peer_id, 8, round(8 / 11, 6)), (bob_spec.peer_id, 3, round(3 / 11, 6))]
     reasons = [r["reason"] for r in refused]
     assert len(reasons) == 4
-    assert "claims 40 samples at step 1; a round holds at most 8" in reasons[0]
+    assert "claims 40 samples at step 1; a round holds at most 16" in reasons[0]
     assert reasons[1] == f"published beside the spec of peer {bob_spec.peer_id}"
     assert reasons[2].startswith("no valid spec beside the record: peer spec.binding")
     assert "missing field" in reasons[3]

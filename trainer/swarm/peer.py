@@ -331,6 +331,9 @@ class SwarmSession:
         self.maybe_publish_record(force=True)
         self._linger()
         final = self._converge(trainer.model)
+        # the run reached at least the step this peer holds (a step it caught up to by
+        # loading the others' state ended no round of its own)
+        self.witness.epoch = max(self.witness.epoch, self.optimizer.local_epoch)
         contributors, refused = judge_records(list(self._records().values()), self.witness)
         return {
             "run": self.options.run, "peer_id": self.spec.peer_id, "address": self.address,

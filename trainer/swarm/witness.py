@@ -13,10 +13,10 @@ with. `check_contribution` then accepts a record only when:
 3. the contributor is the address the peer id joined with;
 4. the step it reached is not past the witness's last step, and its samples fit in its local
    steps (at most ``batch_size_per_step`` each) and include the samples of its rounds;
-5. each round it claims in the witness's own group of that step holds at most a whole target
-   batch, or more if the peer announced more for that step in the run's progress records, plus
-   two local steps (a round starts once the group's announced samples reach the target; the
-   announcements lag the last local steps).
+5. each round it claims in the witness's own group of that step holds at most twice the target
+   batch, or twice what the peer announced for that step in the run's progress records if
+   more, plus two local steps (a round starts once the group's announced samples reach the
+   target, and overshoots it while the announcements travel).
 
 Only rounds of the witness's own groups are credited: a round the witness did not average in
 (it was alone, or its round failed), or averaged in another group (hivemind may split a step's
@@ -25,7 +25,7 @@ A record counts only beside a spec of the same peer id (`judge_records`); a peer
 accepted records is credited with the smallest. A peer's share is its credited samples over all
 contributors' credited samples. What a
 lying peer can still claim: samples it announced but did not compute (the announcements are its
-own), and up to a whole target batch per round it averaged in (the all-reduce weights that
+own), and up to twice the target batch per round it averaged in (the all-reduce weights that
 would tell its real part stay inside hivemind).
 """
 
@@ -42,6 +42,9 @@ from trainer.swarm.records import (
 )
 
 ANNOUNCEMENT_SLACK_STEPS = 2  # local steps a round may hold beyond the announced samples
+# A round overshoots its target while the peers' announcements travel: one peer's part reached
+# 1.25 times the whole target on this loaded 2-core machine (a 32-sample target, 40 claimed).
+OVERSHOOT = 2
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,12 @@ def check_contribution(record: Contribution, witness: Witness) -> Verdict:
             continue  # the witness did not average at that step: not credited
         if record.peer_id not in seen.members:
             continue  # another group of the same step (hivemind may split): not credited
-        bound = max(seen.announced.get(record.peer_id, 0), witness.target_batch_size) + slack
+        bound = OVERSHOOT * max(seen.announced.get(record.peer_id, 0),
+                                witness.target_batch_size) + slack
         if claim.samples > bound:
             return Verdict(record, False, f"claims {claim.samples} samples at step {claim.epoch}; "
-                                          f"a round holds at most {bound - slack} (the target "
-                                          "batch, or what it announced)")
+                                          f"a round holds at most {bound - slack} (twice the "
+                                          "target batch, or what it announced)")
         credited += claim.samples
         rounds += 1
     return Verdict(record, True, "", credited, rounds)
