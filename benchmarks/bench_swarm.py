@@ -4,7 +4,8 @@ and the bytes an averaging round moves against the adapter's size, per compressi
 Every arm runs the real `gym` command on the same LoRA SFT config (SmolLM2-135M-Instruct by
 default). The baseline is one plain process training `--steps` local steps. The swarm arm
 starts 2 peers on loopback (`--min-peers 2`, a target batch of `--target` samples) for
-`--rounds` collaborative steps, once per compression (none, float16, 8bit):
+`--rounds` collaborative steps, once per compression (none, float16, 8bit), and once with
+DiLoCo-style local steps (`--local-steps H`, uncompressed: parameters averaged, no gradients):
 
 - samples per second: the samples the peers processed together over the longest peer's
   training time (TRL's `train_runtime`, from run.json), against the baseline's samples over its
@@ -15,6 +16,7 @@ starts 2 peers on loopback (`--min-peers 2`, a target batch of `--target` sample
   against the adapter's weights file.
 
     .venv/bin/python benchmarks/bench_swarm.py [--model DIR|tiny-random] [--rounds 3]
+        [--local-steps 4]
 
 Prints each run and the ratios (swarm / 1 process, the baseline; bytes per round / adapter).
 """
@@ -67,12 +69,13 @@ def baseline(config: Path, out: Path, steps: int) -> float:
     return steps * 2 / run["metrics"]["train_runtime_s"]
 
 
-def swarm(config: Path, out: Path, rounds: int, target: int, compression: str) -> dict:
+def swarm(config: Path, out: Path, rounds: int, target: int, compression: str,
+          local_steps: int = 0) -> dict:
     """Two peers on loopback: samples/s processed and useful, bytes per round, adapter size."""
-    common = ["train", "sft", str(config), "--swarm", f"bench-{compression}", "--max-steps",
-              str(rounds), "--target-batch-size", str(target), "--min-peers", "2",
-              "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--compression", compression,
-              "--matchmaking-time", "2"]
+    common = ["train", "sft", str(config), "--swarm", f"bench-{compression}-{local_steps}",
+              "--max-steps", str(rounds), "--target-batch-size", str(target), "--min-peers",
+              "2", "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--compression", compression,
+              "--matchmaking-time", "2", "--local-steps", str(local_steps)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen([str(GYM), *common, "--output", str(out / "a")],
                              env={**env, "GYM_PUBLISHER_KEY": KEYS[0]},
@@ -106,6 +109,7 @@ def main() -> int:
                                                     "(default: SmolLM2-135M-Instruct)")
     parser.add_argument("--rounds", type=int, default=3, help="collaborative steps per arm")
     parser.add_argument("--target", type=int, default=16, help="samples per collaborative step")
+    parser.add_argument("--local-steps", type=int, default=4, help="H of the local-steps arm")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "sft.yaml"
@@ -115,11 +119,13 @@ def main() -> int:
         base = baseline(config, Path(tmp) / "one", steps)
         print(f"1 process: {steps} steps, {base:.2f} samples/s "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
-        for compression in ("none", "float16", "8bit"):
-            out = Path(tmp) / compression
+        arms = [(c, 0) for c in ("none", "float16", "8bit")] + [("none", args.local_steps)]
+        for compression, local_steps in arms:
+            out = Path(tmp) / f"{compression}-{local_steps}"
             out.mkdir()
-            result = swarm(config, out, args.rounds, args.target, compression)
-            print(f"2 peers, {compression}: processed {result['processed']:.2f} samples/s, "
+            result = swarm(config, out, args.rounds, args.target, compression, local_steps)
+            name = compression + (f", --local-steps {local_steps}" if local_steps else "")
+            print(f"2 peers, {name}: processed {result['processed']:.2f} samples/s, "
                   f"useful {result['useful']:.2f} samples/s; "
                   f"{result['bytes_per_round'] / 1e6:.2f} MB per round on loopback, adapter "
                   f"{result['adapter_bytes'] / 1e6:.2f} MB", flush=True)

@@ -26,14 +26,13 @@ STEPS = 8
 class Peer:
     """One `gym train sft --swarm` process; its stdout lines collected as they come."""
 
-    def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, account: int,
-                 *extra: str) -> None:
+    def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, *extra: str) -> None:
         self.name, self.run_dir = name, tmp_path / name
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [str(GYM), "train", "sft", str(config), "--swarm", "arith", "--output",
              str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--matchmaking-time",
-             "2", "--target-batch-size", "32", "--account", str(account), *extra],
+             "2", *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -56,6 +55,9 @@ class Peer:
             time.sleep(0.2)
         raise AssertionError(f"peer {self.name} never printed {prefix!r}: {self.lines} "
                              f"{self.process.stderr.read() if self.process.poll() else ''}")
+
+    def peer_id(self) -> str:
+        return self.wait_for("swarm peer: ").split()[2].rpartition("/p2p/")[2]
 
     def finish(self, timeout: float = 300) -> str:
         self.process.wait(timeout=timeout)
@@ -122,24 +124,22 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     from transformers import AutoModelForCausalLM
 
     gym = ledger_devnet.gym
-    config = tmp_path / "sft.yaml"
-    config.write_text(
-        "method: sft\nmodel: tiny-random\n"
-        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca, "
-        "limit: 16}\n"
-        "lora: {r: 4, alpha: 8}\n"
-        f"training: {{max_steps: {STEPS}, batch_size: 2, max_length: 512, seed: 5, "
-        "logging_steps: 1}\n")
+    config = _sft_config(tmp_path, STEPS)
     env = {**gym.env, "OMP_NUM_THREADS": "1"}
-    a = Peer("a", tmp_path, env, config, 0, "--min-peers", "3", "--publish", "alice/swarm")
+    shared = ("--target-batch-size", "32")
+    a = Peer("a", tmp_path, env, config, *shared, "--account", "0", "--min-peers", "3",
+             "--publish", "alice/swarm")
     maddr = a.wait_for("swarm peer: ").split()[2]
-    b = Peer("b", tmp_path, env, config, 1, "--initial-peers", maddr, "--min-peers", "3")
-    c = Peer("c", tmp_path, env, config, 2, "--initial-peers", maddr, "--min-peers", "3")
+    b = Peer("b", tmp_path, env, config, *shared, "--account", "1", "--initial-peers", maddr,
+             "--min-peers", "3")
+    c = Peer("c", tmp_path, env, config, *shared, "--account", "2", "--initial-peers", maddr,
+             "--min-peers", "3")
     try:
         a.wait_for("swarm arith: step ", at_least=1)
         c.process.kill()  # SIGKILL mid-run: the others go on
-        d = Peer("d", tmp_path, env, config, 3, "--initial-peers", maddr)  # joins late
-        b_peer = b.wait_for("swarm peer: ").split()[2].rpartition("/p2p/")[2]
+        d = Peer("d", tmp_path, env, config, *shared, "--account", "3", "--initial-peers",
+                 maddr)  # joins late
+        b_peer = b.peer_id()
         _forge_records(maddr, b_peer)
         # an operator's view, from outside the run: the peers, their steps and addresses
         listed = gym.run("swarm", "peers", "arith", "--initial-peers", maddr, timeout=120)
@@ -198,6 +198,65 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
                                       a.run_dir / "adapter")
     lora = [p for name, p in model.named_parameters() if "lora_B" in name]
     assert lora and any(p.abs().sum() > 0 for p in lora)  # trained: B starts at zero
+
+
+def _sft_config(tmp_path: Path, steps: int) -> Path:
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        "method: sft\nmodel: tiny-random\n"
+        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca, "
+        "limit: 16}\n"
+        "lora: {r: 4, alpha: 8}\n"
+        f"training: {{max_steps: {steps}, batch_size: 2, max_length: 512, seed: 5, "
+        "logging_steps: 1}\n")
+    return config
+
+
+@pytest.mark.slow
+def test_local_steps_peers_average_parameters_and_refuse_a_gradient_averaging_joiner(
+        gym_env, tmp_path):
+    """DiLoCo-style: two peers step their own AdamW every batch and average parameters once
+    per collaborative step; a joiner that would average gradients instead is refused."""
+    config = _sft_config(tmp_path, 3)
+
+    def env(account: int) -> dict:
+        return {**gym_env.env, "OMP_NUM_THREADS": "1",
+                "GYM_PUBLISHER_KEY": devnet_account_key(account)}
+
+    local = ("--local-steps", "2", "--min-peers", "2")  # target: 2 batches x 2 x 2 peers
+    a = Peer("a", tmp_path, env(0), config, *local)
+    maddr = a.wait_for("swarm peer: ").split()[2]
+    peers = [a]
+    try:
+        a.wait_for("swarm arith: 1 of 2 peers joined")  # its spec is in the DHT
+        x = Peer("x", tmp_path, env(2), config, "--initial-peers", maddr, "--min-peers", "2")
+        peers.append(x)
+        assert x.process.wait(timeout=180) != 0
+        error = x.process.stderr.read()
+        assert "run arith: local_steps" in error and "this peer cannot join it" in error, error
+        b = Peer("b", tmp_path, env(1), config, *local, "--initial-peers", maddr)
+        peers.append(b)
+        out_a, out_b = a.finish(), b.finish()
+    finally:
+        for peer in peers:
+            if peer.process.poll() is None:
+                peer.process.kill()
+    assert not (x.run_dir / "run.json").exists()
+    swarm = {p.name: p.manifest()["run"]["hardware"]["swarm"] for p in (a, b)}
+    for name, s in swarm.items():
+        assert s["local_steps"] == 2 and s["target_batch_size"] == 8
+        assert s["collaborative_steps"] == 3
+        # the parameter rounds (their groups recorded as the witness's) averaged both peers
+        assert s["local"]["steps"] > 0 and s["local"]["rounds"] > 0, (name, s, out_a, out_b)
+    assert "averaged by 2 peers" in out_a + out_b
+    assert swarm["a"]["final_weights_digest"] == swarm["b"]["final_weights_digest"], (
+        swarm, out_a, out_b)
+    adapters = {(p.run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
+                for p in (a, b)}
+    assert len(adapters) == 1
+    credited = {c["peer_id"] for c in swarm["a"]["contributors"]}
+    assert credited == {swarm["a"]["peer_id"], swarm["b"]["peer_id"]}, swarm["a"]
+    assert swarm["a"]["refused"] == []
 
 
 def test_swarm_options_are_checked_before_anything_starts(gym_env, tmp_path):

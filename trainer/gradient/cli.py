@@ -61,7 +61,12 @@ def _train_command(method: str):
         target_batch_size: Annotated[int | None, typer.Option(
             min=1, rich_help_panel="Volunteer training (docs/swarm.md)",
             help="Samples per collaborative step, all peers together [default: 4 local "
-                 "batches].")] = None,
+                 "batches; with --local-steps H, H local batches times --min-peers].")] = None,
+        local_steps: Annotated[int, typer.Option(
+            min=0, max=100_000, metavar="H", rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="DiLoCo-style: each peer steps its own optimizer every local batch, and the "
+                 "peers average parameters once per collaborative step (about every H local "
+                 "steps); 0 averages gradients every step.")] = 0,
         min_peers: Annotated[int, typer.Option(
             min=1, max=1024, rich_help_panel="Volunteer training (docs/swarm.md)",
             help="Hold the first step until this many peers joined.")] = 1,
@@ -102,6 +107,7 @@ def _train_command(method: str):
 
             runtime_of(ctx).contract.log_count()
         swarm_flags = {"--initial-peers": initial_peers, "--target-batch-size": target_batch_size,
+                       "--local-steps": local_steps != 0,
                        "--min-peers": min_peers != 1, "--host-maddrs": host_maddrs,
                        "--announce-maddrs": announce_maddrs, "--account": account is not None,
                        "--compression": compression != "none",
@@ -121,8 +127,8 @@ def _train_command(method: str):
             runtime.account = account
             options = SwarmOptions(
                 run=swarm, initial_peers=tuple(initial_peers or ()),
-                target_batch_size=target_batch_size, min_peers=min_peers,
-                host_maddrs=tuple(host_maddrs or ("/ip4/0.0.0.0/tcp/0",)),
+                target_batch_size=target_batch_size, local_steps=local_steps,
+                min_peers=min_peers, host_maddrs=tuple(host_maddrs or ("/ip4/0.0.0.0/tcp/0",)),
                 announce_maddrs=tuple(announce_maddrs or ()), compression=compression,
                 matchmaking_time=matchmaking_time)
             key = (os.environ.get("GYM_PUBLISHER_KEY") if account is None else None) \

@@ -14,6 +14,10 @@ calls around TRL's training loop:
   until the peers together processed ``target_batch_size`` samples, then they average them in
   one all-reduce and take the same optimizer step (one collaborative step, hivemind's epoch),
   and average parameters and Adam's moments, so a round lost to a dead peer heals at the next.
+  With ``local_steps`` H > 0 (DiLoCo-style) each peer steps its own AdamW every local batch
+  instead, and the collaborative step averages parameters and Adam's moments only (an outer
+  step of plain averaging: DiLoCo's outer SGD at learning rate 1 without momentum); the
+  default target is then H local batches times ``min_peers``, about H local steps a peer.
   The learning rate follows the collaborative step. Each peer shuffles the data with its own
   seed (the run's seed and its peer id), so the peers train on different orders of the rows.
   A peer that joins late, or falls behind, downloads the current state from the others first.
@@ -67,7 +71,8 @@ class SwarmError(TrainerError, RuntimeError):
 class SwarmOptions:
     run: str  # the run's name: every DHT key of the run starts with it
     initial_peers: tuple[str, ...] = ()  # multiaddrs of peers already in the run
-    target_batch_size: int | None = None  # samples per collaborative step; None: 4 local batches
+    target_batch_size: int | None = None  # samples per collaborative step; None: see `target`
+    local_steps: int = 0  # 0: average gradients every step; H: local steps, average parameters
     min_peers: int = 1  # hold the first step until this many peers joined
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()
@@ -123,7 +128,11 @@ class SwarmSession:
         self.max_steps = config.training.max_steps
         t = config.training
         self.batch_per_step = t.batch_size * t.grad_accumulation
-        self.target = options.target_batch_size or 4 * self.batch_per_step
+        if options.local_steps < 0:
+            raise SwarmError("--local-steps is 0 (average gradients) or more")
+        self.target = options.target_batch_size or (
+            options.local_steps * self.batch_per_step * options.min_peers if options.local_steps
+            else 4 * self.batch_per_step)
         self.config_digest = config_digest(config)
         self.local = _Local()
         self.dht = self.optimizer = self.spec = None
@@ -216,7 +225,7 @@ class SwarmSession:
             method=self.config.method, base_model=base.name, base_digest=base.weights_digest,
             dataset_digest=file_digest(self.config.dataset.path),
             config_digest=self.config_digest, target_batch_size=self.target,
-            local_steps=0, max_steps=self.max_steps, maddrs=tuple(maddrs[:8]))
+            local_steps=self.options.local_steps, max_steps=self.max_steps, maddrs=tuple(maddrs[:8]))
         key, binding = sign_binding(self._identity_der, self.options.run, self.address)
         self.spec = replace(self.spec, libp2p_key=key, binding=binding)
         deadline = time.monotonic() + self.options.join_timeout_s
@@ -230,7 +239,8 @@ class SwarmSession:
                         raise SwarmError(f"run {self.options.run}: {difference}; this peer "
                                          "cannot join it")
             self._publish(self._record())
-            joined = len(specs.keys() | {self.spec.peer_id})
+            joined = len({peer_id for peer_id, spec in specs.items()
+                          if spec_difference(self.spec, spec) is None} | {self.spec.peer_id})
             if joined >= self.options.min_peers:
                 return
             if time.monotonic() > deadline:
@@ -287,7 +297,13 @@ class SwarmSession:
                                                 num_warmup_steps=t.warmup_steps,
                                                 num_training_steps=self.max_steps),
             matchmaking_time=self.options.matchmaking_time,
-            averaging_timeout=self.options.averaging_timeout,
+            # with local steps a peer that finds no group trains on: a parameter round waits
+            # for its group at most three matchmaking times
+            averaging_timeout=min(self.options.averaging_timeout,
+                                  3 * self.options.matchmaking_time)
+            if self.options.local_steps else self.options.averaging_timeout,
+            allreduce_timeout=self.options.averaging_timeout,
+            use_local_updates=self.options.local_steps > 0,
             delay_state_averaging=False, average_opt_statistics=("exp_avg", "exp_avg_sq"),
             grad_compression=codec, state_averaging_compression=codec)
 
@@ -337,7 +353,8 @@ class SwarmSession:
         contributors, refused = judge_records(list(self._records().values()), self.witness)
         return {
             "run": self.options.run, "peer_id": self.spec.peer_id, "address": self.address,
-            "target_batch_size": self.target, "collaborative_steps": self.optimizer.local_epoch,
+            "target_batch_size": self.target, "local_steps": self.options.local_steps,
+            "collaborative_steps": self.optimizer.local_epoch,
             "compression": self.options.compression, "final_weights_digest": final,
             "local": {"samples": self.local.samples, "steps": self.local.steps,
                       "rounds": len(self.local.rounds),
@@ -347,14 +364,19 @@ class SwarmSession:
 
     def _live(self) -> dict[str, dict]:
         """The run's peers with a valid spec whose record was republished within three
-        intervals, by peer id (values from the DHT are anyone's: each field is checked)."""
-        live = {}
+        intervals, by peer id (values from the DHT are anyone's: each field is checked); of
+        several values beside one peer's spec, one that names final weights, else the latest."""
+        live: dict[str, dict] = {}
         for value in self._records().values():
             try:
                 spec = decode_spec(value.get("spec"))
             except SwarmRecordError:
                 continue
-            if value["_now"] - value["_stored"] < 3 * RECORD_INTERVAL_S:
+            if value["_now"] - value["_stored"] >= 3 * RECORD_INTERVAL_S:
+                continue
+            held = live.get(spec.peer_id)
+            if held is None or ("final_weights" in value, value["_stored"]) > (
+                    "final_weights" in held, held["_stored"]):
                 live[spec.peer_id] = value
         return live
 
@@ -380,14 +402,16 @@ class SwarmSession:
         while True:
             self._final_digest = weights_digest(model)
             self.maybe_publish_record(force=True)
-            live = {peer: value for peer, value in self._live().items()
+            everyone = self._live()
+            live = {peer: value for peer, value in everyone.items()
                     if isinstance(value.get("final_weights"), str)}
             live[self.spec.peer_id] = {"final_weights": self._final_digest}
             canonical = min(live)  # among the peers that finished
             if canonical == self.spec.peer_id:
                 averager.state_sharing_priority = float(self.max_steps + 1)
                 others = [v.get("final_weights") for p, v in live.items() if p != canonical]
-                if all(d == self._final_digest for d in others):
+                # a live peer still finishing will want this state too
+                if all(d == self._final_digest for d in others) and everyone.keys() <= live.keys():
                     return self._final_digest
             else:
                 averager.allow_state_sharing = False  # only the canonical peer serves
@@ -468,24 +492,66 @@ def _optimizer_class():
 
         def _update_global_epoch(self, grad_scaler) -> None:
             before = self.local_epoch
-            mine = self.grad_averager.local_samples_accumulated if self.grad_averager else 0
             announced = self._announced(before)
             self._group = None
+            if self.use_local_updates:  # the round that shares the work averages parameters
+                mine = self.tracker.local_progress.samples_accumulated
+                control = self._schedule_state_round()
+            else:  # ... or gradients (its group: _average_gradients_and_load_into_optimizer)
+                mine, control = self.grad_averager.local_samples_accumulated, None
             started = time.perf_counter()
             super()._update_global_epoch(grad_scaler)
+            if self.use_local_updates and control is None and self.local_epoch > before \
+                    and self.session.options.min_peers > 1:
+                control = self._lone_state_round()
             self.session.local.averaging_s += time.perf_counter() - started
+            if control is not None:
+                self._group = _members(control)
             if self.local_epoch > before:
                 self.session._round_done(self.local_epoch, self._group, mine, announced)
 
+        def _schedule_state_round(self):
+            """Begin matchmaking for this step's parameter round (as hivemind pre-schedules
+            one), so that its group can be read once it ran; None when no round will run."""
+            if self.tracker.global_progress.num_peers <= 1 or \
+                    self.state_averager.averaging_in_progress:
+                return None
+            control = self.scheduled_state
+            if control is None or control.triggered or control.done():
+                control = self.scheduled_state = self.state_averager.schedule_step(
+                    gather=max(self.local_epoch + 1, self.tracker.global_epoch),
+                    timeout=self.averaging_timeout)
+            return control
+
+        def _lone_state_round(self):
+            """A peer that saw nobody else at this step still waits up to the matchmaking time
+            for a group to average parameters with (hivemind skips the round), as a lone peer's
+            gradient round does: peers expected by --min-peers that start a moment apart meet
+            at the first steps instead of one running the whole run alone."""
+            if self.state_averager.averaging_in_progress:
+                return None
+            wait = 2 * self.matchmaking_time  # no group by then: train on alone
+            control = self.state_averager.schedule_step(gather=self.local_epoch, timeout=wait)
+            self.state_averager.step(averaging_round=True, averaging_control=control,
+                                     delay_averaging=False, averaging_opts={"timeout": wait})
+            return control
+
         def _average_gradients_and_load_into_optimizer(self, control) -> None:
             super()._average_gradients_and_load_into_optimizer(control)
-            try:
-                if control is not None and control.done():
-                    self._group = frozenset(p.to_base58() for p in control.result())
-            except BaseException:  # noqa: BLE001 (the round failed: no group to record)
-                self._group = None
+            self._group = _members(control)
 
     return RecordingOptimizer
+
+
+def _members(control) -> frozenset[str] | None:
+    """The peer ids of a finished averaging round's group; None when it did not run or
+    failed."""
+    if control is None or not control.done():
+        return None
+    try:
+        return frozenset(p.to_base58() for p in control.result())
+    except BaseException:  # noqa: BLE001 (the round failed: no group to record)
+        return None
 
 
 def _record_epoch(value: dict) -> int:
