@@ -17,7 +17,8 @@ Publisher log, for every ``Anchored`` event in chain order:
 2. the batch manifest (``ledger.batches``) named by ``batchCid`` must be fetchable, valid,
    and describe this checkpoint: same log id, ``from`` = previous size, ``to`` = this size;
 3. every entry it names is fetched by CID (the store re-hashes the bytes against the CID),
-   decoded and validated as an entry (type, version, field rules, canonical bytes), and its
+   decoded and validated as an entry (type, version, field rules, canonical bytes; a
+   ``contribution`` entry's EIP-712 signature must recover to its contributor), and its
    leaf hash appended to an in-memory RFC 9162 tree;
 4. the tree's root at this size must equal the anchored root.
 
@@ -62,7 +63,8 @@ from ledger.chain import (
     LedgerContract,
     LogKind,
 )
-from ledger.entries import MAX_ENTRY_BYTES, decode_entry
+from ledger.contributions import recover_contributor
+from ledger.entries import MAX_ENTRY_BYTES, ContributionEntry, decode_entry
 from ledger.errors import (
     ContentIntegrityError,
     ContentStoreError,
@@ -189,7 +191,9 @@ class _Replay:
                       expected=exc.expected, computed=exc.computed, entry_cid=cid)
             return None
         try:
-            decode_entry(data)
+            entry = decode_entry(data)
+            if isinstance(entry, ContributionEntry):  # signed by its contributor, or no entry
+                recover_contributor(entry)
         except EntryError as exc:
             self.flag("entry-invalid", f"entry {cid}: {exc}", checkpoint=checkpoint, leaf=index,
                       entry_cid=cid)

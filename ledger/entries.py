@@ -6,7 +6,8 @@ RFC 8785 JSON Canonicalization (the ``rfc8785`` package); those bytes are the en
 in base32 (``bafkrei...``), the CID ``ipfs add --cid-version=1`` gives for the same bytes.
 Its leaf hash in a log is RFC 9162 ``SHA-256(0x00 || bytes)``.
 
-Types, all version 1: ``experience``, ``adapter``, ``run``, ``receipt``. Unknown types and
+Types, all version 1: ``experience``, ``adapter``, ``run``, ``receipt`` (also version 2),
+``contribution``. Unknown types and
 versions are rejected, never guessed at.
 
 Canonical form: optional fields that are absent are left out, never written as ``null``.
@@ -291,6 +292,48 @@ class RunEntry(_Strict):
     artifacts: dict[str, ContentCid] | None = None  # name -> CID (snapshots, reports, ...)
 
 
+# --- contribution -----------------------------------------------------------------------------
+
+MAX_CONTRIBUTION_ROUNDS = 4096  # averaging rounds one contribution record lists
+
+
+class ContributionRound(_Strict):
+    epoch: NonNegInt  # the collaborative step the averaging round ended
+    samples: NonNegInt  # samples the peer brought to it
+
+
+class ContributionEntry(_Strict):
+    """A volunteer peer's signed contribution record to a swarm run (docs/design.md "3.13"),
+    as the publishing peer accepted it, with what it credited. ``signature`` is the
+    contributor's EIP-712 signature of the record's fields (``ledger.contributions``): the
+    entry's format is checked here, its signature by ``gym audit`` and ``gym ledger verify``."""
+
+    type: Literal["contribution"] = "contribution"
+    v: Literal[1] = 1
+    run_cid: EntryCid  # the run entry of the run contributed to
+    run: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    config_digest: Sha256Digest
+    peer_id: Annotated[str, Field(min_length=1, max_length=256)]  # libp2p, base58
+    contributor: Address
+    samples: NonNegInt  # samples processed in all
+    steps: NonNegInt  # local optimizer steps
+    epoch: NonNegInt  # the collaborative step reached
+    rounds: Annotated[list[ContributionRound], Field(max_length=MAX_CONTRIBUTION_ROUNDS)]
+    signature: Signature65Hex
+    credited_samples: NonNegInt  # of the rounds the publisher saw it average in
+    credited_rounds: NonNegInt
+    share: Annotated[float, Field(ge=0, le=1)]  # of all contributors' credited samples
+
+    @model_validator(mode="after")
+    def _record_rules(self) -> ContributionEntry:
+        for i in range(1, len(self.rounds)):
+            if self.rounds[i].epoch <= self.rounds[i - 1].epoch:
+                raise _Rule("rounds are listed by increasing epoch", f"rounds[{i}].epoch")
+        if self.credited_samples > self.samples or self.credited_rounds > len(self.rounds):
+            raise _Rule("credits more than the record claims", "credited_samples")
+        return self
+
+
 # --- receipt ----------------------------------------------------------------------------------
 
 
@@ -348,9 +391,10 @@ class ReceiptEntryV2(ReceiptEntry):
     finish_reason: Literal["stop", "length"]
 
 
-Entry = ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry
+Entry = ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry | ContributionEntry
 ENTRY_TYPES: dict[str, dict[int, type[Entry]]] = {
     "adapter": {1: AdapterEntry},
+    "contribution": {1: ContributionEntry},
     "experience": {1: ExperienceEntry},
     "receipt": {1: ReceiptEntry, 2: ReceiptEntryV2},
     "run": {1: RunEntry},

@@ -105,9 +105,12 @@ def show_published(console: Console, published: PublishedRun | PublishedAdapter,
     """Print a published run: its entries, the log's anchored size and root, the transaction."""
     if isinstance(published, PublishedAdapter):
         print_table(files_table(published.adapter_cid, published.files), console)
-        console.print(leaf_lines([("run", published.adapter_index - 1, published.run_cid),
-                                  ("adapter", published.adapter_index, published.adapter_cid)]),
-                      highlight=False, soft_wrap=True)
+        console.print(leaf_lines(
+            [("run", published.adapter_index - 1, published.run_cid),
+             ("adapter", published.adapter_index, published.adapter_cid)]
+            + [("contribution", published.adapter_index + 1 + i, cid)
+               for i, cid in enumerate(published.contribution_cids)]),
+            highlight=False, soft_wrap=True)
         console.print(f"log {log} anchored at size {published.size}, root "
                       f"0x{published.root.hex()}\ntx {published.tx_hash}", highlight=False)
         console.print(f"next: gym adapter fetch {published.adapter_cid} fetched/ --log {log} "

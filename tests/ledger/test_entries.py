@@ -213,7 +213,7 @@ def test_size_limit_is_256_kib_of_canonical_bytes():
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        (b'{"type":"experiment","v":1}', "type", "known types: adapter, experience, receipt, run"),
+        (b'{"type":"experiment","v":1}', "type", "known types: adapter, contribution, experience, receipt, run"),
         (b'{"v":1}', "type", "unknown entry type None"),
         (b'{"type":1,"v":1}', "type", "unknown entry type 1"),
         (b'{"type":"run","v":2}', "v", "unknown version 2 of 'run' entries; known versions: 1"),

@@ -6,7 +6,8 @@ contribution records and publishes the adapter with the contributors' shares on 
 from __future__ import annotations
 
 import json
-import re
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +34,8 @@ class Peer:
             [str(GYM), "train", "sft", str(config), "--swarm", "arith", "--output",
              str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--matchmaking-time",
              "2", *extra],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)  # its own process group: hivemind's children die with it
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -55,6 +57,15 @@ class Peer:
             time.sleep(0.2)
         raise AssertionError(f"peer {self.name} never printed {prefix!r}: {self.lines} "
                              f"{self.process.stderr.read() if self.process.poll() else ''}")
+
+    def kill(self) -> None:
+        """SIGKILL the peer and every process it started (hivemind's DHT and averagers, p2pd),
+        as a machine that dies takes them all."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # gone already, with its group
+        self.process.wait(timeout=30)
 
     def peer_id(self) -> str:
         return self.wait_for("swarm peer: ").split()[2].rpartition("/p2p/")[2]
@@ -136,25 +147,37 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
              "--min-peers", "3")
     try:
         a.wait_for("swarm arith: step ", at_least=1)
-        c.process.kill()  # SIGKILL mid-run: the others go on
+        c.kill()  # SIGKILL mid-run: the others go on
         d = Peer("d", tmp_path, env, config, *shared, "--account", "3", "--initial-peers",
                  maddr)  # joins late
         b_peer = b.peer_id()
+        # an operator's view, from outside the run: the peers, their steps and addresses,
+        # a new table at each change until no peer is training
+        watch = subprocess.Popen([str(GYM), "swarm", "peers", "arith", "--initial-peers", maddr,
+                                  "--watch", "1"], env={**env, "COLUMNS": "200"},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _forge_records(maddr, b_peer)
-        # an operator's view, from outside the run: the peers, their steps and addresses
-        listed = gym.run("swarm", "peers", "arith", "--initial-peers", maddr, timeout=120)
-        assert listed.returncode == 0, listed.stderr
-        a_peer = maddr.rpartition("/p2p/")[2]
-        rows = {line.split()[1]: line for line in listed.stdout.splitlines()
-                if line.startswith("│")}
-        for peer in (a_peer, b_peer):  # still training, or done already
-            assert peer in rows and re.search(r"│ (training|done) +│$", rows[peer]), listed.stdout
         out_a, out_b, out_d = a.finish(), b.finish(), d.finish()
+        watched, watch_err = watch.communicate(timeout=120)
     finally:
         for peer in (a, b, c) + ((d,) if "d" in locals() else ()):
-            if peer.process.poll() is None:
-                peer.process.kill()
+            peer.kill()
+        if "watch" in locals() and watch.poll() is None:
+            watch.kill()
     assert c.process.wait(timeout=10) == -9
+    assert watch.returncode == 0, watch_err
+    tables = [t for t in watched.split("swarm arith: ") if "│" in t]
+    assert len(tables) >= 2, watched  # the peers moved while it watched
+    a_peer = maddr.rpartition("/p2p/")[2]
+
+    def states(table: str) -> dict[str, str]:
+        return {line.split()[1]: line.split()[-2] for line in table.splitlines()
+                if line.startswith("│")}
+
+    assert states(tables[0])[a_peer] in ("training", "done"), tables[0]
+    assert "training" in {s for t in tables for s in states(t).values()}, watched
+    last = states(tables[-1])
+    assert last[a_peer] == last[b_peer] == "done" and "training" not in last.values(), watched
 
     manifests = {p.name: p.manifest() for p in (a, b, d)}
     swarm = {name: m["run"]["hardware"]["swarm"] for name, m in manifests.items()}
@@ -185,13 +208,24 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     assert "joined as" in reasons and "local steps of at most 2" in reasons, reasons
 
     # published: the run entry lists the contributors and their shares; the log audits clean
-    assert "run entry" in out_a and "adapter entry" in out_a
+    assert "run entry" in out_a and "adapter entry" in out_a and "contribution entry" in out_a
     shown = gym.run("ledger", "show", "alice/swarm", "0", "--json")
     assert shown.returncode == 0, shown.stderr
     entry = json.loads(shown.stdout)["entry"]
     assert entry["type"] == "run"
     assert entry["hardware"]["swarm"]["contributors"] == swarm["a"]["contributors"]
-    audit = gym.run("audit", "alice/swarm")
+    # then one contribution entry per credited peer, signed by it, naming the run entry
+    listed = json.loads(gym.run("ledger", "show", "alice/swarm", "--json").stdout)
+    assert listed["size"] == 2 + len(contributors)
+    run_cid = json.loads(gym.run("ledger", "show", "alice/swarm", "0", "--json").stdout)[
+        "entry_cid"]
+    entries = [json.loads(gym.run("ledger", "show", "alice/swarm", str(i), "--json").stdout)
+               ["entry"] for i in range(2, listed["size"])]
+    assert all(e["type"] == "contribution" and e["run_cid"] == run_cid for e in entries)
+    assert [(e["peer_id"], e["contributor"], e["credited_samples"], e["share"])
+            for e in entries] == [(c["peer_id"], c["address"], c["samples"], c["share"])
+                                  for c in swarm["a"]["contributors"]]
+    audit = gym.run("audit", "alice/swarm")  # re-checks each contribution's signature
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(a.run_dir / "base"),
@@ -239,8 +273,7 @@ def test_local_steps_peers_average_parameters_and_refuse_a_gradient_averaging_jo
         out_a, out_b = a.finish(), b.finish()
     finally:
         for peer in peers:
-            if peer.process.poll() is None:
-                peer.process.kill()
+            peer.kill()
     assert not (x.run_dir / "run.json").exists()
     swarm = {p.name: p.manifest()["run"]["hardware"]["swarm"] for p in (a, b)}
     for name, s in swarm.items():

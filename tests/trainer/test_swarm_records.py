@@ -249,12 +249,55 @@ def test_judging_the_dht_values_ties_each_record_to_its_spec(libp2p_keys):
         {"spec": alice_spec.to_json()},  # a spec with no record yet: nothing to judge
         "not a record",
     ]
-    contributors, refused = judge_records(values, witness)
+    contributors, refused, accepted = judge_records(values, witness)
     assert [(c["peer_id"], c["samples"], c["share"]) for c in contributors] == [
         (alice_spec.peer_id, 8, round(8 / 11, 6)), (bob_spec.peer_id, 3, round(3 / 11, 6))]
+    # the accepted records, as signed, in the contributors' order: Bob's smaller one
+    assert [(v.record.peer_id, v.record.samples) for v in accepted] == [
+        (alice_spec.peer_id, 8), (bob_spec.peer_id, 3)]
     reasons = [r["reason"] for r in refused]
     assert len(reasons) == 4
     assert "claims 40 samples at step 1; a round holds at most 16" in reasons[0]
     assert reasons[1] == f"published beside the spec of peer {bob_spec.peer_id}"
     assert reasons[2].startswith("no valid spec beside the record: peer spec.binding")
     assert "missing field" in reasons[3]
+
+
+def test_accepted_records_become_contribution_entries_and_bad_rows_are_refused(tmp_path):
+    """What a swarm peer writes beside run.json (`write_accepted_records`) is what publishing
+    turns into `contribution` entries; a row that is not an accepted, signed record stops the
+    publication with one error naming the row."""
+    import json
+
+    from ledger.entries import decode_entry
+    from trainer.adapters.errors import AdapterRunError
+    from trainer.adapters.publish import contribution_entries
+    from trainer.swarm.peer import SWARM_RECORDS, write_accepted_records
+    from trainer.swarm.witness import Verdict
+
+    run_cid = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"
+    alice = sign_contribution(_record(peer="peer-a"), ALICE.key)
+    bob = sign_contribution(_record(account=BOB, peer="peer-b", rounds=((1, 2),)), BOB.key)
+    verdicts = [Verdict(alice, True, "", 14, 2), Verdict(bob, True, "", 2, 1)]
+    write_accepted_records(tmp_path, shares(verdicts), verdicts)
+    entries = [decode_entry(data) for data in contribution_entries(tmp_path, run_cid)]
+    assert [(e.peer_id, e.contributor, e.credited_samples, e.share, e.run_cid) for e in entries] \
+        == [("peer-a", ALICE.address.lower(), 14, 0.875, run_cid),
+            ("peer-b", BOB.address.lower(), 2, 0.125, run_cid)]
+    assert contribution_entries(tmp_path / "elsewhere", run_cid) == ()  # no swarm run
+
+    path = tmp_path / SWARM_RECORDS
+    rows = json.loads(path.read_text())["records"]
+    for broken, message in [
+        ({**rows[1], "record": {**rows[1]["record"], "samples": 200}}, "signature: signed by"),
+        ({**rows[1], "credited_samples": 999}, "credits more than the record claims"),
+        ({**rows[1], "record": {**rows[1]["record"], "extra": 1}}, "extra"),
+        ("not a row", "each row is"),
+    ]:
+        path.write_text(json.dumps({"records": [rows[0], broken]}))
+        with pytest.raises(AdapterRunError, match=r"records\[1\]") as caught:
+            contribution_entries(tmp_path, run_cid)
+        assert message in str(caught.value), caught.value
+    path.write_text("[1, 2]")
+    with pytest.raises(AdapterRunError, match="not a list of accepted records"):
+        contribution_entries(tmp_path, run_cid)

@@ -11,9 +11,12 @@ and, for tiny random base models, ``base/``. It becomes:
    dataset digests, metric curves), with the run.json file itself, and ``base/`` when there is
    one, stored as ``artifacts``;
 3. one ``adapter`` entry: base model name and weights digest, method, the files, the adapter
-   config, dataset digest, final metrics and the run entry's CID.
+   config, dataset digest, final metrics and the run entry's CID;
+4. for a volunteer run (``--swarm``), one ``contribution`` entry per record the publishing peer
+   accepted (``swarm_records.json``): the record as its peer signed it (the signature checked
+   again here), what was credited, and the run entry's CID.
 
-Both entries are appended in one transaction (run first) and anchored with one checkpoint, as
+The entries are appended in one transaction (run first) and anchored with one checkpoint, as
 ``trainer.publish.publish_run`` does for Training-Free GRPO runs. Nothing is appended when any
 file or field is wrong.
 """
@@ -23,11 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.entries import AdapterEntry, AdapterFile, RunEntry, encode_entry, entry_cid
+from ledger.contributions import recover_contributor
+from ledger.entries import (
+    AdapterEntry,
+    AdapterFile,
+    ContributionEntry,
+    RunEntry,
+    encode_entry,
+    entry_cid,
+)
 from ledger.errors import EntryError, NotFoundError
 from trainer._json import read_json_file
 from trainer.adapters.errors import AdapterRunError
 from trainer.gradient.train import RUN_MANIFEST  # the run directory's manifest, run.json
+from trainer.swarm.records import SWARM_RECORDS  # written by a swarm peer
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,7 @@ class AdapterRunEntries:
     run: bytes  # canonical bytes of the run entry
     adapter: bytes  # canonical bytes of the adapter entry
     files: list[AdapterFile]  # the adapter's files as the entry lists them
+    contributions: tuple[bytes, ...] = ()  # a swarm run's accepted contribution records
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class PublishedAdapter:
     size: int  # log size after the anchor
     root: bytes
     tx_hash: str
+    contribution_cids: tuple[str, ...] = ()  # leaves adapter_index + 1, + 2, ...
 
 
 def read_run_manifest(run_dir: str | Path) -> dict:
@@ -119,7 +133,34 @@ def build_adapter_entries(run_dir: str | Path, content) -> AdapterRunEntries:
     except EntryError as exc:
         raise AdapterRunError(f"{where}: the adapter entry it describes is not valid: {exc}"
                               ) from None
-    return AdapterRunEntries(run, adapter, files)
+    return AdapterRunEntries(run, adapter, files, contribution_entries(run_dir, entry_cid(run)))
+
+
+def contribution_entries(run_dir: Path, run_cid: str) -> tuple[bytes, ...]:
+    """One ``contribution`` entry per accepted record in ``run_dir/swarm_records.json`` (none
+    without the file), each record's signature checked."""
+    path = run_dir / SWARM_RECORDS
+    if not path.is_file():
+        return ()
+    try:
+        rows = read_json_file(path)["records"]
+        if not isinstance(rows, list):
+            raise TypeError("'records' is not a list")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise AdapterRunError(f"{path} is not a list of accepted records ({exc})") from None
+    entries = []
+    for i, row in enumerate(rows):
+        try:
+            if not isinstance(row, dict) or not isinstance(row.get("record"), dict):
+                raise EntryError("each row is {record, credited_samples, credited_rounds, share}")
+            entry = ContributionEntry(
+                run_cid=run_cid, **row["record"], credited_samples=row.get("credited_samples"),
+                credited_rounds=row.get("credited_rounds"), share=row.get("share"))
+            recover_contributor(entry)
+            entries.append(encode_entry(entry))
+        except (EntryError, TypeError) as exc:
+            raise AdapterRunError(f"{path}: records[{i}]: {exc}") from None
+    return tuple(entries)
 
 
 def publish_adapter_run(run_dir: str | Path, store, content, contract, log_name: str
@@ -133,11 +174,12 @@ def publish_adapter_run(run_dir: str | Path, store, content, contract, log_name:
         store.get_log(log_name)
     except NotFoundError:
         store.create_log(log_name)
-    appended = append_entries(store, content, log_name, [entries.run, entries.adapter])
+    appended = append_entries(store, content, log_name,
+                              [entries.run, entries.adapter, *entries.contributions])
     result = publish(store, content, contract, log_name)
     return PublishedAdapter(log_name, entry_cid(entries.run), entry_cid(entries.adapter),
                             appended.old_size + 1, entries.files, result.size, result.root,
-                            result.tx_hash)
+                            result.tx_hash, tuple(map(entry_cid, entries.contributions)))
 
 
 @dataclass(frozen=True)

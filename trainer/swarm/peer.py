@@ -41,10 +41,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Self
 
 from trainer.errors import TrainerError
 from trainer.swarm.records import (
+    SWARM_RECORDS,
     Contribution,
     PeerSpec,
     Round,
@@ -149,12 +150,10 @@ class SwarmSession:
         its key signs the spec's binding); its visible multiaddrs."""
         from pathlib import Path
 
-        import hivemind
         from hivemind.dht.crypto import RSASignatureValidator
         from hivemind.p2p import P2P
         from hivemind.proto import crypto_pb2
 
-        logging.getLogger("hivemind").setLevel(logging.ERROR)  # rounds it retries are no news
         identity = Path(self.config.output_dir) / ".swarm" / "identity.key"
         identity.parent.mkdir(parents=True, exist_ok=True)
         identity.unlink(missing_ok=True)
@@ -162,16 +161,12 @@ class SwarmSession:
         self._identity_der = crypto_pb2.PrivateKey.FromString(identity.read_bytes()).data
         validator = RSASignatureValidator()  # the process's key, as hivemind's tracker uses
         self._subkey = validator.local_public_key
-        try:
-            self.dht = hivemind.DHT(
-                start=True, initial_peers=list(self.options.initial_peers),
-                host_maddrs=list(self.options.host_maddrs),
-                announce_maddrs=list(self.options.announce_maddrs) or None,
-                record_validators=[validator], identity_path=str(identity),
-                check_if_identity_free=False)  # new: nobody else holds it
-        except Exception as exc:  # noqa: BLE001 (hivemind: P2PDaemonError, ValueError, ...)
-            detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise SwarmError(f"cannot join the swarm: {detail}") from None
+        self.dht = _start_dht(
+            "cannot join the swarm", initial_peers=list(self.options.initial_peers),
+            host_maddrs=list(self.options.host_maddrs),
+            announce_maddrs=list(self.options.announce_maddrs) or None,
+            record_validators=[validator], identity_path=str(identity),
+            check_if_identity_free=False)  # new: nobody else holds it
         maddrs = [str(m) for m in self.dht.get_visible_maddrs()]
         if self.console is not None:
             self.console.print("swarm peer: " + " ".join(maddrs), highlight=False, soft_wrap=True)
@@ -350,7 +345,9 @@ class SwarmSession:
         # the run reached at least the step this peer holds (a step it caught up to by
         # loading the others' state ended no round of its own)
         self.witness.epoch = max(self.witness.epoch, self.optimizer.local_epoch)
-        contributors, refused = judge_records(list(self._records().values()), self.witness)
+        contributors, refused, accepted = judge_records(list(self._records().values()),
+                                                        self.witness)
+        write_accepted_records(self.config.output_dir, contributors, accepted)
         return {
             "run": self.options.run, "peer_id": self.spec.peer_id, "address": self.address,
             "target_batch_size": self.target, "local_steps": self.options.local_steps,
@@ -433,6 +430,19 @@ class SwarmSession:
         from pathlib import Path
 
         (Path(self.config.output_dir) / ".swarm" / "identity.key").unlink(missing_ok=True)
+
+
+def write_accepted_records(output_dir, contributors: list[dict], accepted: list) -> None:
+    """DIR/swarm_records.json: each accepted record as its peer signed it, with what the
+    witness credited; publishing appends each as a ``contribution`` entry."""
+    from pathlib import Path
+
+    rows = [{"record": verdict.record.to_json(), "credited_samples": row["samples"],
+             "credited_rounds": row["rounds"], "share": row["share"]}
+            for row, verdict in zip(contributors, accepted, strict=True)]
+    path = Path(output_dir) / SWARM_RECORDS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"records": rows}, indent=1) + "\n")
 
 
 class _SwarmSchedule:
@@ -638,31 +648,52 @@ def _swarm_callback(session: SwarmSession):
 
 
 
-def swarm_peers(run: str, initial_peers: list[str], wait_s: float = 2.0) -> list[dict]:
-    """The peers of ``run`` as a DHT client sees them (it joins through ``initial_peers`` and
-    trains nothing): for each valid spec, its peer id, address, the step and samples of its
-    latest record, its samples per second from the run's progress records, and the seconds
-    since it last republished. Sorted by step, then samples (largest first)."""
+def _start_dht(failure: str, **options):
+    """A started hivemind DHT node; `SwarmError` ``failure: <hivemind's last line>`` when it
+    cannot start (a bad multiaddr, an unreachable initial peer, a daemon that died)."""
     import hivemind
-    from hivemind.dht.crypto import RSASignatureValidator
-    from hivemind.p2p import PeerID
-    from hivemind.utils import get_dht_time
 
-    check_run_id(run)
-    logging.getLogger("hivemind").setLevel(logging.ERROR)
+    logging.getLogger("hivemind").setLevel(logging.ERROR)  # rounds it retries are no news
     try:
-        dht = hivemind.DHT(start=True, initial_peers=list(initial_peers), client_mode=True,
-                           record_validators=[RSASignatureValidator()])  # strips signatures
+        return hivemind.DHT(start=True, **options)
     except Exception as exc:  # noqa: BLE001 (hivemind: P2PDaemonError, ValueError, ...)
         detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise SwarmError(f"cannot reach the swarm: {detail}") from None
-    try:
-        time.sleep(wait_s)  # let the routing table fill before the first lookup
-        found = dht.get(_peers_key(run), latest=True)
-        progress = dht.get(f"{run}_progress", latest=True)
-        now = get_dht_time()
-    finally:
-        dht.shutdown()
+        raise SwarmError(f"{failure}: {detail}") from None
+
+
+class SwarmWatcher:
+    """A DHT client of run ``run`` (joined through ``initial_peers``; trains nothing, serves
+    nothing) that reads the run's peers as often as asked: `rows`. A context manager."""
+
+    def __init__(self, run: str, initial_peers: list[str]) -> None:
+        from hivemind.dht.crypto import RSASignatureValidator
+
+        self.run = check_run_id(run)
+        self.dht = _start_dht("cannot reach the swarm", initial_peers=list(initial_peers),
+                              client_mode=True,
+                              record_validators=[RSASignatureValidator()])  # strips signatures
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.dht.shutdown()
+
+    def rows(self) -> list[dict]:
+        """For each valid spec of the run: its peer id, address, the step and samples of its
+        latest record, its samples per second from the run's progress records, and the
+        seconds since it last republished. Sorted by step, then samples (largest first)."""
+        from hivemind.utils import get_dht_time
+
+        found = self.dht.get(_peers_key(self.run), latest=True)
+        progress = self.dht.get(f"{self.run}_progress", latest=True)
+        return _peer_rows(found, progress, get_dht_time())
+
+
+def _peer_rows(found, progress, now: float) -> list[dict]:
+    """`SwarmWatcher.rows` of the DHT's values (anyone's: each field is checked)."""
+    from hivemind.p2p import PeerID
+
     rates = {}
     for item in list(progress.value.values())[:MAX_DHT_RECORDS] if progress and isinstance(
             progress.value, dict) else ():

@@ -16,8 +16,9 @@ docs/swarm.md): what it trains (`PeerSpec`) and what it contributed (`Contributi
 - `Contribution`: run id, config digest, peer id, contributor address, the samples and local
   optimizer steps it processed, the collaborative step (hivemind epoch) it reached, and the
   averaging rounds it took part in, each as (epoch, samples it brought to that round); signed
-  with EIP-712 (`SwarmContribution`, domain name "GymLedger Swarm", version "1", no chain: the
-  record is about work, not a chain's state) by the contributor's key.
+  with EIP-712 (`ledger.contributions`: `SwarmContribution`, domain name "GymLedger Swarm",
+  version "1", no chain) by the contributor's key. The publishing peer appends the records it
+  accepts to the run's log as ``contribution`` entries.
 
 Both come from peers and are hostile until checked: `decode_spec` and `decode_contribution` take
 plain JSON-like values (what the DHT returns), bound sizes and counts, refuse unknown or missing
@@ -31,10 +32,17 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ledger.contributions import (
+    contribution_typed_data,
+    recover_contributor,
+    sign_contribution_data,
+)
+from ledger.entries import MAX_CONTRIBUTION_ROUNDS
+from ledger.errors import EntryError
 from trainer.errors import TrainerError
 
-DOMAIN = {"name": "GymLedger Swarm", "version": "1"}
-MAX_ROUNDS = 4096  # averaging rounds one record lists (a run of more steps publishes the last)
+SWARM_RECORDS = "swarm_records.json"  # a peer's accepted records, in its run dir beside run.json
+MAX_ROUNDS = MAX_CONTRIBUTION_ROUNDS  # rounds one record lists (a longer run lists the last)
 MAX_MADDRS = 8
 MAX_TEXT = 256  # run ids, peer ids, names, multiaddrs
 MAX_COUNT = 2**53 - 1  # integers survive JSON and JavaScript
@@ -44,16 +52,6 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _ADDRESS = re.compile(r"0x[0-9a-f]{40}")
 _SIGNATURE = re.compile(r"0x[0-9a-f]{130}")
-
-TYPES = {
-    "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"}],
-    "SwarmContribution": [
-        {"name": "run", "type": "string"}, {"name": "configDigest", "type": "bytes32"},
-        {"name": "peerId", "type": "string"}, {"name": "contributor", "type": "address"},
-        {"name": "samples", "type": "uint64"}, {"name": "steps", "type": "uint64"},
-        {"name": "epoch", "type": "uint64"}, {"name": "rounds", "type": "Round[]"}],
-    "Round": [{"name": "epoch", "type": "uint64"}, {"name": "samples", "type": "uint64"}],
-}
 
 
 class SwarmRecordError(TrainerError, ValueError):
@@ -276,50 +274,27 @@ def decode_contribution(value: Any) -> Contribution:
 
 
 # --------------------------------------------------------------------------- EIP-712
+# The signed record's typed data lives in `ledger.contributions`: the ledger checks it again.
 
 
 def typed_data(record: Contribution) -> dict[str, Any]:
     """The ``eth_signTypedData_v4`` JSON of ``record`` (its signature left out)."""
-    from eth_utils import to_checksum_address
-
-    return {"types": TYPES, "primaryType": "SwarmContribution", "domain": DOMAIN,
-            "message": {"run": record.run,
-                        "configDigest": "0x" + record.config_digest.removeprefix("sha256:"),
-                        "peerId": record.peer_id,
-                        "contributor": to_checksum_address(record.contributor),
-                        "samples": record.samples, "steps": record.steps, "epoch": record.epoch,
-                        "rounds": [{"epoch": r.epoch, "samples": r.samples}
-                                   for r in record.rounds]}}
+    return contribution_typed_data(record)
 
 
 def sign_contribution(record: Contribution, key: str | bytes) -> Contribution:
     """``record`` signed by ``key``, whose address must be ``record.contributor``."""
     from dataclasses import replace
 
-    from eth_account import Account
-    from eth_account.messages import encode_typed_data
-
-    account = Account.from_key(key)
-    if account.address.lower() != record.contributor:
-        raise SwarmRecordError(f"the key's address {account.address.lower()} is not the "
-                               f"contributor {record.contributor}")
-    signed = account.sign_message(encode_typed_data(full_message=typed_data(record)))
-    return replace(record, signature="0x" + signed.signature.hex().removeprefix("0x"))
+    try:
+        return replace(record, signature=sign_contribution_data(record, key))
+    except EntryError as exc:
+        raise SwarmRecordError(exc.problems[0][1]) from None
 
 
 def verify_contribution(record: Contribution) -> str:
     """The contributor, when ``record``'s signature recovers to it; else `SwarmRecordError`."""
-    from eth_account import Account
-    from eth_account.messages import encode_typed_data
-
-    if record.signature is None:
-        raise SwarmRecordError("contribution.signature: missing")
     try:
-        signer = Account.recover_message(encode_typed_data(full_message=typed_data(record)),
-                                         signature=bytes.fromhex(record.signature[2:]))
-    except Exception as exc:  # noqa: BLE001 (eth-keys raises several kinds on a bad signature)
-        raise SwarmRecordError(f"contribution.signature: does not recover ({exc})") from None
-    if signer.lower() != record.contributor:
-        raise SwarmRecordError(f"contribution.signature: signed by {signer.lower()}, not by the "
-                               f"contributor {record.contributor}")
-    return record.contributor
+        return recover_contributor(record)
+    except EntryError as exc:
+        raise SwarmRecordError(f"contribution.{exc}") from None

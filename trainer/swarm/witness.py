@@ -120,11 +120,14 @@ def check_contribution(record: Contribution, witness: Witness) -> Verdict:
     return Verdict(record, True, "", credited, rounds)
 
 
-def judge_records(values: list, witness: Witness) -> tuple[list[dict], list[dict]]:
-    """(contributors, refused) of the run's DHT values (each ``{"spec", "contribution"}`` as a
-    peer published it): bind each valid spec's address to its peer id, check each record that
-    sits beside a valid spec of the same peer, and keep one accepted record per peer (the
-    smallest credit). Refused: ``{"peer_id", "reason"}`` for each record kept out."""
+def judge_records(values: list, witness: Witness
+                  ) -> tuple[list[dict], list[dict], list[Verdict]]:
+    """(contributors, refused, accepted) of the run's DHT values (each ``{"spec",
+    "contribution"}`` as a peer published it): bind each valid spec's address to its peer id,
+    check each record that sits beside a valid spec of the same peer, and keep one accepted
+    record per peer (the smallest credit). Contributors: `shares` of the accepted verdicts
+    (``accepted``, in the same order); refused: ``{"peer_id", "reason"}`` for each record kept
+    out."""
     pairs = []
     for value in values:
         if not isinstance(value, dict) or "contribution" not in value:
@@ -160,7 +163,8 @@ def judge_records(values: list, witness: Witness) -> tuple[list[dict], list[dict
         peer = verdict.record.peer_id
         if peer not in least or verdict.credited_samples < least[peer].credited_samples:
             least[peer] = verdict
-    return shares(list(least.values())), refused
+    rows = shares(list(least.values()))
+    return rows, refused, [least[row["peer_id"]] for row in rows]
 
 
 def shares(verdicts: list[Verdict]) -> list[dict]:
