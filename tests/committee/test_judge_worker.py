@@ -5,7 +5,6 @@ move on). The ops are tests/support/judge_ops.py's: real processes, real kills."
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -13,6 +12,7 @@ from functools import partial
 
 import judge_ops
 import pytest
+from processes import alive
 
 from committee.judge_worker import (
     BoundExceeded,
@@ -31,15 +31,6 @@ def worker():
     w.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie until reaped counts as gone
-    return not open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z")
-
-
 def test_a_judgement_past_its_deadline_is_cut_off_and_the_next_gets_a_fresh_worker(worker):
     assert worker.call("echo", {"a": 1}) == {"a": 1}
     stalled = worker.call("pid")
@@ -47,7 +38,7 @@ def test_a_judgement_past_its_deadline_is_cut_off_and_the_next_gets_a_fresh_work
     with pytest.raises(BoundExceeded, match=r"took more than 1.5 s"):
         worker.call("sleep", 60)
     assert time.monotonic() - started < 4
-    assert not _alive(stalled)
+    assert not alive(stalled)
     assert worker.call("sleep", 0) == "slept"
     assert worker.call("pid") != stalled and worker.started == 2
 
@@ -61,7 +52,7 @@ def test_a_judgement_past_its_memory_bound_is_cut_off(worker):
     with pytest.raises(BoundExceeded, match=r"needed more than 64 MiB"):
         worker.call("hog", 400)
     assert time.monotonic() - started < 10  # not the op's 30 s: cut off while it held it
-    assert not _alive(pid)
+    assert not alive(pid)
     assert before is not None and before < 400 * 2**20
     assert worker.call("echo", 1) == 1
 
@@ -107,7 +98,7 @@ def test_a_signal_during_a_judgement_stops_it_at_once_and_kills_the_worker(worke
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert time.monotonic() - started < 1.5
-    assert not _alive(pid) and not worker.ready
+    assert not alive(pid) and not worker.ready
 
 
 def test_bounds_are_positive():

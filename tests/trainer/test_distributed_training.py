@@ -10,20 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_sft import write_sft_config
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(tmp_path: Path) -> Path:
-    config = tmp_path / "sft.yaml"
-    config.write_text(
-        "method: sft\nmodel: tiny-random\n"
-        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca, "
-        "limit: 16}\n"
-        "lora: {r: 4, alpha: 8}\n"
-        "training: {max_steps: 3, batch_size: 2, max_length: 512, seed: 5, logging_steps: 1}\n"
-        f"output_dir: {tmp_path / 'run'}\n")
-    return config
+    return write_sft_config(tmp_path, 3, output_dir=tmp_path / "run")
 
 
 def test_two_ranks_train_one_adapter_and_rank_0_writes_it(gym_env, tmp_path):

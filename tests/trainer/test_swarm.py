@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from processes import alive
+from tiny_sft import write_sft_config
 
 from contracts.devnet_accounts import devnet_account_key
 
@@ -52,7 +54,7 @@ class Peer:
                 if line.startswith(prefix) and (at_least is None or int(
                         line.removeprefix(prefix).partition("/")[0]) >= at_least):
                     return line
-            if self.process.poll() is not None and not self._reader.is_alive():
+            if self.process.poll() is not None and not self._reader.isalive():
                 break
             time.sleep(0.2)
         raise AssertionError(f"peer {self.name} never printed {prefix!r}: {self.lines} "
@@ -135,7 +137,7 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     from transformers import AutoModelForCausalLM
 
     gym = ledger_devnet.gym
-    config = _sft_config(tmp_path, STEPS)
+    config = write_sft_config(tmp_path, STEPS)
     env = {**gym.env, "OMP_NUM_THREADS": "1"}
     shared = ("--target-batch-size", "32")
     a = Peer("a", tmp_path, env, config, *shared, "--account", "0", "--min-peers", "3",
@@ -234,24 +236,12 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     assert lora and any(p.abs().sum() > 0 for p in lora)  # trained: B starts at zero
 
 
-def _sft_config(tmp_path: Path, steps: int) -> Path:
-    config = tmp_path / "sft.yaml"
-    config.write_text(
-        "method: sft\nmodel: tiny-random\n"
-        f"dataset: {{path: {REPO / 'trainer/data/sft_arith_alpaca.jsonl'}, format: alpaca, "
-        "limit: 16}\n"
-        "lora: {r: 4, alpha: 8}\n"
-        f"training: {{max_steps: {steps}, batch_size: 2, max_length: 512, seed: 5, "
-        "logging_steps: 1}\n")
-    return config
-
-
 @pytest.mark.slow
 def test_local_steps_peers_average_parameters_and_refuse_a_gradient_averaging_joiner(
         gym_env, tmp_path):
     """DiLoCo-style: two peers step their own AdamW every batch and average parameters once
     per collaborative step; a joiner that would average gradients instead is refused."""
-    config = _sft_config(tmp_path, 3)
+    config = write_sft_config(tmp_path, 3)
 
     def env(account: int) -> dict:
         return {**gym_env.env, "OMP_NUM_THREADS": "1",
@@ -311,3 +301,28 @@ def test_swarm_options_are_checked_before_anything_starts(gym_env, tmp_path):
                              *extra, extra_env=key)
         assert result.returncode != 0 and message in result.stderr, (extra, result.stderr)
         assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_and_sigterm_stop_a_peer_with_hivemind_s_child_processes(gym_env, tmp_path):
+    """A volunteer waiting for its peers stops at once on SIGINT (Ctrl-C) or SIGTERM, and its
+    DHT node, averagers and p2pd stop with it (a default SIGTERM left them running)."""
+    config = write_sft_config(tmp_path, 3)
+    env = {**gym_env.env, "OMP_NUM_THREADS": "1",
+           "GYM_PUBLISHER_KEY": devnet_account_key(0)}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        peer = Peer(f"p{signum}", tmp_path, env, config, "--min-peers", "2")
+        try:
+            peer.wait_for("swarm arith: 1 of 2 peers joined")
+            group = [int(pid) for pid in subprocess.run(
+                ["ps", "-o", "pid=", "-g", str(peer.process.pid)], capture_output=True,
+                text=True, check=True).stdout.split()]
+            assert len(group) >= 3, group  # gym, hivemind's DHT process, p2pd
+            peer.process.send_signal(signum)
+            assert peer.process.wait(timeout=30) != 0
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and any(alive(pid) for pid in group):
+                time.sleep(0.2)
+            assert not [pid for pid in group if alive(pid)], (signum, group)
+        finally:
+            peer.kill()

@@ -141,7 +141,9 @@ class SwarmSession:
         self._subkey = None
         self._last_record = 0.0
         self._final_digest = None  # set once training ended: the weights this peer holds
-        self._heartbeat = None
+        self._heartbeat = self._hook = None
+        self._stop_signal: int | None = None  # SIGINT or SIGTERM received: stop at once
+        self._old_handlers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ joining
 
@@ -154,6 +156,7 @@ class SwarmSession:
         from hivemind.p2p import P2P
         from hivemind.proto import crypto_pb2
 
+        self._handle_stop_signals()
         identity = Path(self.config.output_dir) / ".swarm" / "identity.key"
         identity.parent.mkdir(parents=True, exist_ok=True)
         identity.unlink(missing_ok=True)
@@ -247,7 +250,39 @@ class SwarmSession:
                 self.console.print(f"swarm {self.options.run}: {joined} of "
                                    f"{self.options.min_peers} peers joined, waiting",
                                    highlight=False)
-            time.sleep(1.0)
+            self.sleep(1.0)
+
+    def _handle_stop_signals(self) -> None:
+        """Ctrl-C and SIGTERM stop this peer at once, and `close` then stops hivemind's child
+        processes (its DHT node, averagers and p2pd outlive a default SIGTERM; a
+        KeyboardInterrupt raised inside hivemind's calls could be lost: the flag is checked
+        again at every wait). A forked child keeps the default behaviour; an ignored signal
+        stays ignored."""
+        import os
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        pid = os.getpid()
+
+        def stop(signum, _frame) -> None:
+            if os.getpid() != pid:  # a hivemind child forked after this was installed
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
+            self._stop_signal = signum
+            raise KeyboardInterrupt
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup, a background job
+                self._old_handlers[signum] = signal.signal(signum, stop)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait, unless a stop signal came (then KeyboardInterrupt)."""
+        if self._stop_signal is None:
+            time.sleep(seconds)
+        if self._stop_signal is not None:
+            raise KeyboardInterrupt
 
     # ------------------------------------------------------------------ training
 
@@ -261,7 +296,8 @@ class SwarmSession:
         self.optimizer = self._make_optimizer(trainer)
         trainer.optimizer = self.optimizer
         trainer.lr_scheduler = _SwarmSchedule(self.optimizer)
-        trainer.model.register_forward_pre_hook(self._count_samples, with_kwargs=True)
+        self._hook = trainer.model.register_forward_pre_hook(self._count_samples,
+                                                             with_kwargs=True)
         trainer.add_callback(_swarm_callback(self))
         stop = threading.Event()
         self._heartbeat = (stop, threading.Thread(target=self._beat, args=(stop,), daemon=True))
@@ -385,7 +421,7 @@ class SwarmSession:
                        if _record_epoch(value) < self.max_steps]
             if not waiting:
                 return
-            time.sleep(1.0)
+            self.sleep(1.0)
 
     def _converge(self, model) -> str:
         """End every live peer on the same weights: the live peer with the smallest peer id
@@ -417,9 +453,15 @@ class SwarmSession:
                 averager.load_state_from_peers(timeout=self.options.averaging_timeout)
             if time.monotonic() > deadline:
                 return self._final_digest
-            time.sleep(1.0)
+            self.sleep(1.0)
 
     def close(self) -> None:
+        import signal
+
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
+        if self._hook is not None:
+            self._hook.remove()
         if self._heartbeat is not None:
             self._heartbeat[0].set()
             self._heartbeat[1].join(timeout=30)
@@ -613,6 +655,7 @@ def _swarm_callback(session: SwarmSession):
             self.started = time.monotonic()
 
         def on_step_end(self, args, state, control, **kwargs):
+            session.sleep(0)  # a stop signal lost inside hivemind's step stops the run here
             optimizer = session.optimizer
             session.maybe_publish_record()
             if optimizer.local_epoch >= session.max_steps:
