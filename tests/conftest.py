@@ -283,7 +283,8 @@ SERIAL_GROUPS = {
 # left with a long test at the end while the other idles. Order only: a missing or renamed
 # file just runs in collection order.
 LONGEST_GROUPS = (
-    "test_readme_roles.py", "devnet/test_demo.py", "vllm", "ledger/test_ledger_cli.py",
+    "test_readme_roles.py", "devnet/test_demo.py", "trainer/test_swarm.py", "vllm",
+    "trainer/test_swarm_modes.py", "ledger/test_ledger_cli.py",
     "devnet/test_devnet.py", "governance/test_cli.py", "ledger/test_auditor_cli.py",
     "governance/test_committee_proposals.py", "ledger/test_append_library.py",
     "ledger/test_publish_chain_state.py", "governance/test_params_and_slash.py",

@@ -268,6 +268,7 @@ def test_decode_wants_bytes():
 def test_known_types_table():
     assert {kind: sorted(v) for kind, v in ENTRY_TYPES.items()} == {
         "adapter": [1],
+        "contribution": [1],
         "experience": [1],
         "receipt": [1, 2],
         "run": [1],

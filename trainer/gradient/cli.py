@@ -85,6 +85,10 @@ def _train_command(method: str):
             min=0.5, max=600, rich_help_panel="Volunteer training (docs/swarm.md)",
             help="Seconds a round waits to gather its group (3-5 on one network, 10-15 over "
                  "the internet).")] = 5.0,
+        averaging_timeout: Annotated[float, typer.Option(
+            min=1, max=3600, rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Seconds an averaging round may take before it is dropped (a peer that died "
+                 "mid-round holds its group this long).")] = 60.0,
         account: Annotated[int | None, typer.Option(
             "--account", rich_help_panel="Volunteer training (docs/swarm.md)",
             help="With --swarm: Anvil's account N signs this peer's contribution records "
@@ -111,7 +115,8 @@ def _train_command(method: str):
                        "--min-peers": min_peers != 1, "--host-maddrs": host_maddrs,
                        "--announce-maddrs": announce_maddrs, "--account": account is not None,
                        "--compression": compression != "none",
-                       "--matchmaking-time": matchmaking_time != 5.0}
+                       "--matchmaking-time": matchmaking_time != 5.0,
+                       "--averaging-timeout": averaging_timeout != 60.0}
         if swarm is None:
             used = [flag for flag, value in swarm_flags.items() if value]
             if used:
@@ -130,7 +135,7 @@ def _train_command(method: str):
                 target_batch_size=target_batch_size, local_steps=local_steps,
                 min_peers=min_peers, host_maddrs=tuple(host_maddrs or ("/ip4/0.0.0.0/tcp/0",)),
                 announce_maddrs=tuple(announce_maddrs or ()), compression=compression,
-                matchmaking_time=matchmaking_time)
+                matchmaking_time=matchmaking_time, averaging_timeout=averaging_timeout)
             key = (os.environ.get("GYM_PUBLISHER_KEY") if account is None else None) \
                 or runtime.recorded_signing_key()
             if key is None:

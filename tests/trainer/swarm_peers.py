@@ -1,0 +1,81 @@
+"""A `gym train sft --swarm arith` peer in its own process group, for the swarm tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+GYM = Path(sys.executable).parent / "gym"
+
+
+def popen(command: list[str], **options) -> subprocess.Popen:
+    """Start ``command`` with SIGINT as a terminal leaves it: pytest-xdist's workers ignore
+    SIGINT, and an ignored signal is inherited through exec (a handled one is not)."""
+    old = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        return subprocess.Popen(command, **options)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class Peer:
+    """One `gym train sft --swarm` process; its stdout lines collected as they come."""
+
+    def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, *extra: str) -> None:
+        self.name, self.run_dir = name, tmp_path / name
+        self.lines: list[str] = []
+        self.process = popen(
+            [str(GYM), "train", "sft", str(config), "--swarm", "arith", "--output",
+             str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--matchmaking-time",
+             "2", *extra],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)  # its own process group: hivemind's children die with it
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, prefix: str, timeout: float = 240, at_least: int | None = None) -> str:
+        """The first line starting with ``prefix`` (with ``at_least``: followed by a number that
+        is at least that, as "step 3/8")."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if line.startswith(prefix) and (at_least is None or int(
+                        line.removeprefix(prefix).partition("/")[0]) >= at_least):
+                    return line
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"peer {self.name} never printed {prefix!r}: {self.lines} "
+                             f"{self.process.stderr.read() if self.process.poll() else ''}")
+
+    def kill(self) -> None:
+        """SIGKILL the peer and every process it started (hivemind's DHT and averagers, p2pd),
+        as a machine that dies takes them all."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # gone already, with its group
+        self.process.wait(timeout=30)
+
+    def peer_id(self) -> str:
+        return self.wait_for("swarm peer: ").split()[2].rpartition("/p2p/")[2]
+
+    def finish(self, timeout: float = 300) -> str:
+        self.process.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        stderr = self.process.stderr.read()
+        assert self.process.returncode == 0, (self.name, stderr, self.lines[-10:])
+        return "\n".join(self.lines)
+
+    def manifest(self) -> dict:
+        return json.loads((self.run_dir / "run.json").read_text())
