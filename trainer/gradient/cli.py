@@ -49,6 +49,11 @@ def _train_command(method: str):
             min=1, max=64, help="Train data-parallel with N processes on this machine (torch "
                                 "distributed through accelerate: gloo on CPU, NCCL with one GPU "
                                 "each); rank 0 writes the run. See docs/gradient.md.")] = 1,
+        accelerate_config: Annotated[Path | None, typer.Option(
+            exists=True, dir_okay=False, metavar="FILE",
+            help="Train with the ranks an accelerate config file describes (`accelerate "
+                 "config`; trainer/configs/accelerate/: DDP on CPUs or GPUs, FSDP, DeepSpeed "
+                 "ZeRO); --num-processes overrides its num_processes.")] = None,
         swarm: Annotated[str | None, typer.Option(
             metavar="RUN", rich_help_panel="Volunteer training (docs/swarm.md)",
             help="Start or join the collaborative run RUN: peers anywhere average their "
@@ -121,9 +126,18 @@ def _train_command(method: str):
             used = [flag for flag, value in swarm_flags.items() if value]
             if used:
                 raise typer.BadParameter(f"{used[0]} applies to a --swarm run")
-        elif num_processes > 1:
-            raise typer.BadParameter("--swarm and --num-processes: one at a time (a peer of a "
-                                     "swarm trains in one process)")
+        elif num_processes > 1 or accelerate_config is not None:
+            flag = "--num-processes" if num_processes > 1 else "--accelerate-config"
+            raise typer.BadParameter(f"--swarm and {flag}: one at a time (a peer of a swarm "
+                                     "trains in one process)")
+        launch_config = None
+        if accelerate_config is not None:
+            from trainer.gradient.accelerate_config import check_available, read_accelerate_config
+
+            launch_config = read_accelerate_config(accelerate_config)
+            check_available(launch_config)
+            if num_processes == 1:
+                num_processes = launch_config.num_processes
         if swarm is not None:
             from ledger.runtime import runtime_of
             from trainer.swarm.peer import SwarmOptions, SwarmSession
@@ -143,9 +157,9 @@ def _train_command(method: str):
                                          "set GYM_PUBLISHER_KEY")
             session = SwarmSession(config, options, key, console)
             run_dir = run_training(config, swarm=session).run_dir
-        elif num_processes > 1:
+        elif num_processes > 1 or (launch_config is not None and launch_config.on_gpus):
             run_dir = run_distributed(config, config_path, num_processes,
-                                      max_steps=max_steps)
+                                      max_steps=max_steps, accelerate_config=launch_config)
         else:
             run_dir = run_training(config).run_dir
         if publish:
@@ -180,7 +194,7 @@ def run_training(config, console: Console = console, swarm=None):
 
 
 def run_distributed(config, config_path: Path, num_processes: int, *,
-                    max_steps: int | None) -> Path:
+                    max_steps: int | None, accelerate_config=None) -> Path:
     """Train ``config`` with ``num_processes`` ranks (``trainer.gradient.distributed``; rank 0
     shows the progress and the summary); the run directory."""
     from trainer.gradient.distributed import launch
@@ -188,9 +202,12 @@ def run_distributed(config, config_path: Path, num_processes: int, *,
 
     run_dir = Path(config.output_dir)
     check_run_dir(run_dir)  # before N processes load the model
-    console.print(f"{config.method}: {num_processes} processes (torch distributed)",
-                  highlight=False)
-    launch(config_path.resolve(), config.method, run_dir.resolve(), max_steps, num_processes)
+    gpus = accelerate_config is not None and accelerate_config.on_gpus
+    how = (f"{accelerate_config.distributed_type} through accelerate launch" if gpus
+           else "torch distributed")
+    console.print(f"{config.method}: {num_processes} processes ({how})", highlight=False)
+    launch(config_path.resolve(), config.method, run_dir.resolve(), max_steps, num_processes,
+           accelerate_config=accelerate_config.path.resolve() if gpus else None)
     return run_dir
 
 

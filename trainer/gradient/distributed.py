@@ -47,17 +47,25 @@ def _free_port() -> int:
 
 
 def launch(config_path: Path, method: str, output_dir: Path, max_steps: int | None,
-           num_processes: int) -> None:
+           num_processes: int, accelerate_config: Path | None = None) -> None:
     """Train ``config_path`` with ``num_processes`` ranks on this machine; returns when every
-    rank finished (rank 0 wrote the run directory), else ``DistributedTrainingError``."""
+    rank finished (rank 0 wrote the run directory), else ``DistributedTrainingError``. With
+    ``accelerate_config`` (a GPU kind: MULTI_GPU, FSDP, DEEPSPEED) accelerate's launcher starts
+    the ranks with that file (``trainer.gradient.accelerate_config``); else torchrun does."""
     ranks = output_dir / RANKS_DIR
     ranks.mkdir(parents=True, exist_ok=True)
     for stale in ranks.glob("rank-*.error"):
         stale.unlink()
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-               "--nproc-per-node", str(num_processes), "--master-addr", "127.0.0.1",
-               "--master-port", str(_free_port()), "-m", "trainer.gradient.distributed",
-               str(config_path), method, str(output_dir), str(max_steps or 0)]
+    if accelerate_config is not None:
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                    str(accelerate_config), "--num_processes", str(num_processes),
+                    "--main_process_ip", "127.0.0.1", "--main_process_port", str(_free_port())]
+    else:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+                    "--nproc-per-node", str(num_processes), "--master-addr", "127.0.0.1",
+                    "--master-port", str(_free_port())]
+    command = [*launcher, "-m", "trainer.gradient.distributed", str(config_path), method,
+               str(output_dir), str(max_steps or 0)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_processes)))
     log = ranks / "torchrun.log"

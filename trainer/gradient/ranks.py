@@ -32,11 +32,13 @@ class RankTrace:
         return {"batches": self.batches, "inputs_digest": "sha256:" + self._digest.hexdigest()}
 
 
-def weights_digest(model: Any) -> str:
-    """sha256 over the trainable parameters, by name, as float32 bytes."""
+def weights_digest(model: Any, state: dict[str, Any] | None = None) -> str:
+    """sha256 over the trainable parameters, by name, as float32 bytes; with ``state`` (a
+    state dict gathered from sharded ranks: FSDP, ZeRO) their values are taken from it."""
     digest = hashlib.sha256()
     for name, param in sorted(model.named_parameters()):
-        if param.requires_grad:
+        if param.requires_grad and (state is None or name in state):
+            value = param if state is None else state[name]
             digest.update(name.encode() + b"\0")
-            digest.update(param.detach().float().cpu().numpy().tobytes())
+            digest.update(value.detach().float().cpu().numpy().tobytes())
     return "sha256:" + digest.hexdigest()

@@ -183,7 +183,9 @@ def trl_arguments(config: GradientConfig, run_dir: Path, device: str):
         "gradient_checkpointing": t.gradient_checkpointing, "use_cpu": device == "cpu",
         "bf16": device == "cuda", "save_strategy": "no", "report_to": [], "disable_tqdm": True,
         "dataloader_num_workers": 0, "ddp_find_unused_parameters": False,
-        "model_init_kwargs": {"dtype": "bfloat16" if config.qlora else "float32"}}
+        "model_init_kwargs": {"dtype": "bfloat16" if config.qlora else "float32"},
+        # QLoRA's paged AdamW (bitsandbytes): optimizer state pages out to CPU memory on spikes
+        **({"optim": "paged_adamw_32bit"} if config.qlora else {})}
     try:
         if config.method == "sft":
             from trl import SFTConfig
@@ -301,15 +303,30 @@ def build_trainer(config: GradientConfig, base: BaseWeights, run_dir: Path, call
 # --------------------------------------------------------------------------- outputs
 
 
-def save_adapter(model, directory: Path, base_name: str) -> dict[str, Any]:
-    """PEFT `save_pretrained` of the default adapter, with a hash-order-free config."""
+def save_adapter(model, directory: Path, base_name: str,
+                 state_dict: dict[str, Any] | None = None) -> dict[str, Any]:
+    """PEFT `save_pretrained` of the default adapter, with a hash-order-free config (from
+    ``state_dict`` when the parameters were sharded: `sharded_state_dict`)."""
     peft_config = model.peft_config["default"]
     peft_config.base_model_name_or_path = base_name
     if isinstance(peft_config.target_modules, set | list):
         peft_config.target_modules = sorted(peft_config.target_modules)
-    model.save_pretrained(str(directory), selected_adapters=["default"], save_embedding_layers=False)
+    extra = {} if state_dict is None else {"state_dict": state_dict}
+    model.save_pretrained(str(directory), selected_adapters=["default"],
+                          save_embedding_layers=False, **extra)
     (directory / "README.md").unlink(missing_ok=True)
     return read_json_file(directory / "adapter_config.json")
+
+
+def sharded_state_dict(trainer) -> dict[str, Any] | None:
+    """The full state dict when FSDP or DeepSpeed sharded the parameters (accelerate gathers
+    it: a collective every rank calls; rank 0 holds it), else None (every rank holds them)."""
+    from accelerate.utils import DistributedType
+
+    accelerator = trainer.accelerator
+    if accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        return None
+    return accelerator.get_state_dict(trainer.model)
 
 
 def metric_curves(log_history: list[dict]) -> tuple[dict[str, list[float]], dict[str, float]]:
@@ -371,6 +388,7 @@ def distributed_section(trainer, rank: dict[str, Any], weights: str) -> dict[str
     ranks = gather_object([{"rank": accelerator.process_index, **rank,
                             "weights_digest": weights}])
     return {"world_size": world, "backend": accelerator.state.backend,
+            "distributed_type": str(accelerator.distributed_type.value),
             "per_device_batch_size": args.per_device_train_batch_size,
             "gradient_accumulation_steps": args.gradient_accumulation_steps,
             "global_batch_size": args.per_device_train_batch_size
@@ -421,10 +439,13 @@ def train(config: GradientConfig, callbacks=(), swarm=None) -> TrainResult:
             swarm.close()
     accelerator = trainer.accelerator
     model = accelerator.unwrap_model(trainer.model)
-    distributed = distributed_section(trainer, trace.close(), weights_digest(model))
+    full_state = sharded_state_dict(trainer)  # FSDP, ZeRO: gathered by every rank, for rank 0
+    distributed = distributed_section(
+        trainer, trace.close(),
+        "gathered on rank 0" if full_state == {} else weights_digest(model, full_state))
     if not accelerator.is_main_process:  # rank 0 alone writes the run directory
         return TrainResult(run_dir, {}, trainer)
-    adapter_config = save_adapter(model, run_dir / ADAPTER_DIR, base.name)
+    adapter_config = save_adapter(model, run_dir / ADAPTER_DIR, base.name, full_state)
     manifest = build_manifest(config, base, adapter_config, trainer.state.log_history,
                               trainer.state.global_step)
     manifest["run"]["hardware"]["distributed"] = distributed
