@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,24 +24,38 @@ STEPS = 12  # long enough for the late joiner to start up and average
 
 
 def _forge_records(maddr: str, victim_peer_id: str) -> None:
-    """Publish two forged records for the victim (devnet account 1), each from a DHT node of
-    its own (one owner key, one value): one signed by another key, one with the victim's key
-    and inflated samples; each beside a copy of the victim's spec."""
+    """Publish three forged records, each from a DHT node of its own (one owner key, one
+    value): a copy of the victim's spec (devnet account 1) beside a record of the victim's key
+    with inflated samples; and Mallory (account 9), joined under a libp2p identity and spec of
+    her own, claiming far more samples than her local steps hold, and a record of hers signed
+    by another key."""
+    import tempfile
+
     import hivemind
     from eth_account import Account
     from hivemind.dht.crypto import RSASignatureValidator
+    from hivemind.p2p import P2P
+    from hivemind.proto import crypto_pb2
     from hivemind.utils import get_dht_time
     from hivemind.utils.crypto import RSAPrivateKey
 
-    from trainer.swarm.records import Round, decode_contribution, sign_contribution
+    from trainer.swarm.records import (
+        Round,
+        decode_contribution,
+        libp2p_peer_id,
+        sign_binding,
+        sign_contribution,
+    )
 
-    def store(value: dict | None) -> dict:
+    def store(value) -> dict:
+        """``value(owner_hex)`` stored under a new owner key; with None, the victim's latest
+        value once it lists a round."""
         validator = RSASignatureValidator(RSAPrivateKey())
         dht = hivemind.DHT(start=True, initial_peers=[maddr],
                            host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[validator])
         try:
             deadline = time.monotonic() + 120
-            while value is None:  # the victim's latest record, once it lists a round
+            while value is None:
                 found = dht.get("arith_gym_peers", latest=True)
                 for item in found.value.values() if found else ():
                     if (item.value["spec"]["peer_id"] == victim_peer_id
@@ -48,24 +63,46 @@ def _forge_records(maddr: str, victim_peer_id: str) -> None:
                         return item.value
                 assert time.monotonic() < deadline, "the victim never published a round"
                 time.sleep(1)
-            assert dht.store("arith_gym_peers", subkey=validator.local_public_key, value=value,
+            stored = value(validator.local_public_key.hex())
+            assert dht.store("arith_gym_peers", subkey=validator.local_public_key, value=stored,
                              expiration_time=get_dht_time() + 600)
-            return value
+            return stored
         finally:
             dht.shutdown()
 
     victim = store(None)
     honest = decode_contribution(victim["contribution"])
-    mallory = devnet_account_key(9)
-    wrong_key = sign_contribution(
-        replace(honest, contributor=Account.from_key(mallory).address.lower()), mallory)
     # each round 100 samples more, past what the victim's local steps can hold
     inflated = sign_contribution(replace(
         honest, samples=honest.samples + 100 * len(honest.rounds),
         rounds=tuple(Round(r.epoch, r.samples + 100) for r in honest.rounds)),
         devnet_account_key(1))
-    for record in (wrong_key, inflated):
-        store({"spec": victim["spec"], "contribution": record.to_json()})
+    store(lambda owner: {"spec": victim["spec"], "contribution": inflated.to_json()})
+
+    mallory = Account.from_key(devnet_account_key(9))
+    with tempfile.TemporaryDirectory() as tmp:
+        P2P.generate_identity(f"{tmp}/id.key")
+        identity = crypto_pb2.PrivateKey.FromString(Path(f"{tmp}/id.key").read_bytes()).data
+
+    address = mallory.address.lower()
+    peer_id = libp2p_peer_id(bytes.fromhex(sign_binding(identity, honest.run, address, "")[0]))
+
+    def as_mallory(record) -> Callable[[str], dict]:
+        """Her value under an owner key: her own spec (binding that key) beside ``record``."""
+        def value(owner: str) -> dict:
+            key, binding = sign_binding(identity, honest.run, address, owner)
+            spec = {**victim["spec"], "peer_id": peer_id, "address": address,
+                    "libp2p_key": key, "dht_owner": owner, "binding": binding, "maddrs": []}
+            return {"spec": spec, "contribution": record.to_json()}
+        return value
+
+    mine = replace(honest, peer_id=peer_id, contributor=address, samples=1000, steps=1,
+                   rounds=())
+    store(as_mallory(sign_contribution(mine, mallory.key)))  # 1000 samples in 1 local step
+    other = Account.from_key(devnet_account_key(8))
+    signed_by_other = sign_contribution(replace(mine, contributor=other.address.lower(),
+                                                samples=2), other.key)
+    store(as_mallory(replace(mine, samples=2, signature=signed_by_other.signature)))
 
 
 @pytest.mark.anvil
@@ -150,9 +187,15 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     assert abs(sum(c["share"] for c in contributors.values()) - 1) < 1e-5
     assert contributors[swarm["a"]["peer_id"]]["samples"] > 0
     refused = swarm["a"]["refused"]
-    assert sorted(r["peer_id"] for r in refused) == [b_peer, b_peer], refused
-    reasons = " | ".join(r["reason"] for r in refused)
-    assert "joined as" in reasons and "local steps of at most 2" in reasons, reasons
+    assert len(refused) == 3, refused
+    # a copy of Bob's spec speaks for nobody: his key's inflated record, published by another
+    assert [r["reason"] for r in refused if r["peer_id"] == b_peer] == [
+        "stored under another DHT owner key than its spec binds (a copy of the spec)"], refused
+    mallory = {r["peer_id"] for r in refused} - {b_peer}
+    assert len(mallory) == 1 and mallory.isdisjoint(contributors), refused
+    texts = " | ".join(r["reason"] for r in refused)
+    assert "claims 1000 samples in 1 local steps of at most 2" in texts, texts
+    assert "contribution.signature: signed by" in texts, texts
 
     # published: the run entry lists the contributors and their shares; the log audits clean
     assert "run entry" in out_a and "adapter entry" in out_a and "contribution entry" in out_a

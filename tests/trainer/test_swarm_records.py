@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import pytest
@@ -122,8 +123,8 @@ def _spec(identity: bytes, **changes) -> PeerSpec:
         base_model="tiny-random:0123", base_digest=DIGEST, dataset_digest=DIGEST,
         config_digest=DIGEST, target_batch_size=8, local_steps=0, max_steps=6,
         maddrs=("/ip4/127.0.0.1/tcp/1/p2p/x",))
-    spec = replace(spec, **changes)
-    key, binding = sign_binding(identity, spec.run, spec.address)
+    spec = replace(spec, dht_owner=hashlib.sha256(identity).hexdigest(), **changes)
+    key, binding = sign_binding(identity, spec.run, spec.address, spec.dht_owner)
     return replace(spec, peer_id=libp2p_peer_id(bytes.fromhex(key)), libp2p_key=key,
                    binding=binding)
 
@@ -140,7 +141,7 @@ def test_libp2p_peer_id_is_hivemind_s():
         P2P.generate_identity(str(path))
         identity = path.read_bytes()
     der = crypto_pb2.PrivateKey.FromString(identity).data
-    key, _ = sign_binding(der, "arith-1", ALICE.address.lower())
+    key, _ = sign_binding(der, "arith-1", ALICE.address.lower(), "00")
     assert libp2p_peer_id(bytes.fromhex(key)) == PeerID.from_identity(identity).to_base58()
 
 
@@ -161,10 +162,12 @@ def test_spec_round_trips_and_a_joiner_that_differs_is_named(libp2p_keys):
 
 
 def test_a_spec_binds_its_address_to_its_peer_id(libp2p_keys):
-    """Nobody can publish a spec that gives another peer's id their own address."""
+    """Nobody can publish a spec that gives another peer's id their own address, or that
+    claims another DHT owner key for a peer's spec."""
     alice, bob = _spec(libp2p_keys[0]), _spec(libp2p_keys[1], address=BOB.address.lower())
     claims = [  # (mutation, what decode_spec says)
         ({"address": MALLORY.address.lower()}, "did not sign"),  # Alice's key, Mallory's address
+        ({"dht_owner": "ab" * 32}, "did not sign"),  # Alice's spec, Mallory's DHT owner key
         ({"peer_id": bob.peer_id}, "not the key of peer"),  # Alice's key for Bob's id
         ({"libp2p_key": bob.libp2p_key}, "not the key of peer"),  # Bob's key, Alice's id
         ({"libp2p_key": "00" * 40}, "not a hex DER public key"),
@@ -235,17 +238,21 @@ def test_judging_the_dht_values_ties_each_record_to_its_spec(libp2p_keys):
         record = _record(account=account, peer=spec.peer_id, rounds=((1, samples),),
                          steps=steps, **changes)
         return {"spec": spec.to_json(), "contribution": sign_contribution(record, account.key)
-                .to_json()}
+                .to_json(), "_owner": spec.dht_owner}
 
     values = [
         value(alice_spec, ALICE, 8),
         value(bob_spec, BOB, 4),
         value(bob_spec, BOB, 3),  # Bob published twice: the smaller credit counts
         value(bob_spec, BOB, 40, steps=20),  # inflated past twice the target (16 + 2 steps)
-        {"spec": bob_spec.to_json(), "contribution": value(alice_spec, ALICE, 8)["contribution"]},
+        {"spec": bob_spec.to_json(), "contribution": value(alice_spec, ALICE, 8)["contribution"],
+         "_owner": bob_spec.dht_owner},
         {"spec": alice_spec.to_json() | {"address": MALLORY.address.lower()},
-         "contribution": value(alice_spec, ALICE, 8)["contribution"]},
-        {"spec": alice_spec.to_json(), "contribution": {"run": "arith-1"}},
+         "contribution": value(alice_spec, ALICE, 8)["contribution"],
+         "_owner": alice_spec.dht_owner},
+        value(bob_spec, BOB, 1) | {"_owner": "ab" * 32},  # a copy of Bob's, stored by another
+        {"spec": alice_spec.to_json(), "contribution": {"run": "arith-1"},
+         "_owner": alice_spec.dht_owner},
         {"spec": alice_spec.to_json()},  # a spec with no record yet: nothing to judge
         "not a record",
     ]
@@ -256,11 +263,13 @@ def test_judging_the_dht_values_ties_each_record_to_its_spec(libp2p_keys):
     assert [(v.record.peer_id, v.record.samples) for v in accepted] == [
         (alice_spec.peer_id, 8), (bob_spec.peer_id, 3)]
     reasons = [r["reason"] for r in refused]
-    assert len(reasons) == 4
-    assert "claims 40 samples at step 1; a round holds at most 16" in reasons[0]
-    assert reasons[1] == f"published beside the spec of peer {bob_spec.peer_id}"
-    assert reasons[2].startswith("no valid spec beside the record: peer spec.binding")
-    assert "missing field" in reasons[3]
+    assert len(reasons) == 5
+    assert reasons[0].startswith("no valid spec beside the record: peer spec.binding")
+    assert refused[1] == {"peer_id": bob_spec.peer_id, "reason": "stored under another DHT "
+                          "owner key than its spec binds (a copy of the spec)"}
+    assert "claims 40 samples at step 1; a round holds at most 16" in reasons[2]
+    assert reasons[3] == f"published beside the spec of peer {bob_spec.peer_id}"
+    assert "missing field" in reasons[4]
 
 
 def test_accepted_records_become_contribution_entries_and_bad_rows_are_refused(tmp_path):

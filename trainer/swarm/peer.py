@@ -176,7 +176,8 @@ class SwarmSession:
         return maddrs
 
     def _records(self) -> dict[bytes, dict]:
-        """The run's peer records in the DHT: subkey -> {"spec", "contribution", ...}."""
+        """The run's peer records in the DHT: subkey -> {"spec", "contribution", ...}, each
+        with the owner key (``_owner``, hex) it was stored under and its store time."""
         from hivemind.utils import get_dht_time
 
         found = self.dht.get(_peers_key(self.options.run), latest=True)
@@ -187,18 +188,15 @@ class SwarmSession:
             value = getattr(item, "value", None)
             if isinstance(value, dict):
                 value = {**value, "_stored": getattr(item, "expiration_time", 0) - RECORD_TTL_S,
-                         "_now": get_dht_time()}
+                         "_now": get_dht_time(), "_owner": _owner(subkey)}
                 out[subkey] = value
         return out
 
     def _peer_specs(self) -> dict[str, PeerSpec]:
         specs = {}
         for value in self._records().values():
-            try:
-                spec = decode_spec(value.get("spec"))
-            except SwarmRecordError:
-                continue  # a malformed record is no peer of the run
-            if spec.run == self.options.run:
+            spec = _owned_spec(value)  # a malformed or copied spec is no peer of the run
+            if spec is not None and spec.run == self.options.run:
                 specs[spec.peer_id] = spec
         return specs
 
@@ -224,8 +222,9 @@ class SwarmSession:
             dataset_digest=file_digest(self.config.dataset.path),
             config_digest=self.config_digest, target_batch_size=self.target,
             local_steps=self.options.local_steps, max_steps=self.max_steps, maddrs=tuple(maddrs[:8]))
-        key, binding = sign_binding(self._identity_der, self.options.run, self.address)
-        self.spec = replace(self.spec, libp2p_key=key, binding=binding)
+        owner = _owner(self._subkey)
+        key, binding = sign_binding(self._identity_der, self.options.run, self.address, owner)
+        self.spec = replace(self.spec, libp2p_key=key, dht_owner=owner, binding=binding)
         deadline = time.monotonic() + self.options.join_timeout_s
         shown = None
         while True:
@@ -396,20 +395,13 @@ class SwarmSession:
             "contributors": contributors, "refused": refused}
 
     def _live(self) -> dict[str, dict]:
-        """The run's peers with a valid spec whose record was republished within three
-        intervals, by peer id (values from the DHT are anyone's: each field is checked); of
-        several values beside one peer's spec, one that names final weights, else the latest."""
+        """The run's peers whose record was republished within three intervals, by peer id:
+        values beside a valid spec, stored under the owner key it binds (values from the DHT
+        are anyone's: each field is checked, and a copy of a peer's spec speaks for nobody)."""
         live: dict[str, dict] = {}
         for value in self._records().values():
-            try:
-                spec = decode_spec(value.get("spec"))
-            except SwarmRecordError:
-                continue
-            if value["_now"] - value["_stored"] >= 3 * RECORD_INTERVAL_S:
-                continue
-            held = live.get(spec.peer_id)
-            if held is None or ("final_weights" in value, value["_stored"]) > (
-                    "final_weights" in held, held["_stored"]):
+            spec = _owned_spec(value)
+            if spec is not None and value["_now"] - value["_stored"] < 3 * RECORD_INTERVAL_S:
                 live[spec.peer_id] = value
         return live
 
@@ -606,6 +598,23 @@ def _members(control) -> frozenset[str] | None:
         return None
 
 
+def _owner(subkey) -> str | None:
+    """The hex of a DHT value's owner subkey (hivemind's RSA owner key), None if not bytes."""
+    return subkey.hex() if isinstance(subkey, bytes) else None
+
+
+def _owned_spec(value) -> PeerSpec | None:
+    """The valid spec beside a DHT value when it binds the owner key the value was stored
+    under (``_owner``); else None."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        spec = decode_spec(value.get("spec"))
+    except SwarmRecordError:
+        return None
+    return spec if value.get("_owner") == spec.dht_owner else None
+
+
 def _record_epoch(value: dict) -> int:
     """The step a peer's DHT value says it reached (0 when the value does not say it well)."""
     record = value.get("contribution")
@@ -747,12 +756,12 @@ def _peer_rows(found, progress, now: float) -> list[dict]:
             if peer is not None and isinstance(rate, float):
                 rates[peer] = rate
     rows = []
-    for item in list(found.value.values())[:MAX_DHT_RECORDS] if found and isinstance(
+    for subkey, item in list(found.value.items())[:MAX_DHT_RECORDS] if found and isinstance(
             found.value, dict) else ():
         value = getattr(item, "value", None)
-        try:
-            spec = decode_spec(value.get("spec") if isinstance(value, dict) else None)
-        except SwarmRecordError:
+        value = {**value, "_owner": _owner(subkey)} if isinstance(value, dict) else None
+        spec = _owned_spec(value)
+        if spec is None:
             continue
         record = value.get("contribution") if isinstance(value.get("contribution"), dict) else {}
         seen = now - (getattr(item, "expiration_time", now) - RECORD_TTL_S)

@@ -7,12 +7,14 @@ docs/swarm.md): what it trains (`PeerSpec`) and what it contributed (`Contributi
 
 - `PeerSpec`: the run's identity as this peer holds it (method, base model name and weights
   digest, dataset digest, config digest, global target batch size, local steps, collaborative
-  steps) with the peer's libp2p id, its signing address and the addresses it listens on.
+  steps) with the peer's libp2p id, its signing address, the DHT owner key its values are
+  stored under, and the addresses it listens on.
   `spec_difference` names the first field where a joiner differs from a peer of the run: such a
-  joiner is refused before it trains. The spec binds the address to the peer id: its libp2p
-  public key (RSA, DER), whose multihash is the peer id, signs ``gym-swarm/1 bind RUN ADDRESS``
-  (PKCS#1 v1.5, SHA-256); `decode_spec` refuses a spec whose key or signature does not hold,
-  so nobody can claim another peer's id for their own address.
+  joiner is refused before it trains. The spec binds the address and the DHT owner key to the
+  peer id: its libp2p public key (RSA, DER), whose multihash is the peer id, signs
+  ``gym-swarm/1 bind RUN ADDRESS OWNER`` (PKCS#1 v1.5, SHA-256); `decode_spec` refuses a spec
+  whose key or signature does not hold, so nobody can claim another peer's id for their own
+  address, and a copy of a peer's spec stored under another owner key speaks for nobody.
 - `Contribution`: run id, config digest, peer id, contributor address, the samples and local
   optimizer steps it processed, the collaborative step (hivemind epoch) it reached, and the
   averaging rounds it took part in, each as (epoch, samples it brought to that round); signed
@@ -81,14 +83,15 @@ class PeerSpec:
     max_steps: int  # collaborative steps of the run
     maddrs: tuple[str, ...] = field(default=())  # where the peer listens (announced)
     libp2p_key: str = ""  # hex DER of the peer's libp2p RSA public key
-    binding: str = ""  # hex: that key's signature over bind_message(run, address)
+    dht_owner: str = ""  # hex: the DHT subkey (hivemind owner key) its values are stored under
+    binding: str = ""  # hex: the libp2p key's signature over bind_message(run, address, owner)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "maddrs": list(self.maddrs)}
 
 
-def bind_message(run: str, address: str) -> bytes:
-    return f"gym-swarm/1 bind {run} {address}".encode()
+def bind_message(run: str, address: str, dht_owner: str) -> bytes:
+    return f"gym-swarm/1 bind {run} {address} {dht_owner}".encode()
 
 
 def libp2p_peer_id(public_key_der: bytes) -> str:
@@ -107,7 +110,8 @@ def libp2p_peer_id(public_key_der: bytes) -> str:
     return base58.b58encode(b"\x12\x20" + hashlib.sha256(encoded).digest()).decode()
 
 
-def sign_binding(private_key_der: bytes, run: str, address: str) -> tuple[str, str]:
+def sign_binding(private_key_der: bytes, run: str, address: str, dht_owner: str
+                 ) -> tuple[str, str]:
     """(libp2p_key, binding) for a spec: the public key and its signature of the binding."""
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding
@@ -115,7 +119,8 @@ def sign_binding(private_key_der: bytes, run: str, address: str) -> tuple[str, s
     key = serialization.load_der_private_key(private_key_der, password=None)
     public = key.public_key().public_bytes(serialization.Encoding.DER,
                                            serialization.PublicFormat.SubjectPublicKeyInfo)
-    signature = key.sign(bind_message(run, address), padding.PKCS1v15(), hashes.SHA256())
+    signature = key.sign(bind_message(run, address, dht_owner), padding.PKCS1v15(),
+                         hashes.SHA256())
     return public.hex(), signature.hex()
 
 
@@ -135,11 +140,11 @@ def verify_binding(spec: PeerSpec) -> None:
     if libp2p_peer_id(der) != spec.peer_id:
         raise SwarmRecordError(f"peer spec.libp2p_key: not the key of peer {spec.peer_id}")
     try:
-        key.verify(signature, bind_message(spec.run, spec.address), padding.PKCS1v15(),
-                   hashes.SHA256())
+        key.verify(signature, bind_message(spec.run, spec.address, spec.dht_owner),
+                   padding.PKCS1v15(), hashes.SHA256())
     except InvalidSignature:
         raise SwarmRecordError(f"peer spec.binding: peer {spec.peer_id}'s key did not sign "
-                               f"{spec.address}") from None
+                               f"{spec.address} and its DHT owner key") from None
 
 
 # The fields a joiner must share with the run, in the order differences are reported.
@@ -238,6 +243,7 @@ def decode_spec(value: Any) -> PeerSpec:
         max_steps=_count(data["max_steps"], "peer spec.max_steps"),
         maddrs=tuple(_text(m, f"peer spec.maddrs[{i}]") for i, m in enumerate(maddrs)),
         libp2p_key=_hex(data["libp2p_key"], "peer spec.libp2p_key"),
+        dht_owner=_hex(data["dht_owner"], "peer spec.dht_owner"),
         binding=_hex(data["binding"], "peer spec.binding"))
     verify_binding(spec)
     return spec

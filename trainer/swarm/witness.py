@@ -123,27 +123,30 @@ def check_contribution(record: Contribution, witness: Witness) -> Verdict:
 def judge_records(values: list, witness: Witness
                   ) -> tuple[list[dict], list[dict], list[Verdict]]:
     """(contributors, refused, accepted) of the run's DHT values (each ``{"spec",
-    "contribution"}`` as a peer published it): bind each valid spec's address to its peer id,
-    check each record that sits beside a valid spec of the same peer, and keep one accepted
+    "contribution"}`` as a peer published it, with ``_owner``: the hex owner key it was stored
+    under): bind each valid spec's address to its peer id, check each record that sits beside
+    a valid spec of the same peer stored under the owner key that spec binds, and keep one accepted
     record per peer (the smallest credit). Contributors: `shares` of the accepted verdicts
     (``accepted``, in the same order); refused: ``{"peer_id", "reason"}`` for each record kept
     out."""
-    pairs = []
+    pairs, refused = [], []
     for value in values:
         if not isinstance(value, dict) or "contribution" not in value:
             continue
         try:
             spec = decode_spec(value.get("spec"))
         except SwarmRecordError as exc:
-            pairs.append((None, f"no valid spec beside the record: {exc}"))
+            refused.append({"peer_id": None, "reason": f"no valid spec beside the record: {exc}"})
+            continue
+        if value.get("_owner") != spec.dht_owner:
+            refused.append({"peer_id": spec.peer_id, "reason": "stored under another DHT owner "
+                                                              "key than its spec binds (a copy "
+                                                              "of the spec)"})
             continue
         witness.bind(spec.peer_id, spec.address)
         pairs.append((spec, value["contribution"]))
-    verdicts, refused = [], []
+    verdicts = []
     for spec, item in pairs:
-        if spec is None:
-            refused.append({"peer_id": None, "reason": item})
-            continue
         try:
             record = decode_contribution(item)
         except SwarmRecordError as exc:
