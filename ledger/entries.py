@@ -306,7 +306,7 @@ class ContributionEntry(_Strict):
     """A volunteer peer's signed contribution record to a swarm run (docs/design.md "3.13"),
     as the publishing peer accepted it, with what it credited. ``signature`` is the
     contributor's EIP-712 signature of the record's fields (``ledger.contributions``): the
-    entry's format is checked here, its signature by ``gym audit`` and ``gym ledger verify``."""
+    entry's format is checked here, its signature when it is published and by ``gym audit``."""
 
     type: Literal["contribution"] = "contribution"
     v: Literal[1] = 1

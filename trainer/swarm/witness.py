@@ -5,8 +5,8 @@ The witness is the peer that publishes (any peer can be). For every collaborativ
 completed by averaging gradients (with local steps: parameters) it keeps a `RoundSeen`: the
 peers of its averaging group (from hivemind's all-gather), and the samples each peer had
 announced for that step in the run's progress records (hivemind's ProgressTracker, signed in
-the DHT by each peer's RSA key) just before the round. From the peers' `PeerSpec` records it keeps which address each peer id joined
-with. `check_contribution` then accepts a record only when:
+the DHT by each peer's RSA key) just before the round. From the peers' `PeerSpec` records it
+keeps which address each peer id joined with. `check_contribution` then accepts a record only when:
 
 1. its EIP-712 signature recovers to its contributor;
 2. run id and config digest are the witness's;
