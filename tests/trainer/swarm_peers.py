@@ -25,23 +25,36 @@ def popen(command: list[str], **options) -> subprocess.Popen:
 
 
 class Peer:
-    """One `gym train sft --swarm` process; its stdout lines collected as they come."""
+    """One `gym train sft --swarm` process; its stdout lines and its stderr collected as they
+    come (an undrained pipe fills, and a peer writing its progress bar to it then blocks)."""
 
     def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, *extra: str) -> None:
         self.name, self.run_dir = name, tmp_path / name
         self.lines: list[str] = []
+        self._stderr: list[str] = []
         self.process = popen(
             [str(GYM), "train", "sft", str(config), "--swarm", "arith", "--output",
              str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--matchmaking-time",
              "2", *extra],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
             start_new_session=True)  # its own process group: hivemind's children die with it
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._err_reader = threading.Thread(
+            target=lambda: self._stderr.extend(iter(lambda: self.process.stderr.read(4096), "")),
+            daemon=True)
+        self._err_reader.start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
             self.lines.append(line.rstrip("\n"))
+
+    def stderr(self) -> str:
+        """What it wrote to stderr (all of it once it exited)."""
+        if self.process.poll() is not None:
+            self._err_reader.join(timeout=10)
+        return "".join(self._stderr)
 
     def wait_for(self, prefix: str, timeout: float = 240, at_least: int | None = None) -> str:
         """The first line starting with ``prefix`` (with ``at_least``: followed by a number that
@@ -56,7 +69,7 @@ class Peer:
                 break
             time.sleep(0.2)
         raise AssertionError(f"peer {self.name} never printed {prefix!r}: {self.lines} "
-                             f"{self.process.stderr.read() if self.process.poll() else ''}")
+                             f"{self.stderr()[-6000:]}")
 
     def kill(self) -> None:
         """SIGKILL the peer and every process it started (hivemind's DHT and averagers, p2pd),
@@ -71,10 +84,20 @@ class Peer:
         return self.wait_for("swarm peer: ").split()[2].rpartition("/p2p/")[2]
 
     def finish(self, timeout: float = 300) -> str:
-        self.process.wait(timeout=timeout)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # where it was stuck, rather than a bare timeout:
+            self.process.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill()
+            self._reader.join(timeout=10)
+            raise AssertionError(f"peer {self.name} still running after {timeout:.0f} s: "
+                                 f"{self.lines[-15:]}\n{self.stderr()[-6000:]}") from None
         self._reader.join(timeout=10)
-        stderr = self.process.stderr.read()
-        assert self.process.returncode == 0, (self.name, stderr, self.lines[-10:])
+        assert self.process.returncode == 0, (self.name, self.stderr()[-6000:], self.lines[-10:])
         return "\n".join(self.lines)
 
     def manifest(self) -> dict:

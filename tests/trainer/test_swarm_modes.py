@@ -36,7 +36,7 @@ def test_local_steps_peers_average_parameters_and_refuse_a_gradient_averaging_jo
         x = Peer("x", tmp_path, env(2), config, "--initial-peers", maddr, "--min-peers", "2")
         peers.append(x)
         assert x.process.wait(timeout=180) != 0
-        error = x.process.stderr.read()
+        error = x.stderr()
         assert "run arith: local_steps" in error and "this peer cannot join it" in error, error
         b = Peer("b", tmp_path, env(1), config, *local, "--initial-peers", maddr)
         peers.append(b)
