@@ -24,12 +24,14 @@ STEPS = 12  # long enough for the late joiner to start up and average
 
 
 def _forge_records(maddr: str, victim_peer_id: str) -> None:
-    """Publish three forged records, each from a DHT node of its own (one owner key, one
-    value): a copy of the victim's spec (devnet account 1) beside a record of the victim's key
-    with inflated samples; and Mallory (account 9), joined under a libp2p identity and spec of
-    her own, claiming far more samples than her local steps hold, and a record of hers signed
-    by another key."""
+    """Publish three forged records at once, each from a DHT node of its own (one owner key,
+    one value): a copy of the victim's spec (devnet account 1) beside a record of the victim's
+    key claiming 1000 samples; and Mallory (account 9), joined under a libp2p identity and spec
+    of her own, claiming far more samples than her local steps hold, and a record of hers
+    signed by another key. The victim's spec is in the DHT from the moment it joined: nothing
+    here waits for the run to progress, so the forgeries are in place long before it ends."""
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
 
     import hivemind
     from eth_account import Account
@@ -40,69 +42,73 @@ def _forge_records(maddr: str, victim_peer_id: str) -> None:
     from hivemind.utils.crypto import RSAPrivateKey
 
     from trainer.swarm.records import (
+        Contribution,
         Round,
-        decode_contribution,
         libp2p_peer_id,
         sign_binding,
         sign_contribution,
     )
 
-    def store(value) -> dict:
-        """``value(owner_hex)`` stored under a new owner key; with None, the victim's latest
-        value once it lists a round."""
+    def store(value: Callable[[str, dict], dict]) -> None:
+        """``value(owner_hex, victim's value)`` stored under a new owner key."""
         validator = RSASignatureValidator(RSAPrivateKey())
         dht = hivemind.DHT(start=True, initial_peers=[maddr],
                            host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[validator])
         try:
             deadline = time.monotonic() + 120
-            while value is None:
+            while True:
                 found = dht.get("arith_gym_peers", latest=True)
-                for item in found.value.values() if found else ():
-                    if (item.value["spec"]["peer_id"] == victim_peer_id
-                            and item.value.get("contribution", {}).get("rounds")):
-                        return item.value
-                assert time.monotonic() < deadline, "the victim never published a round"
-                time.sleep(1)
-            stored = value(validator.local_public_key.hex())
-            assert dht.store("arith_gym_peers", subkey=validator.local_public_key, value=stored,
+                victim = next((item.value for item in (found.value.values() if found else ())
+                               if item.value["spec"]["peer_id"] == victim_peer_id), None)
+                if victim is not None:
+                    break
+                assert time.monotonic() < deadline, "the victim's spec never reached the DHT"
+                time.sleep(0.5)
+            assert dht.store("arith_gym_peers", subkey=validator.local_public_key,
+                             value=value(validator.local_public_key.hex(), victim),
                              expiration_time=get_dht_time() + 600)
-            return stored
         finally:
             dht.shutdown()
 
-    victim = store(None)
-    honest = decode_contribution(victim["contribution"])
-    # each round 100 samples more, past what the victim's local steps can hold
-    inflated = sign_contribution(replace(
-        honest, samples=honest.samples + 100 * len(honest.rounds),
-        rounds=tuple(Round(r.epoch, r.samples + 100) for r in honest.rounds)),
-        devnet_account_key(1))
-    store(lambda owner: {"spec": victim["spec"], "contribution": inflated.to_json()})
+    def copy_of_the_victim(_owner: str, victim: dict) -> dict:
+        spec = victim["spec"]
+        record = Contribution(spec["run"], spec["config_digest"], victim_peer_id,
+                              spec["address"], samples=1000, steps=1, epoch=1,
+                              rounds=(Round(1, 1000),))
+        return {"spec": spec, "contribution": sign_contribution(
+            record, devnet_account_key(1)).to_json()}
 
     mallory = Account.from_key(devnet_account_key(9))
     with tempfile.TemporaryDirectory() as tmp:
         P2P.generate_identity(f"{tmp}/id.key")
         identity = crypto_pb2.PrivateKey.FromString(Path(f"{tmp}/id.key").read_bytes()).data
-
     address = mallory.address.lower()
-    peer_id = libp2p_peer_id(bytes.fromhex(sign_binding(identity, honest.run, address, "")[0]))
 
-    def as_mallory(record) -> Callable[[str], dict]:
-        """Her value under an owner key: her own spec (binding that key) beside ``record``."""
-        def value(owner: str) -> dict:
-            key, binding = sign_binding(identity, honest.run, address, owner)
+    def as_mallory(signed_by: Account | None) -> Callable[[str, dict], dict]:
+        """Her value under an owner key: her own spec (binding that key) beside a record of
+        1000 samples in 1 local step (signed by her), or of 2 samples signed by another."""
+        def value(owner: str, victim: dict) -> dict:
+            run = victim["spec"]["run"]
+            key, binding = sign_binding(identity, run, address, owner)
+            peer_id = libp2p_peer_id(bytes.fromhex(key))
             spec = {**victim["spec"], "peer_id": peer_id, "address": address,
                     "libp2p_key": key, "dht_owner": owner, "binding": binding, "maddrs": []}
+            mine = Contribution(run, spec["config_digest"], peer_id, address, samples=1000,
+                                steps=1, epoch=1)
+            if signed_by is None:
+                record = sign_contribution(mine, mallory.key)
+            else:
+                other = sign_contribution(replace(mine, contributor=signed_by.address.lower(),
+                                                  samples=2), signed_by.key)
+                record = replace(mine, samples=2, signature=other.signature)
             return {"spec": spec, "contribution": record.to_json()}
         return value
 
-    mine = replace(honest, peer_id=peer_id, contributor=address, samples=1000, steps=1,
-                   rounds=())
-    store(as_mallory(sign_contribution(mine, mallory.key)))  # 1000 samples in 1 local step
-    other = Account.from_key(devnet_account_key(8))
-    signed_by_other = sign_contribution(replace(mine, contributor=other.address.lower(),
-                                                samples=2), other.key)
-    store(as_mallory(replace(mine, samples=2, signature=signed_by_other.signature)))
+    forgeries = (copy_of_the_victim, as_mallory(None),
+                 as_mallory(Account.from_key(devnet_account_key(8))))
+    with ThreadPoolExecutor(len(forgeries)) as pool:
+        for done in [pool.submit(store, value) for value in forgeries]:
+            done.result()
 
 
 @pytest.mark.anvil
@@ -136,6 +142,7 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
                         "--watch", "2"], env={**env, "COLUMNS": "200"},
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _forge_records(maddr, b_peer)
+        assert a.process.poll() is None, "the run ended before the forged records were stored"
         out_a, out_b, out_d = a.finish(), b.finish(), d.finish()
         try:  # it ends by itself once it sees no peer training; the DHT copies it reads
             watched, watch_err = watch.communicate(timeout=20)  # may lag: then Ctrl-C
