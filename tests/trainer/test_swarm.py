@@ -24,14 +24,13 @@ STEPS = 12  # long enough for the late joiner to start up and average
 
 
 def _forge_records(maddr: str, victim_peer_id: str) -> None:
-    """Publish three forged records at once, each from a DHT node of its own (one owner key,
+    """Publish three forged records, each from a DHT node of its own (one owner key,
     one value): a copy of the victim's spec (devnet account 1) beside a record of the victim's
     key claiming 1000 samples; and Mallory (account 9), joined under a libp2p identity and spec
     of her own, claiming far more samples than her local steps hold, and a record of hers
     signed by another key. The victim's spec is in the DHT from the moment it joined: nothing
     here waits for the run to progress, so the forgeries are in place long before it ends."""
     import tempfile
-    from concurrent.futures import ThreadPoolExecutor
 
     import hivemind
     from eth_account import Account
@@ -52,7 +51,7 @@ def _forge_records(maddr: str, victim_peer_id: str) -> None:
     def store(value: Callable[[str, dict], dict]) -> None:
         """``value(owner_hex, victim's value)`` stored under a new owner key."""
         validator = RSASignatureValidator(RSAPrivateKey())
-        dht = hivemind.DHT(start=True, initial_peers=[maddr],
+        dht = hivemind.DHT(start=True, initial_peers=[maddr], startup_timeout=60,
                            host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validators=[validator])
         try:
             deadline = time.monotonic() + 120
@@ -106,9 +105,8 @@ def _forge_records(maddr: str, victim_peer_id: str) -> None:
 
     forgeries = (copy_of_the_victim, as_mallory(None),
                  as_mallory(Account.from_key(devnet_account_key(8))))
-    with ThreadPoolExecutor(len(forgeries)) as pool:
-        for done in [pool.submit(store, value) for value in forgeries]:
-            done.result()
+    for value in forgeries:  # one after the other: three p2p daemons at once overload CI
+        store(value)
 
 
 @pytest.mark.anvil
