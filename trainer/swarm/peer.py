@@ -333,6 +333,9 @@ class SwarmSession:
                                   3 * self.options.matchmaking_time)
             if self.options.local_steps else self.options.averaging_timeout,
             allreduce_timeout=self.options.averaging_timeout,
+            # hivemind waits 600 s for a state download, then retries: a LoRA state is a few
+            # MB, and a download that has not finished in two round times has stalled
+            load_state_timeout=max(60.0, 2 * self.options.averaging_timeout),
             use_local_updates=self.options.local_steps > 0,
             delay_state_averaging=False, average_opt_statistics=("exp_avg", "exp_avg_sq"),
             grad_compression=codec, state_averaging_compression=codec)
