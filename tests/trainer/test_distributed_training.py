@@ -51,6 +51,44 @@ def test_two_ranks_train_one_adapter_and_rank_0_writes_it(gym_env, tmp_path):
     assert lora and any(p.abs().sum() > 0 for p in lora)  # trained: B starts at zero
 
 
+METHODS = {  # data set, format and the method's own section, as the trainer's tests train
+    "dpo": ("dpo_arith_pairs.jsonl", "preference", "dpo: {beta: 0.5}\n"),
+    "kto": ("kto_arith.jsonl", "kto", "kto: {beta: 0.5}\n"),
+    "grpo": ("arith_train.jsonl", "prompt",
+             ("grpo: {num_generations: 4, max_completion_length: 12}\n"
+              "reward: {verifiers: ['python:tfgrpo_fakes:length_parity']}\n")),
+}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_preference_and_rl_methods_train_with_two_ranks(gym_env, tmp_path, method):
+    """Not only SFT: each rank takes its own shard, and the averaged gradients leave both
+    with the same weights; rank 0 writes the one adapter."""
+    data, fmt, section = METHODS[method]
+    config = tmp_path / f"{method}.yaml"
+    config.write_text(
+        f"method: {method}\nmodel: tiny-random\n"
+        f"dataset: {{path: {REPO / 'trainer/data' / data}, format: {fmt}, limit: 8}}\n"
+        "lora: {r: 4, alpha: 8}\n"
+        "training: {max_steps: 2, batch_size: 4, max_length: 512, learning_rate: 0.02, "
+        f"seed: 5}}\n{section}output_dir: {tmp_path / 'run'}\n")
+    result = gym_env.run("train", method, str(config), "--num-processes", "2", timeout=600,
+                         extra_env={"PYTHONPATH": str(REPO / "tests" / "trainer")})  # reward
+    assert result.returncode == 0, result.stderr
+    assert f"{method}: 2 processes" in result.stdout
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    distributed = manifest["run"]["hardware"]["distributed"]
+    assert (distributed["world_size"], distributed["global_batch_size"]) == (2, 8)
+    ranks = distributed["ranks"]
+    assert [r["batches"] for r in ranks] == [2, 2]
+    assert ranks[0]["inputs_digest"] != ranks[1]["inputs_digest"]
+    assert ranks[0]["weights_digest"] == ranks[1]["weights_digest"]
+    from safetensors.torch import load_file
+
+    adapter = load_file(tmp_path / "run" / "adapter" / "adapter_model.safetensors")
+    assert any(t.abs().sum() > 0 for name, t in adapter.items() if "lora_B" in name)
+
+
 def _rank_pid(rank: int, deadline: float) -> int | None:
     """The pid of the training process with RANK=rank, once it exists."""
     while time.monotonic() < deadline:
