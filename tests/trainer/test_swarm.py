@@ -6,6 +6,7 @@ contribution records and publishes the adapter with the contributors' shares on 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -149,7 +150,8 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
         # a new table at each change until no peer is training (or Ctrl-C)
         watch = popen([str(GYM), "swarm", "peers", "arith", "--initial-peers", maddr,
                         "--watch", "2"], env={**env, "COLUMNS": "200"},
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       start_new_session=True)  # its DHT process and p2pd die with it
         out_a, out_b, out_d = a.finish(), b.finish(), d.finish()
         try:  # it ends by itself once it sees no peer training; the DHT copies it reads
             watched, watch_err = watch.communicate(timeout=20)  # may lag: then Ctrl-C
@@ -159,8 +161,11 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     finally:
         for peer in peers:
             peer.kill()
-        if "watch" in locals() and watch.poll() is None:
-            watch.kill()
+        if "watch" in locals():
+            try:
+                os.killpg(watch.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended with its children
     assert c.process.wait(timeout=10) == -9
     assert watch.returncode == 0, watch_err
     tables = [t for t in watched.split("swarm arith: ") if "│" in t]
