@@ -74,7 +74,7 @@ from ledger.errors import (
     NotFoundError,
     VerificationError,
 )
-from ledger.multiformats import MultiformatError, raw_sha256_cid_bytes
+from ledger.multiformats import MultiformatError
 from ledger.rfc9162 import EMPTY_ROOT, verify_consistency
 
 if TYPE_CHECKING:
@@ -462,7 +462,8 @@ def _entry_stream(content: ContentStore, cids: Sequence[str], start: int
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    chunks = [c for c in batches.batch_dag(cids).chunks if c.start + c.count > start]
+    dag = batches.batch_dag(cids)
+    chunks = [c for c in dag.chunks if c.start + c.count > start]
     with ThreadPoolExecutor(PREFETCH_CHUNKS, thread_name_prefix="audit-car") as pool:
         pending = deque(pool.submit(_export_chunk, export, c) for c in chunks[:PREFETCH_CHUNKS])
         for number, chunk in enumerate(chunks):
@@ -478,9 +479,9 @@ def _entry_stream(content: ContentStore, cids: Sequence[str], start: int
                     ahead = number + PREFETCH_CHUNKS
                     if ahead < len(chunks):
                         pending.append(pool.submit(_export_chunk, export, chunks[ahead]))
+            binary = dag.entry_cids
             for offset in range(max(start, chunk.start), chunk.start + chunk.count):
-                cid = cids[offset]
-                yield offset, cid, blocks.get(raw_sha256_cid_bytes(cid))
+                yield offset, cids[offset], blocks.get(binary[offset])
 
 
 def _check_anchor_call(replay: _Replay, event: AnchoredEvent,

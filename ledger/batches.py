@@ -174,6 +174,7 @@ class BatchDag:
     root: CID
     chunks: tuple[EntryChunk, ...]  # level 1, in entry order
     nodes: tuple[tuple[CID, bytes], ...]  # every node, children before parents, root last
+    entry_cids: tuple[bytes, ...] = ()  # the entries' binary CIDs, in order (the leaves)
 
 
 def _links_node(children: Sequence[bytes]) -> bytes:
@@ -189,7 +190,7 @@ def batch_dag(entries: Sequence[str]) -> BatchDag:
     """The entries DAG of a batch (see the module docstring); ``entries`` as in a manifest."""
     if not entries:
         raise BatchError("a batch has at least one entry")
-    level = [raw_sha256_cid_bytes(cid) for cid in entries]
+    level = leaves = [raw_sha256_cid_bytes(cid) for cid in entries]
     nodes: list[tuple[CID, bytes]] = []
     level_number = 1
     chunks: list[EntryChunk] = []
@@ -204,7 +205,7 @@ def batch_dag(entries: Sequence[str]) -> BatchDag:
             if level_number == 1:
                 chunks.append(EntryChunk(cid, start, len(children)))
         if len(parents) == 1:
-            return BatchDag(nodes[-1][0], tuple(chunks), tuple(nodes))
+            return BatchDag(nodes[-1][0], tuple(chunks), tuple(nodes), tuple(leaves))
         level, level_number = parents, level_number + 1
 
 

@@ -254,6 +254,60 @@ def test_decode_pbnode_rejects_malformed(block):
         decode_pbnode(block)
 
 
+def _strict(block: bytes):
+    """decode_pbnode without its fast path for nodes of hash-only links: the result or error."""
+    original = unixfs._hash_only_links
+    unixfs._hash_only_links = lambda _block: None
+    try:
+        return decode_pbnode(block)
+    except VerificationError as exc:
+        return type(exc), str(exc)
+    finally:
+        unixfs._hash_only_links = original
+
+
+def _link(cid: bytes) -> bytes:
+    return b"\x12" + bytes((len(cid) + 2,)) + b"\x0a" + bytes((len(cid),)) + cid
+
+
+RAW_LINK = CID.for_block(RAW, b"x").to_bytes()
+PB_LINK = CID.for_block(DAG_PB, b"").to_bytes()
+
+
+@pytest.mark.parametrize("block", [
+    _link(RAW_LINK) * 3 + _link(PB_LINK),  # a batch's entries DAG, levels 1 and 2
+    _link(RAW_LINK)[:-1],  # cut short
+    _link(RAW_LINK) + b"\x00",  # a trailing byte
+    _link(RAW_LINK[:1] + b"\x71" + RAW_LINK[2:]),  # dag-cbor: not a dag-pb child
+    _link(RAW_LINK[:2] + b"\x13" + RAW_LINK[3:]),  # sha2-512 code with a 32-byte digest
+    _link(RAW_LINK).replace(b"\x12\x26", b"\x12\x28", 1) + b"\x18\x05",  # with Tsize
+    _link(RAW_LINK)[:1] + b"\x26\x0a\x24\x02" + _link(RAW_LINK)[5:],  # CID version 2
+    b"",
+])
+def test_hash_only_links_decode_as_the_strict_decoder_does(block):
+    """The fast path gives what field-by-field decoding gives, and anything it does not
+    recognise falls through to it (same node or same error)."""
+    fast = decode_pbnode(block) if not isinstance(_strict(block), tuple) else None
+    assert (fast if fast is not None else _strict(block)) == _strict(block)
+    if block[:1] == b"\x12" and len(block) == 160:  # the DAG's node: on the fast path
+        assert unixfs._hash_only_links(block) == _strict(block)
+    else:
+        assert unixfs._hash_only_links(block) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([RAW_LINK, PB_LINK]), min_size=1, max_size=8),
+       st.integers(0, 319), st.integers(0, 255))
+def test_hash_only_links_match_the_strict_decoder_under_any_one_byte_change(links, at, value):
+    block = bytearray(b"".join(_link(cid) for cid in links))
+    block[at % len(block)] = value
+    strict = _strict(bytes(block))
+    try:
+        assert decode_pbnode(bytes(block)) == strict
+    except VerificationError as exc:
+        assert (type(exc), str(exc)) == strict
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_decoders_raise_only_package_errors(data):
