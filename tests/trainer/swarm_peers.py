@@ -94,8 +94,9 @@ class Peer:
                 pass
             self.kill()
             self._reader.join(timeout=10)
+            stacks = self.stderr().partition("\nExtension modules:")[0]  # not the module list
             raise AssertionError(f"peer {self.name} still running after {timeout:.0f} s: "
-                                 f"{self.lines[-15:]}\n{self.stderr()[-6000:]}") from None
+                                 f"{self.lines[-15:]}\n{stacks[-8000:]}") from None
         self._reader.join(timeout=10)
         assert self.process.returncode == 0, (self.name, self.stderr()[-6000:], self.lines[-10:])
         return "\n".join(self.lines)
