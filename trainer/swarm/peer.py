@@ -422,7 +422,9 @@ class SwarmSession:
         """End every live peer on the same weights: the live peer with the smallest peer id
         shares its state (alone, at a priority above the others'), the others download it until
         their weights digest is the one it published (a step where the peers' groups split or
-        a round failed left them apart). The digest this peer ends with."""
+        a round failed left them apart). No peer ends before every live peer has published its
+        final digest: until then a peer still finishing, with a smaller id, could become the
+        one the others follow. The digest this peer ends with."""
         from trainer.gradient.ranks import weights_digest
 
         averager = self.optimizer.state_averager
@@ -435,17 +437,20 @@ class SwarmSession:
                     if isinstance(value.get("final_weights"), str)}
             live[self.spec.peer_id] = {"final_weights": self._final_digest}
             canonical = min(live)  # among the peers that finished
+            all_finished = everyone.keys() <= live.keys()
             if canonical == self.spec.peer_id:
                 averager.state_sharing_priority = float(self.max_steps + 1)
                 others = [v.get("final_weights") for p, v in live.items() if p != canonical]
                 # a live peer still finishing will want this state too
-                if all(d == self._final_digest for d in others) and everyone.keys() <= live.keys():
+                if all(d == self._final_digest for d in others) and all_finished:
                     return self._final_digest
             else:
                 averager.allow_state_sharing = False  # only the canonical peer serves
                 if live[canonical]["final_weights"] == self._final_digest:
-                    return self._final_digest
-                averager.load_state_from_peers(timeout=self.options.averaging_timeout)
+                    if all_finished:
+                        return self._final_digest
+                else:
+                    averager.load_state_from_peers(timeout=self.options.averaging_timeout)
             if time.monotonic() > deadline:
                 return self._final_digest
             self.sleep(1.0)
