@@ -288,7 +288,8 @@ def test_abandoned_requests_are_cancelled(tiny_model_dir, stream):
                       f"{(time.perf_counter() - started) * 1000:.0f} ms")
                 assert reply.status_code == 200
                 while 'status="499"} 8.0' not in (metrics := (await probe.get("/metrics")).text):
-                    assert time.monotonic() < deadline
+                    assert time.monotonic() < deadline, [  # how the eight were counted
+                        line for line in metrics.splitlines() if "chat/completions" in line]
                     await asyncio.sleep(0.05)
                 return metrics
 
