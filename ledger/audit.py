@@ -479,9 +479,8 @@ def _entry_stream(content: ContentStore, cids: Sequence[str], start: int
                     ahead = number + PREFETCH_CHUNKS
                     if ahead < len(chunks):
                         pending.append(pool.submit(_export_chunk, export, chunks[ahead]))
-            binary = dag.entry_cids
             for offset in range(max(start, chunk.start), chunk.start + chunk.count):
-                yield offset, cids[offset], blocks.get(binary[offset])
+                yield offset, cids[offset], blocks.get(dag.entry_cids[offset])
 
 
 def _check_anchor_call(replay: _Replay, event: AnchoredEvent,

@@ -174,7 +174,7 @@ class BatchDag:
     root: CID
     chunks: tuple[EntryChunk, ...]  # level 1, in entry order
     nodes: tuple[tuple[CID, bytes], ...]  # every node, children before parents, root last
-    entry_cids: tuple[bytes, ...] = ()  # the entries' binary CIDs, in order (the leaves)
+    entry_cids: tuple[bytes, ...]  # the entries' binary CIDs, in order (the leaves)
 
 
 def _links_node(children: Sequence[bytes]) -> bytes:
