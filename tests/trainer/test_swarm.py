@@ -64,9 +64,18 @@ def _forge_records(maddr: str, victim_peer_id: str) -> None:
                     break
                 assert time.monotonic() < deadline, "the victim's spec never reached the DHT"
                 time.sleep(0.5)
-            assert dht.store("arith_gym_peers", subkey=validator.local_public_key,
+            # hivemind's store_many answers with the verdict of the last replica to reply, so
+            # False even where another replica stored it; CI saw one False under load (which
+            # replica refused, and why, is not known). Stored again, with a later expiry, until
+            # an attempt reports it; the publisher's three refusals below show all three landed
+            for attempt in range(1, 11):
+                if dht.store("arith_gym_peers", subkey=validator.local_public_key,
                              value=value(validator.local_public_key.hex(), victim),
-                             expiration_time=get_dht_time() + 600)
+                             expiration_time=get_dht_time() + 600):
+                    break
+                time.sleep(1)
+            else:
+                raise AssertionError(f"no store of the forgery was accepted in {attempt} tries")
         finally:
             dht.shutdown()
 
