@@ -500,7 +500,7 @@ def test_abandoned_requests_are_aborted_in_vllm(engine):
 
         async def scenario() -> str:
             async with httpx.AsyncClient(base_url=node.base_url, timeout=300) as client:
-                body = {"model": MODEL_NAME, "max_tokens": 3000,
+                body = {"model": MODEL_NAME, "max_tokens": 3000, "ignore_eos": True,
                         "messages": [{"role": "user", "content": QUESTIONS[0]}]}
                 tasks = [asyncio.create_task(client.post("/chat/completions", json=body))
                          for _ in range(4)]
