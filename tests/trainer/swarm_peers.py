@@ -24,20 +24,38 @@ def popen(command: list[str], **options) -> subprocess.Popen:
         signal.signal(signal.SIGINT, old)
 
 
+# `gym`'s own entry point, run once a line arrives on stdin, in an interpreter that has already
+# imported what `gym train --swarm` imports: a peer started ahead joins at the moment asked
+# (importing these takes a loaded CI machine most of a minute)
+WARM = """
+import sys
+import hivemind, peft, torch, transformers, trl  # noqa: E401
+import trainer.gradient.train, trainer.swarm.peer  # noqa: E401
+sys.stdin.readline()
+from devnet.cli import main
+sys.argv = ["gym", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
 class Peer:
     """One `gym train sft --swarm` process; its stdout lines and its stderr collected as they
-    come (an undrained pipe fills, and a peer writing its progress bar to it then blocks)."""
+    come (an undrained pipe fills, and a peer writing its progress bar to it then blocks).
+    ``warm``: the process starts now with its imports done, and runs `gym` at `go`."""
 
-    def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, *extra: str) -> None:
+    def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, *extra: str,
+                 warm: bool = False) -> None:
         self.name, self.run_dir = name, tmp_path / name
         self.lines: list[str] = []
         self._stderr: list[str] = []
+        command = ["train", "sft", str(config), "--swarm", "arith", "--output",
+                   str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
+                   "--matchmaking-time", "2", *extra]
         self.process = popen(
-            [str(GYM), "train", "sft", str(config), "--swarm", "arith", "--output",
-             str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--matchmaking-time",
-             "2", *extra],
+            [sys.executable, "-c", WARM, *command] if warm else [str(GYM), *command],
             env={**env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            stderr=subprocess.PIPE, stdin=subprocess.PIPE if warm else subprocess.DEVNULL,
+            text=True,
             start_new_session=True)  # its own process group: hivemind's children die with it
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -45,6 +63,15 @@ class Peer:
             target=lambda: self._stderr.extend(iter(lambda: self.process.stderr.read(4096), "")),
             daemon=True)
         self._err_reader.start()
+
+    def go(self) -> None:
+        """Run `gym` in a ``warm`` peer."""
+        try:
+            self.process.stdin.write("go\n")
+            self.process.stdin.close()
+        except BrokenPipeError:  # it died importing
+            raise AssertionError(f"peer {self.name} exited {self.process.wait()} before its "
+                                 f"start: {self.stderr()[-3000:]}") from None
 
     def _read(self) -> None:
         for line in self.process.stdout:

@@ -146,15 +146,18 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
         except Exception as exc:  # what the peer it bootstraps from was doing
             raise AssertionError(f"forging failed: {exc}; peer a exit {a.process.poll()}, "
                                  f"{a.lines[-5:]} {a.stderr()[-3000:]}") from exc
+        # the late joiner's interpreter starts now and imports what it needs: under CI's load
+        # the imports alone took so long that the run had ended when it joined
+        d = Peer("d", tmp_path, env, config, *shared, "--account", "3", "--initial-peers",
+                 maddr, warm=True)
+        peers.append(d)
         c = Peer("c", tmp_path, env, config, *shared, "--account", "2", "--initial-peers",
                  maddr, "--min-peers", "4")
         peers.append(c)
         a.wait_for("swarm arith: step ", at_least=1)
         c_peer = c.peer_id()
         c.kill()  # SIGKILL mid-run: the others go on
-        d = Peer("d", tmp_path, env, config, *shared, "--account", "3", "--initial-peers",
-                 maddr)  # joins late
-        peers.append(d)
+        d.go()  # joins late
         # an operator's view, from outside the run: the peers, their steps and addresses,
         # a new table at each change until no peer is training (or Ctrl-C)
         watch = popen([str(GYM), "swarm", "peers", "arith", "--initial-peers", maddr,
