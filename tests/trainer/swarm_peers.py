@@ -24,17 +24,18 @@ def popen(command: list[str], **options) -> subprocess.Popen:
         signal.signal(signal.SIGINT, old)
 
 
-# `gym`'s own entry point, run once a line arrives on stdin, in an interpreter that has already
-# imported what `gym train --swarm` imports: a peer started ahead joins at the moment asked
-# (importing these takes a loaded CI machine most of a minute)
+# the `gym` console script's entry point (as installed), run once a line arrives on stdin, in
+# an interpreter that has already imported what `gym train --swarm` imports: a peer started
+# ahead joins at the moment asked (importing these takes a loaded CI machine most of a minute)
 WARM = """
 import sys
+from importlib.metadata import entry_points
 import hivemind, peft, torch, transformers, trl  # noqa: E401
 import trainer.gradient.train, trainer.swarm.peer  # noqa: E401
+(gym,) = entry_points(group="console_scripts", name="gym")
 sys.stdin.readline()
-from devnet.cli import main
 sys.argv = ["gym", *sys.argv[1:]]
-sys.exit(main())
+sys.exit(gym.load()())
 """
 
 
