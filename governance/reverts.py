@@ -86,6 +86,10 @@ def _meaning(name: str, v: dict[str, Any]) -> str:
                     f"{v['operator']}",
         "NodeRegistryChallengeDismissed":
             lambda: f"challenge #{v['challengeId']} was dismissed: nothing can be slashed for it",
+        "NodeRegistryReceiptSlashed":
+            lambda: f"receipt {v['receiptHash']} of node {v['operator']} was already slashed for "
+                    f"challenge #{v['challengeId']}: a receipt is slashed once, through any of "
+                    "its challenges",
         "NodeRegistryZeroAmount": lambda: "the amount must be more than zero",
         "NodeRegistryInvalidBeneficiary":
             lambda: f"slashed GYM cannot be paid to {v['beneficiary']}",

@@ -3,8 +3,8 @@
 ``build_slash`` checks, before anything is sent, what ``NodeRegistry.slash`` would refuse
 when the DAO timelock executes it: a registry governed by another address, a receipt signer
 named instead of its operator, an amount the stake cannot cover, no open challenge (or more
-than one) against the node; ``governance.proposals.plan_slash`` checks the rest and writes the
-proposal. The registry is read through ``inference_node.registry.NodeRegistry``, whose
+than one) against the node, a receipt already slashed (``NodeRegistry`` slashes one receipt at
+most once); ``governance.proposals.plan_slash`` checks the rest and writes the proposal. The registry is read through ``inference_node.registry.NodeRegistry``, whose
 ``ChainError`` the client turns into the governance package's errors.
 """
 
@@ -55,7 +55,8 @@ def build_slash(registry: NodeRegistry, timelock_address: str, operator: str, am
         open_ = [c for c in against if c.status == ChallengeStatus.OPEN]
         if not open_:
             upheld = [f"#{c.challenge_id}" for c in against
-                      if c.status == ChallengeStatus.UPHELD]
+                      if c.status == ChallengeStatus.UPHELD
+                      and not registry.slashed_for(node.operator, c.receipt_hash)]
             raise SlashError(
                 f"no open challenge against node {node.operator}: slashing answers a "
                 "challenge (anyone opens one against a receipt the node signed: `gym node "
@@ -68,6 +69,12 @@ def build_slash(registry: NodeRegistry, timelock_address: str, operator: str, am
         found = open_[0]
     else:
         found = registry.challenge_of(challenge_id)
+    if found.status != ChallengeStatus.NONE:
+        slashed = registry.slashed_for(found.operator, found.receipt_hash)
+        if slashed:
+            raise SlashError(f"receipt 0x{found.receipt_hash.hex()} of node {found.operator} was "
+                             f"already slashed (challenge #{slashed}): one receipt is slashed "
+                             "at most once")
     if beneficiary is None:
         paid_to, label = timelock_address, "the DAO timelock, its treasury"
     elif beneficiary.strip().lower() == "challenger":

@@ -12,7 +12,10 @@ receipt log cannot change while registered: the contract keeps the first one).
 A node is *active* (``isActive``) while it is bonded and stakes at least ``minStake``:
 ``deregister`` starts unbonding, and a slash can leave the stake below the minimum. Challenges
 (``challenge``) need no bond and change nothing on chain by themselves; governance judges them
-(``gym gov propose-slash``, whose client reads nodes and challenges through this one).
+(``gym gov propose-slash``, whose client reads nodes and challenges through this one). A
+receipt takes one open bond-free challenge at a time (the committee's may stand beside it) and
+none once one of its challenges is upheld, and is slashed once; ``challenge`` says which
+challenge holds it when it is refused.
 
 This is the repository's only client of the NodeRegistry. It lives with the nodes it
 registers, and the governance package imports it (``inference_node`` imports nothing of
@@ -33,7 +36,7 @@ from eth_utils import to_checksum_address
 from web3 import Web3
 
 from inference_node.errors import InferenceNodeError
-from ledger.evm import PAGE_BLOCKS, ChainError, EvmConnection
+from ledger.evm import PAGE_BLOCKS, ChainError, ContractRevertError, EvmConnection
 
 
 class RegistryError(InferenceNodeError, ChainError):
@@ -165,6 +168,13 @@ class NodeRegistry:
         return ChallengeInfo(challenge_id, to_checksum_address(c[0]), to_checksum_address(c[1]),
                              c[2], ChallengeStatus(c[3]), bytes(c[4]), evidence)
 
+    def slashed_for(self, operator: str, receipt_hash: bytes) -> int:
+        """The challenge for which ``operator``'s receipt ``receipt_hash`` was slashed; 0 when
+        it was not (a receipt is slashed at most once: ``NodeRegistry.receiptRecord``)."""
+        record = self._call(self.contract.functions.receiptRecord(
+            to_checksum_address(operator), receipt_hash))
+        return int(record[2])
+
     def challenges_against(self, operator: str) -> list[ChallengeInfo]:
         """Every challenge opened against ``operator``, oldest first, with its status now."""
         opened = self.challenge_evidence(operator=to_checksum_address(operator))
@@ -257,12 +267,32 @@ class NodeRegistry:
         """Open a challenge against ``operator``'s receipt ``receipt_hash`` (its EIP-712 digest),
         ``signature`` being the node's signature over it (65 bytes r || s || v: the contract
         refuses a receipt no signer of the node signed); its id (``ChallengeOpened``)."""
-        receipt = self._send(self.contract.functions.challenge(
-            to_checksum_address(operator), receipt_hash, signature, evidence_cid))
+        try:
+            receipt = self._send(self.contract.functions.challenge(
+                to_checksum_address(operator), receipt_hash, signature, evidence_cid))
+        except ContractRevertError as exc:
+            raise _explain_challenge_refusal(exc) from None
         events = self.contract.events.ChallengeOpened().process_receipt(receipt)
         if not events:
             raise ChainError("the challenge transaction emitted no ChallengeOpened event")
         return int(events[0]["args"]["challengeId"])
+
+
+def _explain_challenge_refusal(exc: ContractRevertError) -> ContractRevertError:
+    """``exc`` with what it means to whoever ran `gym node challenge`, for the refusals that
+    name the challenge holding the receipt (INodeRegistry: one open challenge per receipt, none
+    once upheld)."""
+    v = exc.values
+    if exc.name == "NodeRegistryReceiptChallengeOpen":
+        return exc.with_hint(
+            f"the receipt is already under challenge #{v['challengeId']}, still open (one open "
+            f"challenge per receipt): governance judges it (`gym gov propose-slash "
+            f"{v['operator']} --challenge {v['challengeId']}`); unless it is the committee's, a "
+            "bonded committee challenge (`gym verifier challenge`) may still judge the receipt")
+    if exc.name == "NodeRegistryReceiptUpheld":
+        return exc.with_hint(f"challenge #{v['challengeId']} of the receipt was upheld: it is "
+                             "judged and takes no new challenge")
+    return exc
 
 
 __all__ = ["ChallengeInfo", "ChallengeStatus", "NodeRegistry", "RegisteredNode", "RegistryError"]

@@ -18,6 +18,15 @@ pragma solidity ^0.8.24;
 /// paying the slashed tokens to a beneficiary it names. The verifier committee fixed at
 /// deployment (`committee()`, see IVerifierCommittee) may do the same: it opens challenges
 /// here on behalf of bonded challengers and carries out its finalized verdicts.
+///
+/// One receipt (an operator and a receipt hash) is slashed at most once (`slash` refuses any
+/// challenge of a receipt already slashed) and is challenged by at most one open challenge at a
+/// time, with one exception: a challenge the committee opens is never blocked by an open
+/// bond-free one, so nobody shields a receipt from the committee for the price of gas. Once a
+/// challenge of the receipt is upheld the receipt is judged and takes no new challenge. A
+/// dismissed challenge leaves the receipt challengeable: dismissal answers that challenge (its
+/// evidence, or a committee that did not settle in time), not the receipt. `receiptRecord`
+/// shows where a receipt stands.
 interface INodeRegistry {
     /// @notice Where a challenge stands.
     enum ChallengeStatus {
@@ -47,6 +56,16 @@ interface INodeRegistry {
         uint64 openedAt;
         ChallengeStatus status;
         bytes32 receiptHash;
+    }
+
+    /// @notice The challenges of one receipt, `operator`'s receipt hash (0: none): the latest
+    /// opened by anyone but the committee (`latestFree`), the latest opened by the committee
+    /// (`latestCommittee`), and the one it was slashed for (`slashedFor`). Only a lane's latest
+    /// challenge may be open or upheld: each earlier one was dismissed before it was opened.
+    struct ReceiptRecord {
+        uint64 latestFree;
+        uint64 latestCommittee;
+        uint64 slashedFor;
     }
 
     // ---------------------------------------------------------------- events
@@ -139,6 +158,18 @@ interface INodeRegistry {
     /// `recovered` (zero when it is not a valid signature).
     error NodeRegistryNotSignedByNode(address operator, bytes32 receiptHash, address recovered);
 
+    /// @notice `operator`'s receipt `receiptHash` is under challenge `challengeId`, still open:
+    /// one open challenge per receipt (the committee's is not blocked by a bond-free one).
+    error NodeRegistryReceiptChallengeOpen(address operator, bytes32 receiptHash, uint256 challengeId);
+
+    /// @notice `operator`'s receipt `receiptHash` was judged bad: challenge `challengeId` of it
+    /// was upheld, so it takes no new challenge.
+    error NodeRegistryReceiptUpheld(address operator, bytes32 receiptHash, uint256 challengeId);
+
+    /// @notice `operator`'s receipt `receiptHash` was already slashed for challenge
+    /// `challengeId`: one receipt is slashed once.
+    error NodeRegistryReceiptSlashed(address operator, bytes32 receiptHash, uint256 challengeId);
+
     /// @notice No challenge has id `challengeId`.
     error NodeRegistryUnknownChallenge(uint256 challengeId);
 
@@ -224,7 +255,11 @@ interface INodeRegistry {
     /// - `operator` has a node (bonded or unbonding);
     /// - `signature` recovers, over `receiptHash`, to a key `operator` has named as its signer
     ///   (the current one or an earlier one: rotating keys does not retire old receipts);
-    /// - `evidenceCid` is not empty.
+    /// - `evidenceCid` is not empty;
+    /// - no challenge of the receipt (`operator`, `receiptHash`) is upheld;
+    /// - no challenge of the receipt is open, except that the committee may challenge a receipt
+    ///   whose open challenge is a bond-free one (not the committee's): a dismissed challenge
+    ///   does not count.
     ///
     /// Emits: `ChallengeOpened`.
     function challenge(
@@ -243,6 +278,7 @@ interface INodeRegistry {
     /// Requirements:
     /// - the caller is governance or the committee;
     /// - challenge `challengeId` exists, is against `operator` and was not dismissed;
+    /// - its receipt was not slashed before (for this challenge or another one);
     /// - `operator` still has a node;
     /// - `amount` is not zero and at most `operator`'s stake;
     /// - `beneficiary` is not zero and not this contract.
@@ -289,6 +325,14 @@ interface INodeRegistry {
     ///
     /// Emits: nothing.
     function isActive(address operator) external view returns (bool);
+
+    /// @notice Where `operator`'s receipt `receiptHash` stands: its latest challenges and the
+    /// one it was slashed for; all zero when it was never challenged.
+    ///
+    /// Requirements: none.
+    ///
+    /// Emits: nothing.
+    function receiptRecord(address operator, bytes32 receiptHash) external view returns (ReceiptRecord memory);
 
     /// @notice Challenge `challengeId`; all zero when it does not exist.
     ///

@@ -16,6 +16,17 @@ import {INodeRegistry} from "./INodeRegistry.sol";
 /// delay + voting period + timelock delay: minutes on the devnet, days on a public network), so
 /// a node challenged just before it leaves can still be slashed. The minimum stake is fixed at
 /// deployment. Every state change happens before the token transfer that goes with it.
+///
+/// Receipts (`ReceiptRecord`) are keyed by keccak256(operator, receiptHash): a receipt hash
+/// commits to the signer key, not the operator, and a key freed by `update` or `withdraw` may
+/// sign for another operator later, so each operator answers once for what its keys signed.
+/// Challenges run in two lanes, the committee's and everyone else's, one open challenge each:
+/// a bond-free challenge must not keep the committee from judging the receipt (the node itself
+/// would open one to shield it), while the committee's, bonded and settled or expired within
+/// its settlement timeout, holds the free lane only until it is finalized or expires. Either
+/// lane's challenge may be upheld and slashed for, once for the receipt. `challenge` reads
+/// each lane's latest challenge's status instead of `resolveChallenge` clearing it, so judging
+/// costs what it did; `slash` marks the receipt slashed.
 contract NodeRegistry is INodeRegistry {
     using SafeERC20 for IERC20;
 
@@ -40,6 +51,7 @@ contract NodeRegistry is INodeRegistry {
     mapping(address signer => address operator) private _operatorOfSigner;
     mapping(address operator => mapping(address signer => bool)) private _signedFor;
     mapping(uint256 challengeId => Challenge) private _challenges;
+    mapping(bytes32 receiptKey => ReceiptRecord) private _receipts;
 
     /// @dev Governance, or the verifier committee carrying out a final verdict.
     modifier onlyJudge() {
@@ -158,7 +170,15 @@ contract NodeRegistry is INodeRegistry {
             revert NodeRegistryNotSignedByNode(operator, receiptHash, recovered);
         }
         if (bytes(evidenceCid).length == 0) revert NodeRegistryEmptyEvidence(operator);
+        ReceiptRecord storage receipt = _receipts[_receiptKey(operator, receiptHash)];
+        bool byCommittee = msg.sender == committee; // never true when there is none: no sender is zero
+        _requireChallengeable(operator, receiptHash, receipt, byCommittee);
         challengeId = ++challengeCount;
+        // casting to uint64 is safe: ids count up by one per challenge, each paid for in gas
+        // forge-lint: disable-next-line(unsafe-typecast)
+        uint64 id = uint64(challengeId);
+        if (byCommittee) receipt.latestCommittee = id;
+        else receipt.latestFree = id;
         _challenges[challengeId] = Challenge({
             operator: operator,
             challenger: msg.sender,
@@ -181,6 +201,11 @@ contract NodeRegistry is INodeRegistry {
         if (status == ChallengeStatus.None) revert NodeRegistryUnknownChallenge(challengeId);
         if (ch.operator != operator) revert NodeRegistryChallengeMismatch(challengeId, operator, ch.operator);
         if (status == ChallengeStatus.Dismissed) revert NodeRegistryChallengeDismissed(challengeId);
+        // Open or upheld: the latest challenge of its lane (see `ReceiptRecord`).
+        bytes32 receiptHash = ch.receiptHash;
+        ReceiptRecord storage receipt = _receipts[_receiptKey(operator, receiptHash)];
+        uint256 slashedFor = receipt.slashedFor;
+        if (slashedFor != 0) revert NodeRegistryReceiptSlashed(operator, receiptHash, slashedFor);
         Node storage node = _nodes[operator];
         if (node.registeredAt == 0) revert NodeRegistryNotRegistered(operator);
         if (amount == 0) revert NodeRegistryZeroAmount(operator);
@@ -190,6 +215,9 @@ contract NodeRegistry is INodeRegistry {
             revert NodeRegistryInvalidBeneficiary(beneficiary);
         }
 
+        // casting to uint64 is safe: a challenge id (see `challenge`)
+        // forge-lint: disable-next-line(unsafe-typecast)
+        receipt.slashedFor = uint64(challengeId);
         node.stake = stake - amount;
         totalStaked -= amount;
         if (status == ChallengeStatus.Open) {
@@ -238,6 +266,11 @@ contract NodeRegistry is INodeRegistry {
         return _challenges[challengeId];
     }
 
+    /// @inheritdoc INodeRegistry
+    function receiptRecord(address operator, bytes32 receiptHash) external view returns (ReceiptRecord memory) {
+        return _receipts[_receiptKey(operator, receiptHash)];
+    }
+
     // ---------------------------------------------------------------- internal
 
     /// @dev The caller's node, which must exist and not be unbonding.
@@ -245,6 +278,36 @@ contract NodeRegistry is INodeRegistry {
         node = _nodes[operator];
         if (node.registeredAt == 0) revert NodeRegistryNotRegistered(operator);
         if (node.unbondingEnds != 0) revert NodeRegistryUnbonding(operator, node.unbondingEnds);
+    }
+
+    /// @dev Reverts when `receipt` (`operator`'s `receiptHash`) takes no new challenge from the
+    /// caller: one of its challenges is upheld (covers slashed), the committee's is open, or,
+    /// unless `byCommittee`, a free one is open. Dismissed ones do not count.
+    function _requireChallengeable(
+        address operator,
+        bytes32 receiptHash,
+        ReceiptRecord storage receipt,
+        bool byCommittee
+    ) private view {
+        uint256 freeId = receipt.latestFree;
+        uint256 committeeId = receipt.latestCommittee;
+        ChallengeStatus free = freeId == 0 ? ChallengeStatus.None : _challenges[freeId].status;
+        ChallengeStatus ofCommittee = committeeId == 0 ? ChallengeStatus.None : _challenges[committeeId].status;
+        if (free == ChallengeStatus.Upheld) revert NodeRegistryReceiptUpheld(operator, receiptHash, freeId);
+        if (ofCommittee == ChallengeStatus.Upheld) {
+            revert NodeRegistryReceiptUpheld(operator, receiptHash, committeeId);
+        }
+        if (ofCommittee == ChallengeStatus.Open) {
+            revert NodeRegistryReceiptChallengeOpen(operator, receiptHash, committeeId);
+        }
+        if (free == ChallengeStatus.Open && !byCommittee) {
+            revert NodeRegistryReceiptChallengeOpen(operator, receiptHash, freeId);
+        }
+    }
+
+    /// @dev The key of `operator`'s receipt `receiptHash` in `_receipts`.
+    function _receiptKey(address operator, bytes32 receiptHash) private pure returns (bytes32) {
+        return keccak256(abi.encode(operator, receiptHash));
     }
 
     /// @dev Checks `signer` and `endpoint` and records `signer` as signing for the caller.

@@ -478,7 +478,13 @@ contract VerifierCommittee is IVerifierCommittee {
         uint256 toChallenger;
         uint256 pool;
         if (upheld) {
-            if (registryStatus != INodeRegistry.ChallengeStatus.Dismissed) {
+            // Nothing to slash when governance dismissed the registry challenge, or already
+            // slashed the receipt (for this challenge or a free one): the registry slashes a
+            // receipt once, and a refused `slash` would leave this challenge unfinalizable.
+            if (
+                registryStatus != INodeRegistry.ChallengeStatus.Dismissed
+                    && registry.receiptRecord(operator, record.receiptHash).slashedFor == 0
+            ) {
                 uint256 nodeStake = registry.nodeOf(operator).stake;
                 slashAmount = nodeStake < nodeSlash ? nodeStake : nodeSlash;
             }

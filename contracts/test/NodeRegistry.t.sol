@@ -25,6 +25,7 @@ abstract contract NodeRegistryFixture is GymTest {
     address internal bob = address(0xB0B);
     address internal dao = address(0xDA0);
     address internal mallory = address(0xBAD);
+    address internal constant COMMITTEE = address(0xC0117EE);
     uint256 internal constant ALICE_SIGNER_KEY = 0x5161;
     uint256 internal constant BOB_SIGNER_KEY = 0x5162;
     uint256 internal constant MALLORY_KEY = 0xBAD;
@@ -63,8 +64,41 @@ abstract contract NodeRegistryFixture is GymTest {
     }
 
     function _challengeAlice() internal returns (uint256 id) {
-        vm.prank(mallory);
-        id = registry.challenge(alice, RECEIPT, _sign(ALICE_SIGNER_KEY, RECEIPT), "bafyevidence");
+        id = _challengeAliceBy(mallory, RECEIPT);
+    }
+
+    /// @dev `challenger` challenges alice's receipt `receipt` (signed by her signer).
+    function _challengeAliceBy(address challenger, bytes32 receipt) internal returns (uint256 id) {
+        vm.prank(challenger);
+        id = registry.challenge(alice, receipt, _sign(ALICE_SIGNER_KEY, receipt), "bafyevidence");
+    }
+
+    /// @dev `challenger`'s challenge of alice's `receipt` reverts with `err`.
+    function _expectChallengeRevert(address challenger, bytes32 receipt, bytes memory err) internal {
+        bytes memory signature = _sign(ALICE_SIGNER_KEY, receipt);
+        vm.prank(challenger);
+        vm.expectRevert(err);
+        registry.challenge(alice, receipt, signature, "bafyevidence");
+    }
+
+    /// @dev A registry whose committee is `COMMITTEE`, alice registered in it with MIN_STAKE.
+    function _useRegistryWithCommittee() internal {
+        registry = new NodeRegistry(token, dao, ledger, MIN_STAKE, COMMITTEE);
+        vm.prank(alice);
+        token.approve(address(registry), type(uint256).max);
+        _registerAlice(MIN_STAKE);
+    }
+
+    function _receiptOpen(bytes32 receipt, uint256 id) internal view returns (bytes memory) {
+        return abi.encodeWithSelector(INodeRegistry.NodeRegistryReceiptChallengeOpen.selector, alice, receipt, id);
+    }
+
+    function _receiptUpheld(bytes32 receipt, uint256 id) internal view returns (bytes memory) {
+        return abi.encodeWithSelector(INodeRegistry.NodeRegistryReceiptUpheld.selector, alice, receipt, id);
+    }
+
+    function _receiptSlashed(bytes32 receipt, uint256 id) internal view returns (bytes memory) {
+        return abi.encodeWithSelector(INodeRegistry.NodeRegistryReceiptSlashed.selector, alice, receipt, id);
     }
 
     /// @dev Alice registered with MIN_STAKE and challenged by mallory: the challenge's id.
@@ -398,7 +432,11 @@ contract NodeRegistryTest is NodeRegistryFixture {
         assertEq(uint256(ch.openedAt), block.timestamp, "opened at");
         assertEq(uint256(ch.status), uint256(INodeRegistry.ChallengeStatus.Open), "open");
         assertEq(ch.receiptHash, keccak256("receipt"), "receipt");
-        assertEq(_challengeAlice(), 2, "second id");
+        INodeRegistry.ReceiptRecord memory record = registry.receiptRecord(alice, RECEIPT);
+        assertEq(uint256(record.latestFree), id, "the receipt's latest free challenge");
+        assertEq(uint256(record.latestCommittee), 0, "none by the committee");
+        assertEq(uint256(record.slashedFor), 0, "not slashed");
+        assertEq(_challengeAliceBy(mallory, keccak256("another receipt")), 2, "second id");
     }
 
     function test_challenge_worksWhileUnbonding() public {
@@ -463,6 +501,75 @@ contract NodeRegistryTest is NodeRegistryFixture {
         registry.challenge(bob, RECEIPT, old, "bafyevidence");
     }
 
+    // ------------------------------------------------------------------ challenge: one open per receipt
+
+    function test_challenge_revertsWhileTheReceiptHasAnOpenChallenge() public {
+        uint256 id = _aliceChallenged();
+        // by anyone, its own challenger and the node included, whatever the evidence
+        _expectChallengeRevert(mallory, RECEIPT, _receiptOpen(RECEIPT, id));
+        _expectChallengeRevert(bob, RECEIPT, _receiptOpen(RECEIPT, id));
+        _expectChallengeRevert(alice, RECEIPT, _receiptOpen(RECEIPT, id));
+        assertEq(registry.challengeCount(), 1, "no second challenge");
+        assertEq(_challengeAliceBy(bob, keccak256("another receipt")), 2, "another receipt is free");
+    }
+
+    /// @dev A receipt is an operator's receipt hash: the same digest signed by another
+    /// operator's key is another receipt.
+    function test_challenge_sameHashOfAnotherOperatorIsAnotherReceipt() public {
+        uint256 id = _aliceChallenged();
+        vm.prank(bob);
+        registry.register(bobSigner, MODEL, ENDPOINT, MIN_STAKE, bobLog);
+        vm.prank(mallory);
+        assertEq(registry.challenge(bob, RECEIPT, _sign(BOB_SIGNER_KEY, RECEIPT), "bafyevidence"), id + 1, "bob's");
+        assertEq(uint256(registry.receiptRecord(bob, RECEIPT).latestFree), id + 1, "bob's record");
+        assertEq(uint256(registry.receiptRecord(alice, RECEIPT).latestFree), id, "alice's record");
+    }
+
+    /// @dev A dismissal answers one challenge (its evidence), not the receipt: new evidence
+    /// may come in a new challenge, which is then the one open.
+    function test_challenge_dismissedLeavesTheReceiptChallengeable() public {
+        uint256 first = _aliceChallenged();
+        vm.prank(dao);
+        registry.resolveChallenge(first, false);
+        uint256 second = _challengeAliceBy(bob, RECEIPT);
+        assertEq(second, first + 1, "challenged again");
+        assertEq(uint256(registry.receiptRecord(alice, RECEIPT).latestFree), second, "latest");
+        _expectChallengeRevert(mallory, RECEIPT, _receiptOpen(RECEIPT, second));
+        bytes memory dismissed = abi.encodeWithSelector(INodeRegistry.NodeRegistryChallengeDismissed.selector, first);
+        _expectSlashRevert(alice, 1, first, mallory, dismissed);
+    }
+
+    function test_challenge_revertsOnceTheReceiptIsUpheld() public {
+        uint256 id = _aliceChallenged();
+        vm.prank(dao);
+        registry.resolveChallenge(id, true);
+        _expectChallengeRevert(bob, RECEIPT, _receiptUpheld(RECEIPT, id));
+        // upheld by a slash
+        bytes32 other = keccak256("another receipt");
+        uint256 slashed = _challengeAliceBy(bob, other);
+        vm.prank(dao);
+        registry.slash(alice, 1, slashed, mallory);
+        _expectChallengeRevert(mallory, other, _receiptUpheld(other, slashed));
+    }
+
+    /// @dev The bond-free lane cannot shield a receipt from the committee (here the node
+    /// challenges its own receipt first); the committee's open challenge holds both lanes.
+    function test_challenge_aFreeChallengeDoesNotBlockTheCommittee() public {
+        _useRegistryWithCommittee();
+        uint256 shield = _challengeAliceBy(alice, RECEIPT);
+        uint256 bonded = _challengeAliceBy(COMMITTEE, RECEIPT);
+        INodeRegistry.ReceiptRecord memory record = registry.receiptRecord(alice, RECEIPT);
+        assertEq(uint256(record.latestFree), shield, "free lane");
+        assertEq(uint256(record.latestCommittee), bonded, "committee lane");
+        _expectChallengeRevert(mallory, RECEIPT, _receiptOpen(RECEIPT, bonded));
+        _expectChallengeRevert(COMMITTEE, RECEIPT, _receiptOpen(RECEIPT, bonded));
+        // the committee's challenge expires (dismissed): the free one still holds the free lane
+        vm.prank(COMMITTEE);
+        registry.resolveChallenge(bonded, false);
+        _expectChallengeRevert(mallory, RECEIPT, _receiptOpen(RECEIPT, shield));
+        assertEq(_challengeAliceBy(COMMITTEE, RECEIPT), bonded + 1, "the committee again");
+    }
+
     // ------------------------------------------------------------------ slash
 
     function test_slash_paysBeneficiaryAndUpholds() public {
@@ -483,10 +590,50 @@ contract NodeRegistryTest is NodeRegistryFixture {
         vm.prank(alice);
         registry.addStake(10e18);
         assertTrue(registry.isActive(alice), "topped up: active");
-        // an upheld challenge can be slashed again
+        assertEq(uint256(registry.receiptRecord(alice, RECEIPT).slashedFor), id, "receipt slashed for it");
+    }
+
+    function test_slash_revertsForAChallengeAlreadySlashed() public {
+        uint256 id = _aliceChallenged();
         vm.prank(dao);
-        registry.slash(alice, 1, id, mallory);
-        assertEq(_stake(alice), 100e18 - 1, "second slash");
+        registry.slash(alice, 10e18, id, mallory);
+        _expectSlashRevert(alice, 10e18, id, mallory, _receiptSlashed(RECEIPT, id));
+        vm.prank(alice);
+        registry.deregister(); // unbonding changes nothing
+        _expectSlashRevert(alice, 1, id, bob, _receiptSlashed(RECEIPT, id));
+        assertEq(_stake(alice), MIN_STAKE - 10e18, "slashed once");
+        assertEq(token.balanceOf(mallory), 10e18, "paid once");
+    }
+
+    /// @dev Governance may uphold first and slash later, once.
+    function test_slash_upheldWithoutSlashIsSlashedOnce() public {
+        uint256 id = _aliceChallenged();
+        vm.prank(dao);
+        registry.resolveChallenge(id, true);
+        vm.prank(dao);
+        registry.slash(alice, 10e18, id, mallory);
+        _expectSlashRevert(alice, 10e18, id, mallory, _receiptSlashed(RECEIPT, id));
+        assertEq(_stake(alice), MIN_STAKE - 10e18, "slashed once");
+    }
+
+    /// @dev Two challenges of one receipt, one per lane, both open then upheld: one slash
+    /// between them, whoever judges.
+    function test_slash_onceForAReceiptAcrossItsChallenges() public {
+        _useRegistryWithCommittee();
+        uint256 free = _challengeAliceBy(mallory, RECEIPT);
+        uint256 bonded = _challengeAliceBy(COMMITTEE, RECEIPT);
+        vm.prank(dao);
+        registry.slash(alice, 10e18, free, mallory);
+        vm.prank(COMMITTEE);
+        vm.expectRevert(_receiptSlashed(RECEIPT, free));
+        registry.slash(alice, 10e18, bonded, COMMITTEE);
+        _expectSlashRevert(alice, 10e18, bonded, mallory, _receiptSlashed(RECEIPT, free));
+        vm.prank(COMMITTEE);
+        registry.resolveChallenge(bonded, true); // still upheld, without a slash
+        _expectSlashRevert(alice, 1, bonded, mallory, _receiptSlashed(RECEIPT, free));
+        _expectChallengeRevert(COMMITTEE, RECEIPT, _receiptUpheld(RECEIPT, free));
+        assertEq(_stake(alice), MIN_STAKE - 10e18, "slashed once");
+        assertEq(uint256(registry.receiptRecord(alice, RECEIPT).slashedFor), free, "slashed for");
     }
 
     function test_slash_revertsForNonGovernance() public {
@@ -581,11 +728,11 @@ contract NodeRegistryTest is NodeRegistryFixture {
     function test_resolveChallenge_upholdsOrDismisses() public {
         _registerAlice(MIN_STAKE);
         uint256 first = _challengeAlice();
-        uint256 second = _challengeAlice();
         vm.expectEmit(true, true, false, true, address(registry));
         emit INodeRegistry.ChallengeResolved(first, alice, false);
         vm.prank(dao);
         registry.resolveChallenge(first, false);
+        uint256 second = _challengeAlice(); // a dismissed challenge leaves the receipt challengeable
         vm.prank(dao);
         registry.resolveChallenge(second, true);
         assertEq(uint256(registry.challengeOf(first).status), uint256(INodeRegistry.ChallengeStatus.Dismissed), "1");
@@ -682,6 +829,48 @@ contract NodeRegistryTest is NodeRegistryFixture {
         assertEq(token.balanceOf(address(registry)), stake - slashed, "registry balance");
     }
 
+    /// @dev Random challenges of one receipt (bond-free or by the committee), judgements by
+    /// either judge and slashes: never two open challenges in one lane, one slash at most.
+    function testFuzz_slash_oneReceiptOneSlash(uint256 seed) public {
+        _useRegistryWithCommittee();
+        bytes memory signature = _sign(ALICE_SIGNER_KEY, RECEIPT);
+        uint256 slashes;
+        for (uint256 step; step < 24; ++step) {
+            uint256 action = uint256(keccak256(abi.encode(seed, step)));
+            uint256 count = registry.challengeCount();
+            uint256 id = count == 0 ? 0 : 1 + (action >> 8) % count;
+            uint256 kind = action % 5;
+            if (kind < 2) {
+                vm.prank(kind == 0 ? mallory : COMMITTEE);
+                try registry.challenge(alice, RECEIPT, signature, "bafyevidence") {} catch {}
+            } else if (kind < 4 && id != 0) {
+                vm.prank(kind == 2 ? dao : COMMITTEE);
+                try registry.resolveChallenge(id, (action >> 128) & 1 == 1) {} catch {}
+            } else if (id != 0) {
+                vm.prank((action >> 128) & 1 == 1 ? dao : COMMITTEE);
+                try registry.slash(alice, 1e18, id, mallory) {
+                    ++slashes;
+                } catch {}
+            }
+            _assertOneOpenPerLane();
+        }
+        assertLe(slashes, 1, "slashed at most once");
+        assertEq(_stake(alice), MIN_STAKE - slashes * 1e18, "stake");
+    }
+
+    function _assertOneOpenPerLane() internal view {
+        uint256 free;
+        uint256 ofCommittee;
+        for (uint256 id = 1; id <= registry.challengeCount(); ++id) {
+            INodeRegistry.Challenge memory ch = registry.challengeOf(id);
+            if (ch.status != INodeRegistry.ChallengeStatus.Open) continue;
+            if (ch.challenger == COMMITTEE) ++ofCommittee;
+            else ++free;
+        }
+        assertLe(free, 1, "open bond-free challenges");
+        assertLe(ofCommittee, 1, "open committee challenges");
+    }
+
     function testFuzz_withdraw_unbondingTiming(uint256 registeredAt, uint256 wait) public {
         registeredAt = bound(registeredAt, 1, type(uint32).max);
         wait = bound(wait, 0, 2 * uint256(registry.UNBONDING_DELAY()));
@@ -704,9 +893,11 @@ contract NodeRegistryTest is NodeRegistryFixture {
     }
 }
 
-/// @notice Drives a registry (governed by this handler) through random registrations, top-ups,
-/// departures, withdrawals, challenges and slashes by three operators. The invariant test
-/// compares what the registry holds with the sum of the stakes it records.
+/// @notice Drives a registry (governed by this handler, its committee `COMMITTEE`) through
+/// random registrations, top-ups, departures and withdrawals by three operators, and
+/// challenges of a few receipts each (bond-free or by the committee), judgements and slashes.
+/// The invariant tests compare what the registry holds with the sum of the stakes it records,
+/// and count slashes per receipt.
 contract NodeRegistryHandler is GymTest {
     uint256 internal constant MIN_STAKE = 100e18;
     uint256 internal constant BALANCE = 10_000e18;
@@ -717,8 +908,12 @@ contract NodeRegistryHandler is GymTest {
     address[3] public operators = [address(0x1001), address(0x1002), address(0x1003)];
     uint256[3] private _logs;
     address public constant BENEFICIARY = address(0xBEEF);
+    address public constant COMMITTEE = address(0xC0117EE);
 
     bool public slashAboveStakeAccepted;
+    /// @notice Whether some receipt (operator, receipt hash) was slashed a second time.
+    bool public receiptSlashedTwice;
+    mapping(bytes32 receiptKey => uint256) public slashesOf;
 
     constructor() {
         ledger = new ExperienceLedger();
@@ -729,7 +924,7 @@ contract NodeRegistryHandler is GymTest {
             amounts[i] = BALANCE;
         }
         token = new GymToken("Gym", "GYM", holders, amounts);
-        registry = new NodeRegistry(token, address(this), ledger, MIN_STAKE, address(0));
+        registry = new NodeRegistry(token, address(this), ledger, MIN_STAKE, COMMITTEE);
         for (uint256 i; i < 3; ++i) {
             vm.startPrank(operators[i]);
             _logs[i] = ledger.createLog("receipts", IExperienceLedger.LogKind.Publisher);
@@ -774,17 +969,56 @@ contract NodeRegistryHandler is GymTest {
         registry.withdraw();
     }
 
+    /// @dev A challenge of one of four receipts of an operator, bond-free or by the committee;
+    /// refused ones (open or upheld receipts) are skipped.
+    function challenge(uint256 who, uint256 receiptSeed, bool byCommittee) external {
+        address op = operators[who % 3];
+        if (registry.nodeOf(op).registeredAt == 0) return;
+        (bytes32 receipt, bytes memory signature) = _receipt(who, receiptSeed);
+        vm.prank(byCommittee ? COMMITTEE : address(0xC4A1));
+        try registry.challenge(op, receipt, signature, "bafyevidence") {} catch {}
+    }
+
+    function resolve(uint256 idSeed, bool upheld) external {
+        uint256 count = registry.challengeCount();
+        if (count == 0) return;
+        uint256 id = 1 + idSeed % count;
+        if (registry.challengeOf(id).status != INodeRegistry.ChallengeStatus.Open) return;
+        registry.resolveChallenge(id, upheld);
+    }
+
+    /// @dev Slashes for any challenge so far, whatever its status.
+    function slash(uint256 idSeed, uint256 amount) external {
+        uint256 count = registry.challengeCount();
+        if (count == 0) return;
+        uint256 id = 1 + idSeed % count;
+        INodeRegistry.Challenge memory ch = registry.challengeOf(id);
+        _slash(ch.operator, ch.receiptHash, id, amount);
+    }
+
     function challengeAndSlash(uint256 who, uint256 amount) external {
         address op = operators[who % 3];
-        INodeRegistry.Node memory node = registry.nodeOf(op);
-        if (node.registeredAt == 0) return;
-        bytes32 receipt = keccak256(abi.encode(amount));
-        (uint8 v, bytes32 r, bytes32 s) = vm.sign(0x5000 + who % 3, receipt);
-        uint256 id = registry.challenge(op, receipt, abi.encodePacked(r, s, v), "bafyevidence");
-        amount = bound(amount, 1, node.stake + 1e18);
-        try registry.slash(op, amount, id, BENEFICIARY) {
-            if (amount > node.stake) slashAboveStakeAccepted = true;
+        if (registry.nodeOf(op).registeredAt == 0) return;
+        (bytes32 receipt, bytes memory signature) = _receipt(who, amount);
+        try registry.challenge(op, receipt, signature, "bafyevidence") returns (uint256 id) {
+            _slash(op, receipt, id, amount);
         } catch {}
+    }
+
+    function _slash(address op, bytes32 receipt, uint256 id, uint256 amount) private {
+        uint256 stake = registry.nodeOf(op).stake;
+        amount = bound(amount, 1, stake + 1e18);
+        try registry.slash(op, amount, id, BENEFICIARY) {
+            if (amount > stake) slashAboveStakeAccepted = true;
+            if (++slashesOf[keccak256(abi.encode(op, receipt))] > 1) receiptSlashedTwice = true;
+        } catch {}
+    }
+
+    /// @dev One of four receipts of operator `who % 3`, signed by its signer.
+    function _receipt(uint256 who, uint256 seed) private pure returns (bytes32 receipt, bytes memory signature) {
+        receipt = keccak256(abi.encode("receipt", seed % 4));
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(0x5000 + who % 3, receipt);
+        signature = abi.encodePacked(r, s, v);
     }
 
     function stakeSum() external view returns (uint256 sum) {
@@ -800,12 +1034,15 @@ contract NodeRegistryInvariantTest is GymTest {
     function setUp() public {
         handler = new NodeRegistryHandler();
         targetContract(address(handler));
-        bytes4[] memory selectors = new bytes4[](5);
+        bytes4[] memory selectors = new bytes4[](8);
         selectors[0] = NodeRegistryHandler.register.selector;
         selectors[1] = NodeRegistryHandler.addStake.selector;
         selectors[2] = NodeRegistryHandler.deregister.selector;
         selectors[3] = NodeRegistryHandler.withdraw.selector;
         selectors[4] = NodeRegistryHandler.challengeAndSlash.selector;
+        selectors[5] = NodeRegistryHandler.challenge.selector;
+        selectors[6] = NodeRegistryHandler.resolve.selector;
+        selectors[7] = NodeRegistryHandler.slash.selector;
         targetSelector(FuzzSelector({addr: address(handler), selectors: selectors}));
     }
 
@@ -829,5 +1066,31 @@ contract NodeRegistryInvariantTest is GymTest {
 
     function invariant_slashNeverExceedsStake() public view {
         assertFalse(handler.slashAboveStakeAccepted(), "slash above stake accepted");
+    }
+
+    /// @notice A receipt is slashed at most once, through whichever of its challenges.
+    function invariant_receiptSlashedAtMostOnce() public view {
+        assertFalse(handler.receiptSlashedTwice(), "a receipt slashed twice");
+    }
+
+    /// @notice A receipt has at most one open challenge in each lane (the committee's, everyone
+    /// else's).
+    function invariant_oneOpenChallengePerReceiptAndLane() public view {
+        NodeRegistry registry = handler.registry();
+        address committee = handler.COMMITTEE();
+        uint256 count = registry.challengeCount();
+        for (uint256 a = 1; a <= count; ++a) {
+            INodeRegistry.Challenge memory x = registry.challengeOf(a);
+            if (x.status != INodeRegistry.ChallengeStatus.Open) continue;
+            for (uint256 b = a + 1; b <= count; ++b) {
+                INodeRegistry.Challenge memory y = registry.challengeOf(b);
+                bool sameLane = (x.challenger == committee) == (y.challenger == committee);
+                assertFalse(
+                    y.status == INodeRegistry.ChallengeStatus.Open && sameLane && y.operator == x.operator
+                        && y.receiptHash == x.receiptHash,
+                    "two open challenges of one receipt in one lane"
+                );
+            }
+        }
     }
 }

@@ -371,6 +371,21 @@ contract VerifierCommitteeTest is CommitteeFixture {
         assertEq(uint256(committee.challengeOf(id).status), uint256(IVerifierCommittee.Status.Settled), "judged");
     }
 
+    /// @dev A receipt the DAO already slashed for (through a free challenge) is judged: the
+    /// registry refuses a committee challenge of it before any bond is taken.
+    function test_openChallenge_refusedOnceTheRegistrySlashedTheReceipt() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 free = _freeChallenge(_receipt(1));
+        vm.prank(dao);
+        registry.slash(alice, 1e18, free, dao);
+        uint256 carolBefore = token.balanceOf(carol);
+        vm.expectRevert(
+            abi.encodeWithSelector(INodeRegistry.NodeRegistryReceiptUpheld.selector, alice, _receipt(1), free)
+        );
+        _open(_receipt(1));
+        assertEq(token.balanceOf(carol), carolBefore, "no bond taken");
+    }
+
     /// @dev The bitmap names signers 0, 1, 2 but σ holds only 0 and 1's signatures.
     function test_settle_refusesMissingSigner() public {
         _registerMany(3, MIN_VERIFIER_STAKE);
@@ -714,6 +729,49 @@ contract VerifierCommitteeTest is CommitteeFixture {
         _assertSolvent();
     }
 
+    /// @dev The DAO slashed the committee's own registry challenge while it was being judged:
+    /// the upheld verdict finalizes (bond back, nothing to share) without slashing twice.
+    function test_finalize_upheldAfterTheDaoSlashedItsRegistryChallenge() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 id = _open(_receipt(1));
+        uint256 registryId = committee.challengeOf(id).registryChallengeId;
+        vm.prank(dao);
+        registry.slash(alice, 30e18, registryId, dao);
+        _settle(id, UPHELD, SAMPLING, 0x7);
+        vm.warp(block.timestamp + WINDOW);
+        uint256 carolBefore = token.balanceOf(carol);
+        vm.expectEmit(true, false, false, true, address(committee));
+        emit IVerifierCommittee.ChallengeFinalized(id, true, 0, BOND, 0, 0);
+        committee.finalize(id);
+        assertEq(registry.nodeOf(alice).stake, NODE_STAKE - 30e18, "slashed once, by the DAO");
+        assertEq(token.balanceOf(carol) - carolBefore, BOND, "bond back, no share");
+        assertEq(uint256(committee.challengeOf(id).status), uint256(IVerifierCommittee.Status.Finalized), "final");
+        _assertSolvent();
+    }
+
+    /// @dev A free registry challenge of the same receipt, open beside the committee's, was
+    /// slashed for by the DAO: the committee's upheld verdict marks its own registry challenge
+    /// upheld and slashes nothing more.
+    function test_finalize_upheldAfterTheDaoSlashedAFreeChallengeOfTheReceipt() public {
+        _registerMany(3, MIN_VERIFIER_STAKE);
+        uint256 free = _freeChallenge(_receipt(1));
+        uint256 id = _open(_receipt(1));
+        uint256 registryId = committee.challengeOf(id).registryChallengeId;
+        _settle(id, UPHELD, SAMPLING, 0x7);
+        vm.prank(dao);
+        registry.slash(alice, 30e18, free, dao);
+        vm.warp(block.timestamp + WINDOW);
+        committee.finalize(id);
+        assertEq(registry.nodeOf(alice).stake, NODE_STAKE - 30e18, "slashed once");
+        assertEq(
+            uint256(registry.challengeOf(registryId).status),
+            uint256(INodeRegistry.ChallengeStatus.Upheld),
+            "the committee's registry challenge upheld"
+        );
+        assertEq(uint256(registry.receiptRecord(alice, _receipt(1)).slashedFor), free, "slashed for the free one");
+        _assertSolvent();
+    }
+
     function test_reverse_withinWindowSlashesSignersAndFlips() public {
         _registerMany(4, MIN_VERIFIER_STAKE);
         uint256 id = _open(_receipt(1));
@@ -950,6 +1008,13 @@ contract VerifierCommitteeTest is CommitteeFixture {
 
     // ------------------------------------------------------------------ helpers
 
+    /// @dev Mallory's bond-free NodeRegistry challenge of alice's receipt `receiptHash`.
+    function _freeChallenge(bytes32 receiptHash) internal returns (uint256 id) {
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(ALICE_SIGNER_KEY, receiptHash);
+        vm.prank(address(0xBAD));
+        id = registry.challenge(alice, receiptHash, abi.encodePacked(r, s, v), "bafyfree");
+    }
+
     function _assertSolvent() internal view {
         assertEq(
             token.balanceOf(address(committee)),
@@ -1026,7 +1091,7 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
             token.approve(address(committee), type(uint256).max);
         }
         targetContract(address(handler));
-        bytes4[] memory selectors = new bytes4[](11);
+        bytes4[] memory selectors = new bytes4[](13);
         selectors[0] = VerifierCommitteeHandler.register.selector;
         selectors[1] = VerifierCommitteeHandler.addStake.selector;
         selectors[2] = VerifierCommitteeHandler.deregister.selector;
@@ -1038,6 +1103,8 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
         selectors[8] = VerifierCommitteeHandler.claim.selector;
         selectors[9] = VerifierCommitteeHandler.warp.selector;
         selectors[10] = VerifierCommitteeHandler.expire.selector;
+        selectors[11] = VerifierCommitteeHandler.freeChallenge.selector;
+        selectors[12] = VerifierCommitteeHandler.daoSlash.selector;
         targetSelector(FuzzSelector({addr: address(handler), selectors: selectors}));
     }
 
@@ -1073,6 +1140,14 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
         assertEq(committee.setHash(), keccak256(set), "setHash commits to the active set");
     }
 
+    /// @notice A receipt is slashed at most once, whether the DAO slashes it through a free
+    /// challenge or the committee's, or the committee finalizes an upheld verdict; and a due
+    /// `finalize` never reverts because the DAO slashed first.
+    function invariant_receiptSlashedAtMostOnce() public view {
+        assertFalse(handler.receiptSlashedTwice(), "a receipt slashed twice");
+        assertFalse(handler.finalizeRefused(), "a due finalize reverted");
+    }
+
     /// @dev Not a property of the committee: shows (under -vv) that sequences reach every stage.
     function invariant_handlerMadeProgress() public view {
         log("settled", handler.settled());
@@ -1081,5 +1156,6 @@ contract VerifierCommitteeInvariantTest is CommitteeFixture {
         log("claimed", handler.claimed());
         log("withdrawn", handler.withdrawn());
         log("expired", handler.expired());
+        log("slashed by the DAO", handler.daoSlashed());
     }
 }

@@ -24,3 +24,12 @@ def test_insufficient_proposer_votes_reads_in_gym():
 def test_other_errors_keep_their_plain_values():
     # a uint256 named "votes" in another error is not a GYM amount
     assert format_revert_value("SomeOtherError", {**UINT, "name": "votes"}, 7) == 7
+
+
+def test_a_second_slash_of_a_receipt_names_the_challenge_it_was_slashed_for():
+    values = {"operator": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+              "receiptHash": "0x" + "ab" * 32, "challengeId": 3}
+    explained = governance_error(ContractRevertError("NodeRegistryReceiptSlashed", values))
+    assert isinstance(explained, GovernorRevertError)
+    assert (f"receipt 0x{'ab' * 32} of node 0x70997970C51812dc3A010C7d01b50e0d17dc79C8 was "
+            "already slashed for challenge #3: a receipt is slashed once") in str(explained)

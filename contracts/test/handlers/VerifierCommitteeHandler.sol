@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {BN254} from "../../src/BN254.sol";
 import {GymToken} from "../../src/GymToken.sol";
+import {INodeRegistry} from "../../src/INodeRegistry.sol";
 import {IVerifierCommittee} from "../../src/IVerifierCommittee.sol";
 import {NodeRegistry} from "../../src/NodeRegistry.sol";
 import {VerifierCommittee} from "../../src/VerifierCommittee.sol";
@@ -12,8 +13,10 @@ import {Vm} from "../utils/Vm.sol";
 
 /// @notice Drives the committee through random register / addStake / deregister / withdraw /
 /// openChallenge / settle (always with a valid two-thirds aggregate, signed in place) / reverse
-/// / finalize / claim / expire sequences and time jumps. Calls that the state makes meaningless
-/// return early instead of reverting, so that every sequence keeps going.
+/// / finalize / claim / expire sequences and time jumps, beside the DAO's own path in the
+/// NodeRegistry: bond-free challenges of the same receipts and direct slashes. Calls that the
+/// state makes meaningless return early instead of reverting, so that every sequence keeps
+/// going; slashes are counted per receipt from the node's stake.
 contract VerifierCommitteeHandler {
     Vm private constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
 
@@ -43,6 +46,13 @@ contract VerifierCommitteeHandler {
     uint256 public claimed;
     uint256 public withdrawn;
     uint256 public expired;
+    uint256 public daoSlashed;
+    /// @notice Whether some receipt was slashed twice (by the DAO, the committee, or both).
+    bool public receiptSlashedTwice;
+    /// @notice Whether `finalize` reverted for a challenge that was due (reversed, or settled
+    /// with its appeal window over): its bond and rewards would be stuck.
+    bool public finalizeRefused;
+    mapping(bytes32 receiptHash => uint256) public slashesOf;
     /// @dev Forge does not carry a vm.warp from one invariant call to the next: every call
     /// warps to this clock first.
     uint256 private _now;
@@ -212,8 +222,42 @@ contract VerifierCommitteeHandler {
         } else if (c.status != IVerifierCommittee.Status.Reversed) {
             return;
         }
-        committee.finalize(id);
-        ++finalized;
+        uint256 stake = registry.nodeOf(c.operator).stake;
+        try committee.finalize(id) {
+            ++finalized;
+            if (registry.nodeOf(c.operator).stake < stake) _countSlash(c.receiptHash);
+        } catch {
+            finalizeRefused = true;
+        }
+    }
+
+    /// @dev A bond-free NodeRegistry challenge of the receipt of a committee challenge (the
+    /// registry refuses it while that receipt has an open or upheld one).
+    function freeChallenge(uint256 idSeed) external step {
+        uint256 id = _pick(idSeed);
+        if (id == 0) return;
+        bytes32 receiptHash = committee.challengeOf(id).receiptHash;
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(_nodeSignerKey, receiptHash);
+        address operator = registry.operatorOfSigner(vm.addr(_nodeSignerKey));
+        try registry.challenge(operator, receiptHash, abi.encodePacked(r, s, v), "bafyfree") {} catch {}
+    }
+
+    /// @dev The DAO slashes 1 GYM for any registry challenge, free or the committee's.
+    function daoSlash(uint256 idSeed) external step {
+        uint256 count = registry.challengeCount();
+        if (count == 0) return;
+        uint256 id = 1 + idSeed % count;
+        INodeRegistry.Challenge memory c = registry.challengeOf(id);
+        if (registry.nodeOf(c.operator).stake < 1e18) return;
+        vm.prank(dao);
+        try registry.slash(c.operator, 1e18, id, dao) {
+            ++daoSlashed;
+            _countSlash(c.receiptHash);
+        } catch {}
+    }
+
+    function _countSlash(bytes32 receiptHash) private {
+        if (++slashesOf[receiptHash] > 1) receiptSlashedTwice = true;
     }
 
     function claim(uint256 idSeed, uint256 indexSeed) external step {
