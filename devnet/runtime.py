@@ -53,6 +53,7 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
         database_url=settings.database_url,
         content_dir=settings.data_dir / "ipfs",
         ipfs_api=settings.ipfs_api,
+        ipfs_api_auth=settings.ipfs_api_auth.get_secret_value() if settings.ipfs_api_auth else None,
         chain_config=chain_config,
     )
 

@@ -3,7 +3,18 @@
 Layout under ``root``::
 
     blocks/<CIDv1 base32>   one file per block, written to a temp file then os.replace'd
-    pins/<CIDv1 base32>     an empty file per recursive pin
+    pins/<CIDv1 base32>     one file per recursive pin: its owners, one name a line
+    pins/.lock              taken (flock) while a pin file is read and rewritten
+
+A pin is held by owners: the names of the parties that pinned it (``gym ipfs serve`` records
+the caller's authorization name, or ``anonymous``); this host's own commands pin as ``local``,
+and an empty pin file (a store from before owners) is owned by ``local``. ``pin_rm(cid,
+owner=X)`` removes X's claim only, and the content stays pinned while another owner remains;
+``pin_rm(cid)`` without an owner is the operator's removal of the whole pin.
+
+Pinning walks the DAG (each distinct block once, every block read verified) and refuses one
+of more than ``MAX_PIN_BLOCKS`` blocks or ``MAX_PIN_DEPTH`` levels (``DagBoundError``), so
+what is pinned can always be walked again within those bounds.
 
 Blocks are keyed by CIDv1 (a CIDv0 is stored under its v1 spelling, which names the same
 bytes). Every read re-hashes the block against the CID it was asked for: a flipped bit on
@@ -24,22 +35,35 @@ Writes are atomic but not fsync'd: a crash may lose recent blocks, never leave a
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from ledger.car import read_car, write_car
-from ledger.errors import NotFoundError
+from ledger.errors import LedgerError, NotFoundError
 from ledger.multiformats import CID, RAW, verify_block
 from ledger.unixfs import (
     DEFAULT_CAT_MAX_BYTES,
+    DagBoundError,
     Source,
     import_bytes_stream,
     iter_file_bytes,
-    walk_dag,
+    links_of,
 )
+
+LOCAL_OWNER = "local"  # this host's own commands, and every pin of a store from before owners
+OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")  # what a pin owner may be called
+MAX_PIN_BLOCKS = 1 << 20  # distinct blocks of one pinned DAG (256 GiB in 256 KiB leaves)
+MAX_PIN_DEPTH = 64  # levels of one pinned DAG (Kubo's balanced layout needs 4 for 8 TB)
+
+
+class PinOwnerError(LedgerError, PermissionError):
+    """A pin is asked to be removed by a party that does not hold it."""
 
 
 class LocalBlockStore:
@@ -133,33 +157,109 @@ class LocalBlockStore:
         """The whole UnixFS file ``cid`` (at most ``max_bytes``); ``cat_iter`` streams."""
         return b"".join(self.cat_iter(cid, max_bytes=max_bytes))
 
+    # --- DAGs -----------------------------------------------------------------------------
+
+    def walk_bounded(self, root: CID | str, *, known: set[str] | frozenset[str] = frozenset(),
+                     read_leaves: bool = True) -> Iterator[tuple[CID, bytes | None]]:
+        """``walk_dag`` within the pin bounds: each distinct block under ``root`` once with its
+        bytes (verified), parents first. A block whose CIDv1 string is in ``known`` is skipped
+        with all under it (``known`` must hold whole DAGs); raw leaves are not read (``None``)
+        when ``read_leaves`` is false. More than ``MAX_PIN_BLOCKS`` blocks or ``MAX_PIN_DEPTH``
+        levels raise ``DagBoundError``."""
+        seen: set[str] = set()
+        stack = [(CID.coerce(root), 0)]
+        while stack:
+            cid, depth = stack.pop()
+            key = str(cid.to_v1())
+            if key in seen or key in known:
+                continue
+            if depth > MAX_PIN_DEPTH:
+                raise DagBoundError(f"the DAG under {root} is more than {MAX_PIN_DEPTH} levels "
+                                    "deep, more than a pin may hold", expected=MAX_PIN_DEPTH)
+            seen.add(key)
+            if len(seen) > MAX_PIN_BLOCKS:
+                raise DagBoundError(f"the DAG under {root} holds more than {MAX_PIN_BLOCKS} "
+                                    "blocks, more than a pin may hold", expected=MAX_PIN_BLOCKS)
+            if cid.codec == RAW and not read_leaves:
+                yield cid, None
+                continue
+            block = self.get_block(cid)
+            yield cid, block
+            stack.extend((link.cid, depth + 1) for link in reversed(links_of(cid, block)))
+
     # --- pins -----------------------------------------------------------------------------
 
-    def pin_add(self, cid: CID | str) -> str:
-        """Pin ``cid`` recursively after checking its whole DAG is present and intact."""
-        cid = CID.coerce(cid)
-        for _ in walk_dag(cid, self.get_block):
+    def pin_add(self, cid: CID | str, *, owner: str = LOCAL_OWNER) -> str:
+        """Pin ``cid`` recursively for ``owner`` after checking its whole DAG is present,
+        intact and within the pin bounds; returns the CID string."""
+        for _ in self.pinning(cid, owner=owner):
             pass
-        (self._pins / str(cid.to_v1())).touch()
-        return str(cid)
+        return str(CID.coerce(cid))
 
-    def pin_rm(self, cid: CID | str) -> None:
-        try:
-            (self._pins / str(CID.coerce(cid).to_v1())).unlink()
-        except FileNotFoundError:
-            raise NotFoundError(f"{cid} is not pinned") from None
+    def pinning(self, cid: CID | str, *, owner: str = LOCAL_OWNER) -> Iterator[str]:
+        """``pin_add`` a block at a time: yields each block it checks (``walk_bounded``) and
+        records the pin after the last, so a caller that stops early pins nothing."""
+        cid = CID.coerce(cid)
+        _check_owner(owner)
+        for block_cid, _ in self.walk_bounded(cid):
+            yield str(block_cid)
+        with self._pins_locked():
+            owners = self._owners(cid) or set()
+            self._write_atomic(self._pin_path(cid), _owner_lines(owners | {owner}))
+
+    def pin_rm(self, cid: CID | str, *, owner: str | None = None) -> bool:
+        """Remove ``owner``'s pin of ``cid``; the content stays pinned while another owner
+        remains (returns whether it does). ``owner=None`` removes the pin whatever its owners
+        (the operator). Raises ``NotFoundError`` if ``cid`` is not pinned and
+        ``PinOwnerError`` if ``owner`` does not hold it."""
+        cid = CID.coerce(cid)
+        with self._pins_locked():
+            owners = self._owners(cid)
+            if owners is None:
+                raise NotFoundError(f"{cid} is not pinned")
+            if owner is not None and owner not in owners:
+                raise PinOwnerError(f"{cid} is pinned by other parties, not by {owner!r}: "
+                                    "only they can unpin it")
+            remaining = set() if owner is None else owners - {owner}
+            if remaining:
+                self._write_atomic(self._pin_path(cid), _owner_lines(remaining))
+            else:
+                self._pin_path(cid).unlink()
+        return bool(remaining)
+
+    def pin_owners(self, cid: CID | str) -> frozenset[str]:
+        """Who holds the pin of ``cid`` (empty if it is not pinned)."""
+        return frozenset(self._owners(CID.coerce(cid)) or ())
 
     def pin_ls(self) -> list[str]:
         """The pinned root CIDs (CIDv1 strings), sorted."""
         return sorted(path.name for path in self._pins.iterdir() if not path.name.startswith("."))
 
+    def _pin_path(self, cid: CID) -> Path:
+        return self._pins / str(cid.to_v1())
+
+    def _owners(self, cid: CID) -> set[str] | None:
+        try:
+            text = self._pin_path(cid).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return set(text.split()) or {LOCAL_OWNER}  # an empty file: a pin from before owners
+
+    @contextmanager
+    def _pins_locked(self) -> Iterator[None]:
+        # flock, not a threading.Lock: the host's own commands write the same store while
+        # `gym ipfs serve` runs (each open of the lock file is its own lock holder)
+        with open(self._pins / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
     # --- CAR ------------------------------------------------------------------------------
 
     def export_car(self, cid: CID | str, out: BinaryIO) -> None:
         """Write the DAG under ``cid`` to ``out`` as a CARv1, parents before children, each
-        distinct block once (the order of ``ipfs dag export``)."""
+        distinct block once (the order of ``ipfs dag export``), within the pin bounds."""
         cid = CID.coerce(cid)
-        write_car([cid], walk_dag(cid, self.get_block), out)
+        write_car([cid], self.walk_bounded(cid), out)
 
     def import_car(self, stream: BinaryIO, *, pin_roots: bool = False) -> list[str]:
         """Store every block of a CARv1 (each verified against its CID); return its roots."""
@@ -185,3 +285,13 @@ class LocalBlockStore:
             except FileNotFoundError:
                 pass
             raise
+
+
+def _check_owner(owner: str) -> None:
+    if not OWNER_NAME.fullmatch(owner):
+        raise PinOwnerError(f"{owner!r} cannot own a pin: a name is 1-64 letters, digits and "
+                            "._@- (starting with a letter or digit)")
+
+
+def _owner_lines(owners: set[str]) -> bytes:
+    return "".join(f"{name}\n" for name in sorted(owners)).encode()

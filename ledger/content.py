@@ -9,7 +9,9 @@ backend-specific on purpose (``ledger.audit`` uses ``KuboStore.export_dag`` wher
 
 ``open_content_store`` maps the ``GYM_IPFS_API`` setting onto a backend: unset means the local
 store, a URL means a Kubo node. ``ledger.kubo`` (and its ``ipfshttpclient`` dependency) is
-imported only when a URL is given.
+imported only when a URL is given. ``GYM_IPFS_API_AUTH`` (Kubo's ``bearer:TOKEN`` or
+``basic:USER:PASSWORD``) is what the node's ``API.Authorizations`` (or ``gym ipfs serve
+--authorizations``) expects; userinfo in the URL works too.
 
 >>> import tempfile
 >>> scratch = tempfile.TemporaryDirectory()
@@ -69,12 +71,15 @@ LOCAL_ONLY_HINT = ("it is not reachable either: GYM_IPFS_API is unset, so no IPF
                    "http://127.0.0.1:5001, or a publisher's `gym ipfs serve`)")
 
 
-def open_content_store(ipfs_api: str | None, local_dir: str | os.PathLike) -> ContentStore:
+def open_content_store(ipfs_api: str | None, local_dir: str | os.PathLike, *,
+                       auth: str | None = None) -> ContentStore:
     """The store ``GYM_IPFS_API`` asks for: ``None`` or empty gives ``LocalBlockStore(local_dir)``;
     an ``http(s)://host:port`` URL (or a ``/ip4/…/tcp/…/http`` multiaddr) gives a ``KuboStore``.
 
-    Nothing is contacted here; a node that does not answer fails the first call with
-    ``ContentStoreUnreachableError``.
+    ``auth`` is the node's credential in Kubo's secret syntax (``ledger.kubo.authorization_header``);
+    ``None`` reads ``GYM_IPFS_API_AUTH`` from the environment, so a caller without settings at
+    hand still authenticates. Nothing is contacted here; a node that does not answer fails the
+    first call with ``ContentStoreUnreachableError``.
     """
     if not ipfs_api:
         return LocalBlockStore(Path(local_dir), missing_hint=LOCAL_ONLY_HINT)
@@ -89,4 +94,6 @@ def open_content_store(ipfs_api: str | None, local_dir: str | os.PathLike) -> Co
             f"GYM_IPFS_API is set but the Kubo client cannot be imported ({exc}); "
             "install ipfshttpclient, or unset GYM_IPFS_API to use the local store"
         ) from exc
-    return KuboStore(ipfs_api)
+    if auth is None:
+        auth = os.environ.get("GYM_IPFS_API_AUTH") or None
+    return KuboStore(ipfs_api, auth=auth)

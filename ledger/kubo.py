@@ -19,10 +19,17 @@ The client is ``ipfshttpclient.Client`` built directly: ``ipfshttpclient.connect
 every Kubo from 0.8 on by its version check, while the RPC calls used here are unchanged since.
 Connection failures raise ``ContentStoreUnreachableError`` naming ``GYM_IPFS_API``; error
 answers from the node raise ``KuboError``.
+
+Credentials (a node with Kubo's ``API.Authorizations``, or ``gym ipfs serve --authorizations``)
+go in every request's ``Authorization`` header: from ``auth``, a secret in Kubo's own syntax
+(``bearer:TOKEN`` or ``basic:USER:PASSWORD``, what ``GYM_IPFS_API_AUTH`` holds), or from the
+URL's userinfo (``http://user:password@host:5001`` is Basic). Messages name the URL without
+its userinfo: a secret is never printed.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import ipaddress
 import os
@@ -30,7 +37,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Self, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import ipfshttpclient
 import ipfshttpclient.exceptions as ipfs_errors
@@ -97,15 +104,53 @@ def api_multiaddr(api_url: str) -> str:
     return f"{host}/tcp/{port}/{parts.scheme}"
 
 
+def authorization_header(secret: str) -> str:
+    """The ``Authorization`` header that a Kubo ``AuthSecret`` stands for, as Kubo's
+    ``config.ConvertAuthSecret`` reads it: ``bearer:TOKEN`` → ``Bearer TOKEN``;
+    ``basic:USER:PASSWORD`` → ``Basic`` + base64 of ``USER:PASSWORD``; ``basic:B64`` (already
+    encoded) → ``Basic B64``; a secret with no ``:`` → ``Bearer SECRET``. Any other type, or
+    an empty value, is refused (Kubo drops such an entry silently). The message never
+    repeats the secret."""
+    kind, colon, value = secret.partition(":")
+    if not colon and secret:
+        return f"Bearer {secret}"
+    if kind == "bearer" and value:
+        return f"Bearer {value}"
+    if kind == "basic" and value:
+        return "Basic " + (base64.b64encode(value.encode()).decode() if ":" in value else value)
+    raise ContentStoreConfigError(
+        "an authorization secret must be bearer:TOKEN or basic:USER:PASSWORD (Kubo's "
+        "API.Authorizations syntax); this one is empty or of another type")
+
+
+def split_credentials(api_url: str) -> tuple[str, str | None]:
+    """``http://user:pass@host:5001`` → (``http://host:5001``, the ``basic:user:pass`` secret);
+    a URL without userinfo → (the URL, None)."""
+    parts = urlsplit(api_url)
+    if api_url.startswith("/") or (parts.username is None and parts.password is None):
+        return api_url, None
+    netloc = parts.netloc.rpartition("@")[2]
+    bare = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return bare, f"basic:{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+
+
 class KuboStore:
     """A Kubo node's blocks, read through local verification; see the module docstring."""
 
-    def __init__(self, api_url: str, *, timeout: float = DEFAULT_TIMEOUT_S):
-        self.api_url = api_url
+    def __init__(self, api_url: str, *, timeout: float = DEFAULT_TIMEOUT_S,
+                 auth: str | None = None):
+        api_url, from_url = split_credentials(api_url)
+        if auth and from_url:
+            raise ContentStoreConfigError(
+                f"GYM_IPFS_API ({api_url}) carries credentials and GYM_IPFS_API_AUTH is set "
+                "too: give them once")
+        secret = auth or from_url
+        self.api_url = api_url  # without userinfo: safe to print
         self.timeout = timeout
+        self._headers = {"Authorization": authorization_header(secret)} if secret else {}
         self._http = None  # httpx.Client for streamed answers, made on first use
         self._client = ipfshttpclient.Client(addr=api_multiaddr(api_url), session=True,
-                                             timeout=timeout)
+                                             timeout=timeout, headers=self._headers)
 
     def close(self) -> None:
         """Close the pooled HTTP connections (the store stays usable; they reopen on demand)."""
@@ -228,7 +273,7 @@ class KuboStore:
         cid = CID.coerce(cid)
         url = f"{self.api_url.rstrip('/')}/api/v0/dag/export"
         if self._http is None:  # one pool: a client per call would cost ~0.1 s of TLS setup
-            self._http = httpx.Client(timeout=self.timeout)
+            self._http = httpx.Client(timeout=self.timeout, headers=self._headers)
         body = bytearray()
         try:
             with self._http.stream("POST", url, params={"arg": str(cid), "progress": "false"}

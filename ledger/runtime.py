@@ -13,7 +13,7 @@ none of them needs a deployment until it talks to the chain.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,8 @@ class LedgerRuntime:
     ipfs_api: str | None = None  # Kubo RPC URL
     chain_config: Callable[[], ChainConfig] | None = None  # reads the deployment when called
     account: int | None = None  # --account N of the command: Anvil's dev account N signs
+    # its credential, Kubo's bearer:TOKEN or basic:USER:PASSWORD (GYM_IPFS_API_AUTH); never shown
+    ipfs_api_auth: str | None = field(default=None, repr=False)
 
     @cached_property
     def store(self) -> LogStore:
@@ -62,7 +64,7 @@ class LedgerRuntime:
     def content(self) -> ContentStore:
         from ledger.content import open_content_store
 
-        return open_content_store(self.ipfs_api, self.content_dir)
+        return open_content_store(self.ipfs_api, self.content_dir, auth=self.ipfs_api_auth)
 
     @cached_property
     def chain(self) -> ChainConfig:

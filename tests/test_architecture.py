@@ -24,7 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("ledger", "contracts", "trainer", "inference_node", "governance", "committee",
-            "devnet")
+            "content_endpoint", "devnet")
 SKIP_DIRS = {"out", "cache", "lib", "node_modules", "__pycache__", "test", "src", "script"}
 
 # The package edges docs/design.md allows (besides a package importing itself).
@@ -35,6 +35,7 @@ ALLOWED = {
     "inference_node": {"ledger", "contracts", "trainer"},
     "governance": {"ledger", "contracts", "inference_node", "committee"},
     "committee": {"ledger", "contracts", "inference_node"},
+    "content_endpoint": {"ledger"},
     "devnet": set(PACKAGES),
 }
 
@@ -127,7 +128,7 @@ def test_nothing_but_the_root_imports_devnet_or_a_cli_module():
     wrong = sorted(f"{module} imports {target}" for module, targets in GRAPH.items()
                    for target in targets
                    if (_package(target) == "devnet" and _package(module) != "devnet")
-                   or (target.rpartition(".")[2] in ("cli", "ipfs_cli") and module != "devnet.cli"))
+                   or (target.rpartition(".")[2] == "cli" and module != "devnet.cli"))
     assert wrong == []
 
 
@@ -175,9 +176,9 @@ INTERNAL_ERRORS = {
     "committee.judge_worker.BoundExceeded",  # a rejection (committee.service.worker_judges)
     "committee.judge_worker.WorkerFailed",  # an abstention, or an audit finding
     "inference_node.bundle_access.AccessError",  # answered 401/403 by the node
-    "devnet.kubo_rpc.ClientGone",  # the client left: nothing is answered
-    "devnet.kubo_rpc.RpcError",
-    "devnet.ipfs_gateway.GatewayError",
+    "content_endpoint.kubo_rpc.ClientGone",  # the client left: nothing is answered
+    "content_endpoint.kubo_rpc.RpcError",
+    "content_endpoint.gateway.GatewayError",
     "governance.dashboard.rpc_proxy.RpcRefusal",
     "ledger.entries._Rule",
 }

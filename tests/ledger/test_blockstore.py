@@ -1,4 +1,5 @@
-"""LocalBlockStore: Kubo-identical add, verified reads, tampering, missing blocks, pins."""
+"""LocalBlockStore: Kubo-identical add, verified reads, tampering, missing blocks, pins and
+their owners, the pin bounds."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ import random
 import pytest
 from gym_helpers import kubo_cid
 
-from ledger.blockstore import LocalBlockStore
+from ledger import blockstore
+from ledger.blockstore import LOCAL_OWNER, LocalBlockStore, PinOwnerError
 from ledger.errors import ContentIntegrityError, NotFoundError
 from ledger.multiformats import CID, DAG_PB, RAW
-from ledger.unixfs import CHUNK_SIZE, MAX_LINKS, iter_file_blocks
+from ledger.unixfs import (
+    CHUNK_SIZE,
+    MAX_LINKS,
+    DagBoundError,
+    PBLink,
+    PBNode,
+    encode_pbnode,
+    iter_file_blocks,
+)
 
 aleph_cid = pytest.importorskip("aleph_cid")
 
@@ -132,6 +142,63 @@ def test_pins(store):
     assert store.pin_ls() == [second]
     with pytest.raises(NotFoundError):
         store.pin_rm(first)
+
+
+def test_a_pin_belongs_to_its_owners(store):
+    cid = store.add_file(b"shared evidence")
+    store.pin_add(cid, owner="alice")
+    store.pin_add(cid, owner="bob")
+    assert store.pin_owners(cid) == {"alice", "bob"}
+    with pytest.raises(PinOwnerError, match="pinned by other parties, not by 'carol'"):
+        store.pin_rm(cid, owner="carol")
+    assert store.pin_rm(cid, owner="alice") is True  # bob still holds it
+    assert store.pin_ls() == [cid] and store.pin_owners(cid) == {"bob"}
+    assert store.pin_rm(cid, owner="bob") is False
+    assert store.pin_ls() == [] and store.pin_owners(cid) == frozenset()
+    with pytest.raises(PinOwnerError, match="cannot own a pin"):
+        store.pin_add(cid, owner="two\nlines")
+
+
+def test_a_pin_from_before_owners_is_the_hosts(store):
+    cid = store.add_file(b"pinned by an old store")
+    (store.root / "pins" / cid).touch()  # the format before owners: an empty file
+    assert store.pin_ls() == [cid] and store.pin_owners(cid) == {LOCAL_OWNER}
+    with pytest.raises(PinOwnerError):
+        store.pin_rm(cid, owner="alice")
+    store.pin_add(cid, owner="alice")
+    assert store.pin_owners(cid) == {LOCAL_OWNER, "alice"}
+    assert store.pin_rm(cid) is False  # the operator's removal: whatever its owners
+    assert store.pin_ls() == []
+
+
+def test_pinning_stopped_early_pins_nothing(store):
+    cid = store.add_file(random.Random(4).randbytes(3 * CHUNK_SIZE))
+    steps = store.pinning(cid, owner="alice")
+    next(steps)
+    steps.close()
+    assert store.pin_ls() == []
+
+
+def _chain(store, levels: int, fanout: int = 1) -> CID:
+    cid = store.put(b"x")
+    for _ in range(levels):
+        cid = store.put(encode_pbnode(PBNode((PBLink(cid, "", 1),) * fanout)), DAG_PB)
+    return cid
+
+
+def test_pins_are_bounded_in_depth_and_blocks(store, monkeypatch):
+    monkeypatch.setattr(blockstore, "MAX_PIN_DEPTH", 5)
+    monkeypatch.setattr(blockstore, "MAX_PIN_BLOCKS", 20)
+    store.pin_add(_chain(store, 5))
+    with pytest.raises(DagBoundError, match="more than 5 levels"):
+        store.pin_add(_chain(store, 6))
+    wide = store.put(encode_pbnode(PBNode(tuple(PBLink(store.put(bytes([n])), "", 1)
+                                               for n in range(25)))), DAG_PB)
+    with pytest.raises(DagBoundError, match="more than 20 blocks"):
+        store.pin_add(wide)
+    # a node linking one child thousands of times is walked once per distinct block
+    repeating = _chain(store, 3, fanout=5000)
+    assert len(list(store.walk_bounded(repeating))) == 4
 
 
 @pytest.mark.parametrize("module", ["multiformats", "unixfs", "car", "blockstore"])

@@ -1,4 +1,4 @@
-"""A `python -m devnet.ipfs_cli serve` subprocess on a free loopback port, for the tests."""
+"""A `python -m content_endpoint.cli serve` subprocess on a free loopback port, for the tests."""
 
 from __future__ import annotations
 
@@ -18,17 +18,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Node:
-    """A `python -m devnet.ipfs_cli serve` subprocess on a free loopback port."""
+    """A `python -m content_endpoint.cli serve` subprocess on a free loopback port."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, *serve_args: str):
+        """``serve_args``: more options of `gym ipfs serve` (``--authorizations FILE``, ...)."""
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.multiaddr = f"/ip4/127.0.0.1/tcp/{self.port}/http"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "devnet.ipfs_cli", "serve", "--port", str(self.port),
-             "--data-dir", str(data_dir)],
+            [sys.executable, "-m", "content_endpoint.cli", "serve", "--port", str(self.port),
+             "--data-dir", str(data_dir), *serve_args],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True,
         )

@@ -273,7 +273,7 @@ def liar():
 
     @fake.post("/api/v0/dag/export")
     async def dag_export(request: Request) -> Response:
-        from devnet.ipfs_gateway import car_bytes
+        from content_endpoint.gateway import car_bytes
 
         root = CID.parse(request.query_params["arg"])
         return Response(b"".join(car_bytes(root, iter([(root, b"other bytes")]))))
@@ -310,7 +310,7 @@ def test_kubostore_catches_a_lying_node(liar):
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devnet.ipfs_cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "content_endpoint.cli", *args], cwd=REPO, env=env,
                           capture_output=True, timeout=120, check=False)
 
 

@@ -1,13 +1,15 @@
-"""The devnet's IPFS node: a ``LocalBlockStore`` behind the Kubo RPC subset the project uses,
-plus a trustless gateway (``devnet.ipfs_gateway``), so Kubo clients (``ipfshttpclient``,
-``KuboStore``, curl) work against it unchanged.
+"""The content endpoint's app: a ``LocalBlockStore`` behind the Kubo RPC subset the project uses,
+plus a trustless gateway (``content_endpoint.gateway``), so Kubo clients (``ipfshttpclient``,
+``KuboStore``, curl) work against it unchanged. Every party shares it, so it is built to hold
+against a hostile client (docs/content-endpoint.md).
 
 RPC (https://docs.ipfs.tech/reference/kubo/rpc/): POST only; arguments in the query string
 (``arg`` repeated, booleans as Go's ``strconv.ParseBool`` reads them); uploads are
 ``multipart/form-data`` with one part per file, read by position as Kubo does (clients name
 the field ``file``). Answers are JSON with Kubo's field names; errors are
 ``{"Message", "Code", "Type": "error"}`` with HTTP 500 (``Code`` 0) or, for a malformed call
-(missing or unparsable argument), HTTP 400 (``Code`` 1).
+(missing or unparsable argument), HTTP 400 (``Code`` 1); 401/403 for credentials
+(``content_endpoint.authorizations``), 408/413 for an upload that stalls or is too big.
 
 - ``add``: ``cid-version=1`` with raw leaves (the ledger's layout) or ``cid-version=0``
   without (Kubo's default, the ``Qm…`` layout, so a client that passes no options gets the
@@ -16,15 +18,21 @@ the field ``file``). Answers are JSON with Kubo's field names; errors are
   ``size-262144`` chunks, sha2-256, balanced DAGs. Anything else (another chunker, trickle,
   wrap-with-directory, nocopy, inline, directories) is refused: this store cannot make those
   DAGs, and a CID that differs from Kubo's must never be returned. ``pin`` defaults to true,
-  as in Kubo.
-- ``cat``, ``block/get``, ``block/put``, ``block/stat``, ``pin/add``, ``pin/ls``, ``version``;
-  ``ls``, ``refs``, ``files/stat``, ``get``, ``dag/get|put``, ``pin/rm`` and ``id`` are
-  ``devnet.ipfs_rpc_dag``. Any other command is a 404 in Kubo's error shape naming these.
+  as in Kubo. Each file is hashed and written while it arrives, never spooled.
+- ``cat``, ``block/get``, ``block/put``, ``block/stat``, ``version``; ``pin/add``, ``pin/ls``
+  and ``pin/rm`` (pins owned by the parties that made them) are ``content_endpoint.pins``;
+  ``ls``, ``refs``, ``files/stat``, ``get``, ``dag/get|put`` and ``id`` are
+  ``content_endpoint.rpc_dag``. Any other command (``block/rm``, ``repo/gc``, MFS: nothing
+  else removes) is a 404 in Kubo's error shape naming these.
 - ``dag/export``: the DAG under ``arg`` as a CARv1 (parents first, each block once), streamed
   as Kubo streams it: the root must be here before the 200; a block found missing or damaged
   later ends the stream early, which the reader sees as a truncated CAR.
 
-The gateway (``GET``/``HEAD /ipfs/{cid}``, raw blocks and CARs) is ``devnet.ipfs_gateway``.
+Bounds (``content_endpoint.limits``): a block is at most ``max_block_bytes`` even with
+``allow-big-block`` and a body ``max_upload_bytes``, bodies that stall are cut, and every DAG
+walk visits each distinct block once within the store's pin bounds, runs on a bounded pool of
+work threads and stops when its client leaves; what the answer streams is bounded by the bytes
+the client reads.
 
 Every block served is re-verified by the store. ``cat`` (like the gateway's CAR answers) first
 walks and verifies the whole DAG, so a damaged or missing block gives a clean error status and
@@ -41,24 +49,28 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from devnet.ipfs_gateway import add_gateway, car_bytes, gateway_status
-from devnet.ipfs_rpc_dag import add_dag_routes
-from devnet.kubo_rpc import (
+from content_endpoint.authorizations import Authorization, AuthorizationGate, party_of
+from content_endpoint.gateway import add_gateway, car_bytes, gateway_status
+from content_endpoint.kubo_rpc import (
     Args,
     ClientGone,
     RpcError,
-    check_block_size,
+    Upload,
+    block_limit,
+    consume_streaming,
     kubo_error,
     ndjson,
     parse_cid,
-    read_all_while_connected,
-    read_parts,
+    run_while_connected,
     verified_stream,
 )
+from content_endpoint.limits import EndpointLimits
+from content_endpoint.pins import add_pin_routes
+from content_endpoint.rpc_dag import add_dag_routes
 from ledger.blockstore import LocalBlockStore
 from ledger.errors import LedgerError
 from ledger.multiformats import CID, DAG_PB, RAW
-from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream, walk_dag
+from ledger.unixfs import CHUNK_SIZE, decode_pbnode, import_bytes_stream
 
 KUBO_RPC_VERSION = "0.35.0"  # the Kubo release whose RPC reference this subset follows
 KUBO_REPO_VERSION = "16"
@@ -76,9 +88,9 @@ def _cumulative_size(cid: CID, block: bytes) -> int:
 
 
 def _import_file(store: LocalBlockStore, stream, *, layout: tuple[int, bool], only_hash: bool,
-                 pin: bool) -> tuple[str, int]:
-    """Import one uploaded file as ``layout`` (CID version, raw leaves); returns ``(root CID
-    string, cumulative size)``."""
+                 pin: bool, owner: str) -> tuple[str, int]:
+    """Import one uploaded file as ``layout`` (CID version, raw leaves), pinned for ``owner``
+    if ``pin``; returns ``(root CID string, cumulative size)``."""
     last: list[bytes] = [b""]
     cid_version, raw_leaves = layout
 
@@ -88,7 +100,7 @@ def _import_file(store: LocalBlockStore, stream, *, layout: tuple[int, bool], on
     if only_hash:
         root = import_bytes_stream(stream, keep, cid_version=cid_version, raw_leaves=raw_leaves)
     elif layout == (1, True):  # the ledger's own layout
-        root = CID.parse(store.add_file(stream, pin=pin))
+        root = CID.parse(store.add_file(stream))
         last[0] = store.get_block(root)
     else:
         def put(cid: CID, block: bytes) -> None:
@@ -96,8 +108,8 @@ def _import_file(store: LocalBlockStore, stream, *, layout: tuple[int, bool], on
             keep(cid, block)
 
         root = import_bytes_stream(stream, put, cid_version=cid_version, raw_leaves=raw_leaves)
-        if pin:
-            store.pin_add(root)
+    if pin and not only_hash:
+        store.pin_add(root, owner=owner)
     return str(root), _cumulative_size(root, last[0])
 
 
@@ -138,9 +150,7 @@ def _put_codec(args: Args) -> tuple[int, int]:
     return version, _CODECS[codec_name]
 
 
-def _put_block(store: LocalBlockStore, data: bytes, version: int, codec: int,
-               allow_big: bool) -> dict:
-    check_block_size(data, allow_big)
+def _put_block(store: LocalBlockStore, data: bytes, version: int, codec: int) -> dict:
     if codec == DAG_PB:
         decode_pbnode(data)  # the store walks what it holds: refuse what it cannot read
     cid = CID.for_block(codec, data)
@@ -150,28 +160,13 @@ def _put_block(store: LocalBlockStore, data: bytes, version: int, codec: int,
     return {"Key": str(cid), "Size": len(data)}
 
 
-def _pinned(store: LocalBlockStore) -> dict[str, str]:
-    """Every pinned CID (v1 strings) → ``recursive`` or ``indirect``; raw leaves are not read."""
-    recursive = store.pin_ls()
-    kinds = {cid: "recursive" for cid in recursive}
-    for root in recursive:
-        stack = [CID.parse(root)]
-        while stack:
-            cid = stack.pop()
-            if cid.codec == DAG_PB:
-                for link in decode_pbnode(store.get_block(cid)).links:
-                    kinds.setdefault(str(link.cid.to_v1()), "indirect")
-                    stack.append(link.cid)
-    return kinds
-
-
 def _exported(store: LocalBlockStore, root: CID, piece: int = 1 << 16) -> Iterator[bytes]:
     """``dag/export``'s body in pieces of about ``piece`` bytes (a block is a few hundred
     bytes: one write per block would cost more than the block); ends where a block fails."""
     pending: list[bytes] = []
     size = 0
     try:
-        for part in car_bytes(root, walk_dag(root, store.get_block)):
+        for part in car_bytes(root, store.walk_bounded(root)):
             pending.append(part)
             size += len(part)
             if size >= piece:
@@ -201,14 +196,23 @@ def _byte_range(chunks: Iterator[bytes], offset: int, length: int | None) -> Ite
 # --- the app ---------------------------------------------------------------------------------
 
 
-def create_app(store: LocalBlockStore) -> FastAPI:
-    """The Kubo RPC subset and trustless gateway over ``store``; see the module docstring."""
+def create_app(store: LocalBlockStore, *, limits: EndpointLimits | None = None,
+               authorizations: tuple[Authorization, ...] | None = None) -> FastAPI:
+    """The Kubo RPC subset and trustless gateway over ``store``, within ``limits``; RPC callers
+    are named by ``authorizations`` (``None``: every caller is ``anonymous``). See the module
+    docstring."""
+    limits = limits or EndpointLimits()
     app = FastAPI(title="gym ipfs", version=KUBO_RPC_VERSION, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    app.add_middleware(AuthorizationGate, authorizations=authorizations)
 
     @app.exception_handler(RpcError)
     async def rpc_error(_request: Request, exc: RpcError) -> JSONResponse:
-        return kubo_error(str(exc), exc.code)
+        return kubo_error(str(exc), exc.code, exc.status)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_request: Request, _exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nginx's "client closed request"; no one reads it
 
     @app.exception_handler(LedgerError)
     async def ledger_error(request: Request, exc: LedgerError) -> Response:
@@ -230,16 +234,15 @@ def create_app(store: LocalBlockStore) -> FastAPI:
         layout = _add_layout(args)
         only_hash = args.flag("only-hash", False)
         pin = args.flag("pin", True)
-        parts = await read_parts(request, "path")
+        owner = party_of(request)
+        upload = Upload(request, "path", limits)
         answers = []
-        for part in parts:
+        while (part := await upload.next_part()) is not None:
             if part.content_type == "application/x-directory" or "/" in part.filename:
                 raise RpcError("directories are not supported by this store: add files one "
                                "by one")
-            with part.body:
-                cid, size = await run_in_threadpool(_import_file, store, part.body,
-                                                    layout=layout,
-                                                    only_hash=only_hash, pin=pin)
+            cid, size = await consume_streaming(upload, lambda stream: _import_file(
+                store, stream, layout=layout, only_hash=only_hash, pin=pin, owner=owner))
             answers.append({"Name": part.filename or cid, "Hash": cid, "Size": str(size)})
         return ndjson(answers)
 
@@ -254,10 +257,8 @@ def create_app(store: LocalBlockStore) -> FastAPI:
             raise RpcError("cannot specify negative offset")
         if length is not None and length < 0:
             raise RpcError("cannot specify negative length")
-        try:  # every block checked before the 200, as Kubo's errors come first
-            await read_all_while_connected(request, lambda: store.cat_iter(cid))
-        except ClientGone:
-            return Response(status_code=499)  # nginx's "client closed request"; no one reads it
+        # every block checked before the 200, as Kubo's errors come first
+        await run_while_connected(request, lambda: store.cat_iter(cid))
         return verified_stream(_byte_range(store.cat_iter(cid), offset, length))
 
     @app.post("/api/v0/block/get")
@@ -276,15 +277,17 @@ def create_app(store: LocalBlockStore) -> FastAPI:
     async def block_put(request: Request) -> Response:
         args = Args(request)
         version, codec = _put_codec(args)
-        allow_big = args.flag("allow-big-block", False)
+        limit, too_big = block_limit(limits, args.flag("allow-big-block", False))
         pin = args.flag("pin", False)
+        owner = party_of(request)
+        upload = Upload(request, "data", limits)
         answers = []
-        for part in await read_parts(request, "data"):
-            with part.body:
-                data = part.body.read()
-            answer = await run_in_threadpool(_put_block, store, data, version, codec, allow_big)
+        while await upload.next_part() is not None:
+            data = await upload.read(limit, too_big)  # at most one block in memory
+            answer = await run_in_threadpool(_put_block, store, data, version, codec)
             if pin:
-                await run_in_threadpool(store.pin_add, answer["Key"])
+                await run_while_connected(
+                    request, lambda key=answer["Key"]: store.pinning(key, owner=owner))
             answers.append(answer)
         return ndjson(answers)
 
@@ -295,40 +298,8 @@ def create_app(store: LocalBlockStore) -> FastAPI:
         return StreamingResponse(_exported(store, root), media_type="application/vnd.ipld.car",
                                  headers={"X-Stream-Output": "1"})
 
-    @app.post("/api/v0/pin/add")
-    async def pin_add(request: Request) -> dict:
-        args = Args(request)
-        if not args.flag("recursive", True):
-            raise RpcError("direct (non-recursive) pins are not supported by this store")
-        cids = [parse_cid(path) for path in args.args("ipfs-path")]
-        pinned = [await run_in_threadpool(store.pin_add, cid) for cid in cids]
-        return {"Pins": pinned}
-
-    @app.post("/api/v0/pin/ls")
-    async def pin_ls(request: Request) -> Response:
-        args = Args(request)
-        kind = args.text("type", "all")
-        if kind not in ("all", "recursive", "indirect", "direct"):
-            raise RpcError(f"invalid type '{kind}', must be one of {{direct, indirect, "
-                           "recursive, all}}", code=1)
-        kinds = await run_in_threadpool(_pinned, store)
-        wanted = args.args("ipfs-path", required=False)
-        if wanted:
-            keys = {}
-            for path in wanted:
-                cid = parse_cid(path)
-                found = kinds.get(str(cid.to_v1()))
-                if found is None or kind not in ("all", found):
-                    raise RpcError(f"path '{path}' is not pinned")
-                keys[str(cid)] = found
-        else:
-            keys = {cid: found for cid, found in sorted(kinds.items())
-                    if kind in ("all", found)}
-        if args.flag("stream", False):
-            return ndjson([{"Cid": cid, "Type": found} for cid, found in keys.items()])
-        return JSONResponse({"Keys": {cid: {"Type": found} for cid, found in keys.items()}})
-
-    add_dag_routes(app, store)
+    add_pin_routes(app, store, limits)
+    add_dag_routes(app, store, limits)
     add_gateway(app, store)
     supported = sorted(route.path.removeprefix("/api/v0/") for route in app.routes
                        if getattr(route, "path", "").startswith("/api/v0/"))

@@ -1,18 +1,21 @@
-"""``gym ipfs``: run the devnet's IPFS node and move files in and out of a content store.
+"""``gym ipfs``: run the content endpoint and move files in and out of a content store.
 
-``serve`` runs ``devnet.ipfs_server`` in the foreground over the local store
-(``<GYM_DATA_DIR>/ipfs``). ``add`` and ``cat`` use whatever ``GYM_IPFS_API`` names (a Kubo
+``serve`` runs ``content_endpoint.server`` in the foreground over the local store
+(``<GYM_DATA_DIR>/ipfs``, or ``--data-dir``). ``add`` and ``cat`` use whatever ``GYM_IPFS_API`` names (a Kubo
 node, IPFS Cluster's proxy, or ``gym ipfs serve``), the local store when it is unset; CIDs and
 verification are the same either way. ``export`` and ``import`` move CARv1 archives (the format
 of ``ipfs dag export/import``); ``import`` always writes the local store.
 
-Errors are ``LedgerError``/``DevnetError`` subclasses; the root CLI prints them as one line.
+Errors are ``LedgerError``/``ContentEndpointError`` subclasses; the root CLI prints them as one line.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
 import sys
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated
 
@@ -27,16 +30,18 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from devnet.errors import DevnetError, PortInUseError
+from content_endpoint.errors import ContentEndpointError, PortInUseError
+from content_endpoint.limits import EndpointLimits
 from ledger.blockstore import LocalBlockStore
 from ledger.car import write_car
 from ledger.content import ContentStore, open_content_store
 from ledger.errors import LedgerError
 from ledger.multiformats import CID
+from ledger.runtime import LedgerRuntime
 from ledger.unixfs import file_cid
 
-app = typer.Typer(help="The devnet's IPFS node (Kubo RPC + trustless gateway) and content "
-                  "commands.", no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(help="The content endpoint every party shares (Kubo RPC + trustless "
+                  "gateway) and content commands.", no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -46,16 +51,51 @@ DataDir = Annotated[Path | None, typer.Option(
     "--data-dir", help="Local store directory. Default: <GYM_DATA_DIR>/ipfs.")]
 
 
-def local_store_dir(data_dir: Path | None) -> Path:
-    from devnet.settings import GymSettings
+_RUNTIME: ContextVar[LedgerRuntime | None] = ContextVar("gym_ipfs_runtime", default=None)
 
-    return data_dir if data_dir is not None else GymSettings().data_dir / "ipfs"
+
+@app.callback()
+def _keep_runtime(ctx: typer.Context) -> None:
+    # what the root command built from GYM_* settings (None when run on its own, as
+    # ``python -m content_endpoint.cli``): the commands' default store and endpoint
+    _RUNTIME.set(ctx.obj if isinstance(ctx.obj, LedgerRuntime) else None)
+
+
+def _runtime() -> LedgerRuntime | None:
+    return _RUNTIME.get()
+
+
+def local_store_dir(data_dir: Path | None) -> Path:
+    if data_dir is not None:
+        return data_dir
+    runtime = _runtime()
+    if runtime is not None:
+        return runtime.content_dir
+    if os.environ.get("GYM_DATA_DIR"):  # on its own: the same default as `gym ipfs`
+        return Path(os.environ["GYM_DATA_DIR"]) / "ipfs"
+    raise ContentEndpointError("no store directory: pass --data-dir or set GYM_DATA_DIR (the "
+                               "store is <GYM_DATA_DIR>/ipfs)")
+
+
+def _ipfs_api() -> str | None:
+    runtime = _runtime()
+    return runtime.ipfs_api if runtime is not None else os.environ.get("GYM_IPFS_API") or None
 
 
 def _store(data_dir: Path | None) -> ContentStore:
-    from devnet.settings import GymSettings
+    runtime = _runtime()
+    auth = runtime.ipfs_api_auth if runtime is not None else None  # None: GYM_IPFS_API_AUTH
+    return open_content_store(_ipfs_api(), local_store_dir(data_dir), auth=auth)
 
-    return open_content_store(GymSettings().ipfs_api, local_store_dir(data_dir))
+
+def port_is_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _progress() -> Progress:
@@ -93,20 +133,39 @@ SHUTDOWN_GRACE_S = 3
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on (loopback by default: "
-                                      "the RPC API is admin access).")] = "127.0.0.1",
+                                      "without --authorizations the RPC API is open to "
+                                      "whoever reaches it).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port (Kubo's is 5001).")] = 5001,
     data_dir: DataDir = None,
+    authorizations: Annotated[Path | None, typer.Option(
+        "--authorizations", dir_okay=False,
+        help="JSON file of Kubo's API.Authorizations: name -> {AuthSecret, AllowedPaths}; "
+             "callers then need credentials, and their pins are their own.")] = None,
+    max_block_bytes: Annotated[int, typer.Option(
+        help="Largest block, even with allow-big-block.")] = EndpointLimits.max_block_bytes,
+    max_upload_bytes: Annotated[int, typer.Option(
+        help="Largest request body.")] = EndpointLimits.max_upload_bytes,
+    stall_timeout: Annotated[float, typer.Option(
+        help="Seconds headers, a body or an answer may stall before the connection is "
+             "cut.")] = EndpointLimits.stall_timeout_s,
+    max_connections: Annotated[int, typer.Option(
+        help="Open connections at most; more are answered 503.")] = EndpointLimits.max_connections,
 ) -> None:
     """Serve the local store as a Kubo RPC API (/api/v0) and a trustless gateway (/ipfs/).
 
     Runs in the foreground; Ctrl-C stops it. Point other commands at it with
-    GYM_IPFS_API=http://HOST:PORT.
+    GYM_IPFS_API=http://HOST:PORT (and GYM_IPFS_API_AUTH with --authorizations).
+    See docs/content-endpoint.md for its bounds and who may unpin what.
     """
     import uvicorn
 
-    from devnet.anvil import port_is_free
-    from devnet.ipfs_server import create_app
+    from content_endpoint.authorizations import load_authorizations
+    from content_endpoint.protocol import BoundedH11Protocol
+    from content_endpoint.server import create_app
 
+    limits = EndpointLimits(max_block_bytes=max_block_bytes, max_upload_bytes=max_upload_bytes,
+                            stall_timeout_s=stall_timeout, max_connections=max_connections)
+    parties = load_authorizations(authorizations) if authorizations is not None else None
     if not port_is_free(host, port):
         raise PortInUseError(f"port {port} on {host} is already in use: stop what listens "
                              "there, or pick another with `gym ipfs serve --port N`")
@@ -116,17 +175,23 @@ def serve(
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    if not loopback:
-        err_console.print(f"[yellow]warning:[/yellow] the RPC API on {host} gives anyone who "
-                          "can reach it write access to the store")
+    if not loopback and parties is None:
+        err_console.print(f"[yellow]warning:[/yellow] the RPC API on {host} lets anyone who "
+                          "can reach it write to the store (they cannot unpin): pass "
+                          "--authorizations to name who may")
     url = f"http://{host}:{port}"
     console.print(f"Kubo RPC API: {url}/api/v0   gateway: {url}/ipfs/{{cid}}?format=raw|car",
                   soft_wrap=True)
-    console.print(f"store: {store_dir}   (Ctrl-C stops)", soft_wrap=True)
+    who = (f"{len(parties)} authorizations ({', '.join(p.name for p in parties)})"
+           if parties is not None else "no authorizations: every caller is anonymous")
+    console.print(f"store: {store_dir}   {who}   (Ctrl-C stops)", soft_wrap=True)
     # on SIGTERM/Ctrl-C, requests still running after 3 s are cancelled: a long read stops
-    # at its next block (devnet.ipfs_server), so the server exits within seconds
-    uvicorn.run(create_app(store), host=host, port=port, log_level="warning",
-                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    # at its next block (content_endpoint.server), so the server exits within seconds;
+    # timeout_keep_alive is also BoundedH11Protocol's deadline for headers and stalled answers
+    uvicorn.run(create_app(store, limits=limits, authorizations=parties), host=host, port=port,
+                log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+                http=BoundedH11Protocol, timeout_keep_alive=stall_timeout,
+                limit_concurrency=max_connections)
 
 
 @app.command()
@@ -197,10 +262,8 @@ def import_car(
 ) -> None:
     """Import every block of a CARv1 file into the local store (each verified); print its
     roots. With GYM_IPFS_API set, use `ipfs dag import` on that node instead."""
-    from devnet.settings import GymSettings
-
-    if GymSettings().ipfs_api:
-        raise DevnetError("gym ipfs import writes the local store; GYM_IPFS_API is set, so "
+    if _ipfs_api():
+        raise ContentEndpointError("gym ipfs import writes the local store; GYM_IPFS_API is set, so "
                           "import into that node with `ipfs dag import`, or unset it")
     store = LocalBlockStore(local_store_dir(data_dir))
     size = car.stat().st_size
@@ -214,10 +277,10 @@ def import_car(
 
 
 def main() -> None:
-    """Run ``gym ipfs`` on its own (``python -m devnet.ipfs_cli``), errors as one line."""
+    """Run ``gym ipfs`` on its own (``python -m content_endpoint.cli``), errors as one line."""
     try:
         app()
-    except (LedgerError, DevnetError) as exc:
+    except (LedgerError, ContentEndpointError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(1)
 

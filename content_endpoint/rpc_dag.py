@@ -1,7 +1,13 @@
-"""The Kubo RPC calls that read and write DAGs beyond ``add``/``cat``/blocks, as Kubo answers
-them (field names, defaults and error texts from Kubo's ``core/commands``), for clients and
-pinning services: ``ls``, ``refs``, ``files/stat`` (``/ipfs/`` paths), ``get`` (a tar of one
-file), ``dag/get`` and ``dag/put`` (dag-json, ``devnet.ipfs_dagjson``), ``pin/rm`` and ``id``.
+"""The Kubo RPC calls that read and write DAGs beyond ``add``/``cat``/blocks/pins, as Kubo
+answers them (field names, defaults and error texts from Kubo's ``core/commands``), for clients
+and pinning services: ``ls``, ``refs``, ``files/stat`` (``/ipfs/`` paths), ``get`` (a tar of one
+file), ``dag/get`` and ``dag/put`` (dag-json, ``content_endpoint.dagjson``) and ``id``.
+
+Each is bounded by work: ``ls`` reads at most ``MAX_READ_BYTES`` of child blocks, ``refs``
+lists at most ``MAX_REFS`` and reads at most ``MAX_READ_BYTES`` (a node linked many times is
+read each time, as Kubo does without ``unique``), ``files/stat --with-local`` walks each
+distinct block once within the store's pin bounds and stops when its client leaves, ``get``
+reads as ``cat`` does, and ``dag/put`` reads at most one block (twice that of dag-json).
 
 What is not here is refused with one Kubo error: the store holds files, raw blocks and
 dag-pb nodes (no dag-cbor, so ``dag/put``'s default ``store-codec=dag-cbor`` is refused by
@@ -12,26 +18,27 @@ libp2p host (``id`` names the node, with no addresses or protocols).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from devnet.ipfs_dagjson import decode_dag_json, encode_dag_json
-from devnet.ipfs_peer import load_identity
-from devnet.ipfs_tar import gzipped, tar_file
-from devnet.kubo_rpc import (
-    MAX_BLOCK_SIZE,
+from content_endpoint.authorizations import party_of
+from content_endpoint.dagjson import decode_dag_json, encode_dag_json
+from content_endpoint.kubo_rpc import (
     Args,
-    ClientGone,
     RpcError,
-    check_block_size,
+    Upload,
+    block_limit,
+    in_work_thread,
     ndjson,
     parse_cid,
-    read_all_while_connected,
-    read_parts,
+    run_while_connected,
 )
+from content_endpoint.limits import EndpointLimits
+from content_endpoint.peer import load_identity
+from content_endpoint.tar import gzipped, tar_file
 from ledger.blockstore import LocalBlockStore
 from ledger.errors import LedgerError
 from ledger.multiformats import CID, DAG_PB, RAW
@@ -41,12 +48,11 @@ from ledger.unixfs import (
     DagError,
     decode_pbnode,
     decode_unixfs,
-    walk_dag,
 )
 
 MAX_REFS = 1 << 20  # one `refs` answer lists at most this many (a DAG can share subtrees)
-MAX_REFS_READ = 256 << 20  # and reads at most these many block bytes (a shared node is
-# read again each time it is reached)
+MAX_READ_BYTES = 256 << 20  # block bytes one `refs` or `ls` reads (a shared node is read
+# again each time it is reached)
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, as Kubo's `ls` prints it
 _UNIXFS_SYMLINK = 4  # unixfs.pb Data.DataType, beside ledger.unixfs's File and Directory
 _UNIXFS_METADATA, _UNIXFS_HAMT = 3, 5  # listed as directories, as Kubo's `ls` does
@@ -71,14 +77,19 @@ def _unixfs(cid: CID, block: bytes) -> tuple[int, int]:
 def _ls(store: LocalBlockStore, path: str, resolve: bool) -> dict:
     cid = parse_cid(path)
     block = store.get_block(cid)
-    links, resolved = [], {}  # a child linked many times is read once
+    links, resolved, read = [], {}, 0  # a child linked many times is read once
     for link in (decode_pbnode(block).links if cid.codec == DAG_PB else ()):
         kind, size = 0, 0
         if link.cid.codec == RAW:
             kind, size = UNIXFS_FILE, link.tsize or 0
         elif resolve:
             if link.cid not in resolved:
-                resolved[link.cid] = _unixfs(link.cid, store.get_block(link.cid))
+                child = store.get_block(link.cid)
+                read += len(child)
+                if read > MAX_READ_BYTES:
+                    raise RpcError(f"ls of {path} would read more than {MAX_READ_BYTES >> 20} "
+                                   "MiB of child blocks: ask with resolve-type=false size=false")
+                resolved[link.cid] = _unixfs(link.cid, child)
             kind, size = resolved[link.cid]
         links.append({"Name": link.name or "", "Hash": str(link.cid), "Size": size,
                       "Type": kind, "Target": "", "Mode": 0, "ModTime": _ZERO_TIME})
@@ -102,8 +113,8 @@ def _refs(store: LocalBlockStore, root: CID, *, max_depth: int, unique: bool,
                 continue
             block = store.get_block(cid)
             read += len(block)
-            if read > MAX_REFS_READ:
-                yield line("", f"more than {MAX_REFS_READ >> 20} MiB of blocks read: ask for "
+            if read > MAX_READ_BYTES:
+                yield line("", f"more than {MAX_READ_BYTES >> 20} MiB of blocks read: ask for "
                                "fewer (max-depth, unique)")
                 return
             children = []
@@ -124,7 +135,18 @@ def _refs(store: LocalBlockStore, root: CID, *, max_depth: int, unique: bool,
         yield line("", str(exc))
 
 
-def _stat(store: LocalBlockStore, path: str, with_local: bool) -> dict:
+def _held_bytes(store: LocalBlockStore, cid: CID, held: list[int]) -> Iterator[None]:
+    """Add the bytes of each distinct block under ``cid`` to ``held[0]``, a step a block;
+    ``held[0]`` becomes -1 if one is missing or damaged."""
+    try:
+        for _cid, data in store.walk_bounded(cid):
+            held[0] += len(data)
+            yield
+    except LedgerError:
+        held[0] = -1
+
+
+def _stat(store: LocalBlockStore, path: str) -> dict:
     if not path.startswith("/ipfs/"):
         raise RpcError(f"{path}: this store has no MFS; stat takes /ipfs/<cid> paths only")
     cid = parse_cid(path)
@@ -135,17 +157,8 @@ def _stat(store: LocalBlockStore, path: str, with_local: bool) -> dict:
     else:
         links = decode_pbnode(block).links
         blocks, cumulative = len(links), len(block) + sum(link.tsize or 0 for link in links)
-    answer = {"Hash": str(cid), "Size": size, "CumulativeSize": cumulative, "Blocks": blocks,
-              "Type": "directory" if kind == UNIXFS_DIRECTORY else "file"}
-    if with_local:
-        local, held = True, 0
-        try:
-            for _cid, data in walk_dag(cid, store.get_block):
-                held += len(data)
-        except LedgerError:
-            local = False
-        answer.update(WithLocality=True, Local=local, SizeLocal=held)
-    return answer
+    return {"Hash": str(cid), "Size": size, "CumulativeSize": cumulative, "Blocks": blocks,
+            "Type": "directory" if kind == UNIXFS_DIRECTORY else "file"}
 
 
 def _file_size(store: LocalBlockStore, cid: CID) -> int:
@@ -156,7 +169,7 @@ def _file_size(store: LocalBlockStore, cid: CID) -> int:
 
 
 def _put_dag(store: LocalBlockStore, data: bytes, input_codec: str, codec: int,
-             allow_big: bool, pin: bool) -> dict:
+             limit: tuple[int, Callable[[], RpcError]]) -> CID:
     if input_codec == "dag-json":
         block = decode_dag_json(data, codec)
     elif input_codec == {DAG_PB: "dag-pb", RAW: "raw"}[codec]:
@@ -166,27 +179,32 @@ def _put_dag(store: LocalBlockStore, data: bytes, input_codec: str, codec: int,
     else:
         raise RpcError(f'input-codec "{input_codec}" with this store-codec is not supported '
                        "(dag-json, or the store codec itself)")
-    check_block_size(block, allow_big)
+    max_bytes, too_big = limit
+    if len(block) > max_bytes:
+        raise too_big()
     cid = CID.for_block(codec, block)
     store.put_block(cid, block)
-    if pin:
-        store.pin_add(cid)
-    return {"Cid": {"/": str(cid)}}
+    return cid
 
 
-def add_dag_routes(app: FastAPI, store: LocalBlockStore) -> None:
+def add_dag_routes(app: FastAPI, store: LocalBlockStore, limits: EndpointLimits) -> None:
     """Register the calls of the module docstring on ``app``."""
 
     @app.post("/api/v0/ls")
     async def ls(request: Request) -> Response:
         args = Args(request)
         resolve = args.flag("resolve-type", True) or args.flag("size", True)
-        objects = [await run_in_threadpool(_ls, store, path, resolve)
-                   for path in args.args("ipfs-path")]
-        if args.flag("stream", False):
-            return ndjson([{"Objects": [{"Hash": obj["Hash"], "Links": [link]}]}
-                           for obj in objects for link in obj["Links"]])
-        return JSONResponse({"Objects": objects})
+        paths, stream = args.args("ipfs-path"), args.flag("stream", False)
+
+        def answer() -> bytes:  # in a work thread, encoding included: a node can link 100k
+            objects = [_ls(store, path, resolve) for path in paths]
+            if stream:
+                return b"".join(json.dumps({"Objects": [{"Hash": obj["Hash"], "Links": [link]}]},
+                                           separators=(",", ":")).encode() + b"\n"
+                                for obj in objects for link in obj["Links"])
+            return json.dumps({"Objects": objects}, separators=(",", ":")).encode()
+
+        return Response(await in_work_thread(answer), media_type="application/json")
 
     @app.post("/api/v0/refs")
     async def refs(request: Request) -> Response:
@@ -213,7 +231,12 @@ def add_dag_routes(app: FastAPI, store: LocalBlockStore) -> None:
     async def files_stat(request: Request) -> dict:
         args = Args(request)
         (path,) = args.args("path")[:1]
-        return await run_in_threadpool(_stat, store, path, args.flag("with-local", False))
+        answer = await run_in_threadpool(_stat, store, path)
+        if args.flag("with-local", False):
+            held = [0]
+            await run_while_connected(request, lambda: _held_bytes(store, parse_cid(path), held))
+            answer.update(WithLocality=True, Local=held[0] >= 0, SizeLocal=max(held[0], 0))
+        return answer
 
     @app.post("/api/v0/get")
     async def get(request: Request) -> Response:
@@ -225,10 +248,8 @@ def add_dag_routes(app: FastAPI, store: LocalBlockStore) -> None:
         if compress and not 1 <= level <= 9:
             raise RpcError("compression level must be between 1 and 9")
         size = await run_in_threadpool(_file_size, store, cid)
-        try:  # every block checked before the 200, as for cat
-            await read_all_while_connected(request, lambda: store.cat_iter(cid))
-        except ClientGone:
-            return Response(status_code=499)
+        # every block checked before the 200, as for cat
+        await run_while_connected(request, lambda: store.cat_iter(cid))
         name = path.rstrip("/").rsplit("/", 1)[-1]
         body: Iterator[bytes]
         if compress and not args.flag("archive", False):
@@ -248,9 +269,8 @@ def add_dag_routes(app: FastAPI, store: LocalBlockStore) -> None:
         if codec != "dag-json":
             raise RpcError(f'output-codec "{codec}" is not supported by this store (dag-json)')
         cid = parse_cid(path.removeprefix("/ipld/"))
-        block = await run_in_threadpool(store.get_block, cid)
-        return Response(encode_dag_json(cid, block), media_type="text/plain",
-                        headers={"X-Stream-Output": "1"})
+        document = await in_work_thread(lambda: encode_dag_json(cid, store.get_block(cid)))
+        return Response(document, media_type="text/plain", headers={"X-Stream-Output": "1"})
 
     @app.post("/api/v0/dag/put")
     async def dag_put(request: Request) -> Response:
@@ -262,30 +282,20 @@ def add_dag_routes(app: FastAPI, store: LocalBlockStore) -> None:
         input_codec = args.text("input-codec", "dag-json")
         if (args.text("hash") or "sha2-256") != "sha2-256":
             raise RpcError(f'hash "{args.text("hash")}" is not supported by this store')
-        pin, allow_big = args.flag("pin", False), args.flag("allow-big-block", False)
+        pin = args.flag("pin", False)
+        limit = block_limit(limits, args.flag("allow-big-block", False))
+        owner = party_of(request)
+        upload = Upload(request, "object data", limits)
         answers = []
-        for part in await read_parts(request, "object data"):
-            with part.body:
-                data = part.body.read(2 * MAX_BLOCK_SIZE + 1)
-            if len(data) > 2 * MAX_BLOCK_SIZE:
-                raise RpcError("object data over 2 MiB: a block is at most 1 MiB")
-            answers.append(await run_in_threadpool(
-                _put_dag, store, data, input_codec, _STORE_CODECS[store_codec], allow_big, pin))
+        while await upload.next_part() is not None:
+            max_bytes, too_big = limit  # dag-json spells a block's bytes in base64: a third more
+            data = await upload.read(2 * max_bytes, too_big)
+            cid = await run_in_threadpool(_put_dag, store, data, input_codec,
+                                          _STORE_CODECS[store_codec], limit)
+            if pin:
+                await run_while_connected(request, lambda cid=cid: store.pinning(cid, owner=owner))
+            answers.append({"Cid": {"/": str(cid)}})
         return ndjson(answers)
-
-    @app.post("/api/v0/pin/rm")
-    async def pin_rm(request: Request) -> dict:
-        args = Args(request)
-        cids = [parse_cid(path) for path in args.args("ipfs-path")]
-        pinned = set(await run_in_threadpool(store.pin_ls))
-        for cid in cids:
-            if str(cid.to_v1()) not in pinned:
-                raise RpcError("not pinned or pinned indirectly")
-            if not args.flag("recursive", True):
-                raise RpcError(f"{cid} is pinned recursively")
-        for cid in cids:
-            await run_in_threadpool(store.pin_rm, cid)
-        return {"Pins": [str(cid) for cid in cids]}
 
     @app.post("/api/v0/id")
     async def identity(request: Request) -> dict:

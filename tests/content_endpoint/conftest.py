@@ -1,4 +1,4 @@
-"""Fixtures of the content-service tests: a `gym ipfs serve` process per test module, and an
+"""Fixtures of the content endpoint tests: a `gym ipfs serve` process per test module, and an
 ipfshttpclient client of it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The trustless gateway of the devnet's IPFS node (``devnet.ipfs_server`` mounts it).
+"""The trustless gateway of the content endpoint (``content_endpoint.server`` mounts it).
 
 Gateway (https://specs.ipfs.tech/http-gateways/trustless-gateway/): ``GET``/``HEAD
 /ipfs/{cid}`` with ``?format=raw`` or ``?format=car`` (or the ``Accept`` types
@@ -6,14 +6,16 @@ Gateway (https://specs.ipfs.tech/http-gateways/trustless-gateway/): ``GET``/``HE
 ``order`` (always ``dfs``) and ``dups`` parameters, and the ``bafkqaaa`` probe. No deserialised
 responses: a request that asks for neither type gets 400.
 
-Every block served is re-verified by the store. CAR answers first walk and verify the whole DAG,
-so a damaged or missing block gives a clean error status and no bytes; the stream then verifies
-again, and breaks the connection rather than send a block that changed in between.
+Every block served is re-verified by the store. CAR answers first walk and verify the whole DAG
+(each distinct block once, within the store's pin bounds, stopping if the client leaves), so a
+damaged or missing block gives a clean error status and no bytes; the stream then verifies
+again, and breaks the connection rather than send a block that changed in between. With
+``dups=y`` a block linked many times is sent each time: that stream's work is bounded by the
+bytes the client reads.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,27 +23,16 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from content_endpoint.kubo_rpc import header_params, run_while_connected
 from ledger.blockstore import LocalBlockStore
 from ledger.car import encode_header
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.multiformats import CID, DAG_PB, encode_varint
-from ledger.unixfs import decode_pbnode, walk_dag
+from ledger.unixfs import decode_pbnode
 
 RAW_TYPE = "application/vnd.ipld.raw"
 CAR_TYPE = "application/vnd.ipld.car"
 _IMMUTABLE = "public, max-age=29030400, immutable"
-
-_PARAM = re.compile(r';\s*([\w*.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;]*))')
-
-
-def header_params(value: str) -> tuple[str, dict[str, str]]:
-    """``'form-data; name="file"'`` → ``("form-data", {"name": "file"})``: an ``Accept`` item
-    here, a multipart part's headers in the RPC's uploads."""
-    main, _, rest = value.partition(";")
-    params = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3).strip())
-              for m in _PARAM.finditer(";" + rest)}
-    return main.strip().lower(), params
-
 
 class GatewayError(Exception):
     """A gateway request fails with ``status`` and the message as a plain-text body."""
@@ -118,7 +109,7 @@ def _dag_blocks(store: LocalBlockStore, root: CID, wanted: _Wanted) -> Iterator[
         yield root, store.get_block(root)
         return
     if not wanted.dups:  # entity == all: this store holds files, never directories
-        yield from walk_dag(root, store.get_block)
+        yield from store.walk_bounded(root)
         return
     stack = [root]
     while stack:
@@ -196,10 +187,10 @@ def add_gateway(app: FastAPI, store: LocalBlockStore) -> None:
             return Response(status_code=304, headers=headers)
         media_type = f"{CAR_TYPE}; version=1; order=dfs; dups={dups}"
         if cid.hash_code != 0:
-            if request.method == "HEAD":
+            if request.method == "HEAD" or wanted.scope == "block":
                 await run_in_threadpool(store.get_block, cid)
             else:  # verify the whole DAG first: a damaged one gets an error status, no bytes
-                await run_in_threadpool(lambda: [None for _ in _dag_blocks(store, cid, wanted)])
+                await run_while_connected(request, lambda: store.walk_bounded(cid))
         if request.method == "HEAD":
             return Response(b"", media_type=media_type, headers=headers)
         return StreamingResponse(car_bytes(cid, _dag_blocks(store, cid, wanted)),
