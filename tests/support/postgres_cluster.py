@@ -1,6 +1,7 @@
 """A throwaway PostgreSQL cluster on a free loopback port (Debian's `postgresql` package, which
 `make setup` installs), for the tests' ``postgres_url`` fixture and the benchmarks: initdb in
-a temporary directory, start, yield the SQLAlchemy URL, stop and remove."""
+a temporary directory, start, yield the SQLAlchemy URL, stop and remove. tests/support/netns.py
+starts one inside a network namespace, listening on that host's address."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,10 +22,16 @@ def postgres_bin() -> Path | None:
 
 
 @contextmanager
-def postgres_cluster() -> Iterator[str]:
-    """``postgresql+psycopg://postgres@127.0.0.1:PORT/postgres`` of a new cluster (fsync off:
+def postgres_cluster(listen: str = "127.0.0.1", trust_network: str | None = None,
+                     launcher: Sequence[str] = ()) -> Iterator[str]:
+    """``postgresql+psycopg://postgres@LISTEN:PORT/postgres`` of a new cluster (fsync off:
     a test database). The server refuses to run as root, so as root it runs as the
-    `postgres` system user. ``FileNotFoundError`` when PostgreSQL is not installed."""
+    `postgres` system user. ``FileNotFoundError`` when PostgreSQL is not installed.
+
+    ``listen``: the one address the server binds. ``trust_network``: a CIDR whose TCP clients
+    connect without a password (initdb trusts only loopback). ``launcher``: a command prefix for
+    starting the server, e.g. ``ip netns exec NAME`` (stopping signals the pid, from anywhere).
+    The port is picked free on the caller's loopback: in a fresh namespace every port is free."""
     bindir = postgres_bin()
     if bindir is None:
         raise FileNotFoundError("PostgreSQL is not installed (make setup installs it)")
@@ -39,11 +46,14 @@ def postgres_cluster() -> Iterator[str]:
     data = base / "data"
     subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
                     "postgres", "--no-sync"], check=True, capture_output=True)
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w",
-                    "-l", str(base / "log"), "start"], check=True, capture_output=True)
+    if trust_network is not None:
+        with open(data / "pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {trust_network} trust\n")
+    options = f"-p {port} -k {base} -c listen_addresses={listen} -c fsync=off"
+    subprocess.run([*launcher, *as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
+                    "-w", "-l", str(base / "log"), "start"], check=True, capture_output=True)
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        yield f"postgresql+psycopg://postgres@{listen}:{port}/postgres"
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
                         "stop"], capture_output=True, check=False)
