@@ -22,7 +22,8 @@ manifest from the content store (``ledger.batches``: the entry CIDs of ``[a, b)`
 against the event's log id and sizes), and per sampled leaf ``audit_receipt``:
 
 1. ``fetch(endpoint, cid)`` (``inference_node.bundle_sources.fetch_bundle``): a 404 is ``not
-   retained``, any other failure ``unreachable``; a bundle of another receipt, or whose
+   retained``, a 401/403 ``refused`` (the node is up and will not serve this verifier), any
+   other failure ``unreachable``; a bundle of another receipt, or whose
    signature does not recover, is ``invalid bundle``. None of these can be proven on chain
    (the contract sees only a receipt hash and the node's signature), so they are reported,
    never challenged.
@@ -58,7 +59,12 @@ from eth_abi import encode as abi_encode
 from eth_utils import keccak
 
 from committee.judge import ABSTAIN_OUTCOME, UPHELD_OUTCOME, Judgement, judge
-from inference_node.bundle_sources import NotRetainedError, fetch_bundle, receipt_cid
+from inference_node.bundle_sources import (
+    AccessRefusedError,
+    NotRetainedError,
+    fetch_bundle,
+    receipt_cid,
+)
 from inference_node.challenges import challenge_evidence, challenged_receipt
 from inference_node.errors import NodeError, ReceiptError
 from inference_node.receipts import receipt_hash
@@ -75,6 +81,7 @@ DEFAULT_MAX_CHECKS = 1_000  # bundles fetched per log and pass
 MAX_CURSOR_BYTES = 1024 * 1024
 
 VERIFIED, FAILED, NOT_RETAINED, UNREACHABLE = "verified", "failed", "not retained", "unreachable"
+REFUSED = "refused"  # the node answered 401/403: up, but it will not serve this verifier
 INVALID_BUNDLE, ABSTAINED, PENDING = "invalid bundle", "abstained", "pending"
 UNAUDITABLE, ERROR = "unauditable", "error"  # a checkpoint's manifest; a log's chain reads
 
@@ -372,6 +379,8 @@ class Auditor:
             bundle = self.fetch(node.endpoint, cid)
         except NotRetainedError as exc:
             return finding(NOT_RETAINED, "not_retained", str(exc))
+        except AccessRefusedError as exc:
+            return finding(REFUSED, "refused", str(exc))
         except ReceiptError as exc:
             return finding(INVALID_BUNDLE, exc.reason, str(exc))
         except Exception as exc:  # noqa: BLE001 - NodeError, or whatever a hostile node causes

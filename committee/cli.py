@@ -355,6 +355,7 @@ def aggregate(
     committee, and settle a challenge with one aggregate signature once signers hold two
     thirds of the stake. Stops on SIGINT/SIGTERM."""
     from committee.aggregator import Aggregator, make_http_server, run_forever
+    from ledger.addresses import listening_urls
 
     rt = _runtime(ctx)
     committee = open_committee(ctx, _key(rt, key_env, account))
@@ -364,7 +365,7 @@ def aggregate(
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     console.print(f"aggregating verdicts for committee {committee.address} on "
-                  f"http://{host}:{server.server_address[1]} (sender "
+                  f"{listening_urls(host, server.server_address[1])} (sender "
                   f"{committee.account.address})", highlight=False)
     stop = _stop_event()
     try:

@@ -22,6 +22,7 @@ import httpx
 
 from contracts import foundry_binary
 from devnet.errors import DevnetError, PortInUseError, RpcUnreachableError
+from ledger.addresses import local_url
 from ledger.json_input import parse_json
 
 T = TypeVar("T")
@@ -41,7 +42,9 @@ class AnvilProcess:
 
     @property
     def rpc_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The URL this machine dials (loopback for a wildcard listener; other hosts get
+        ``devnet.network``'s announced URL)."""
+        return local_url(f"http://{self.host}:{self.port}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -17,9 +17,9 @@ from typing import Annotated
 import typer
 
 import committee.cli
+import content_endpoint.cli
 import contracts
 import contracts.cli
-import devnet.ipfs_cli
 import governance.cli
 import governance.dashboard.cli
 import inference_node.cli
@@ -28,6 +28,7 @@ import trainer.adapters.cli
 import trainer.cli
 import trainer.gradient.cli
 import trainer.swarm.cli
+from content_endpoint.errors import ContentEndpointError
 from contracts.signing import held_notices
 from devnet.errors import DevnetError
 from devnet.help import GymGroup
@@ -50,7 +51,7 @@ devnet_app = typer.Typer(help="Run the local network: Anvil plus every contract,
                          no_args_is_help=True)
 app.add_typer(devnet_app, name="devnet")
 app.add_typer(contracts.cli.app, name="contracts")
-app.add_typer(devnet.ipfs_cli.app, name="ipfs")
+app.add_typer(content_endpoint.cli.app, name="ipfs")
 app.add_typer(ledger.cli.app, name="ledger")
 ledger.cli.verify_app.command("receipt")(inference_node.cli.verify_receipt)
 app.add_typer(ledger.cli.verify_app, name="verify")
@@ -80,6 +81,7 @@ err_console = CliConsole(stderr=True)
 # Errors a user can cause and fix; anything else is a bug and keeps its traceback.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (
     DevnetError,
+    ContentEndpointError,
     contracts.ContractsError,
     LedgerError,
     TrainerError,
@@ -233,22 +235,26 @@ def up(
                                **deployment_json(result.deployment,
                                                  result.deployment.rpc_url)}, indent=2))
         return
+    deployment = result.deployment
     if result.anvil is not None:
         verb = "started" if result.started_anvil else "already running"
-        console.print(f"anvil {verb}: pid {result.anvil.pid}, {result.anvil.rpc_url}")
+        console.print(f"anvil {verb}: pid {result.anvil.pid}, {deployment.rpc_url}",
+                      highlight=False)
     if result.content is not None:
         verb = "started" if result.started_content else "already running"
         console.print(f"content service {verb}: pid {result.content.pid}, "
-                      f"{result.content.url} (store {result.content.store_dir})",
+                      f"{deployment.content_api} (store {result.content.store_dir})",
                       highlight=False, soft_wrap=True)
+    for note in result.notes:
+        err_console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if result.deployed:
         console.print(f"deployed contracts ({result.reason}); wrote {settings.deployment_file}")
     else:
         console.print(f"contracts already deployed ({result.reason})")
-    print_deployment(console, result.deployment, result.deployment.rpc_url)
+    print_deployment(console, deployment, deployment.rpc_url)
     console.print(f"manifest published: {result.manifest_cid}   another party joins with "
-                  f"`gym devnet join {result.manifest_cid}` (GYM_RPC_URL and GYM_IPFS_API set)",
-                  highlight=False, soft_wrap=True)
+                  f"`GYM_RPC_URL={deployment.rpc_url} GYM_IPFS_API={deployment.content_api} "
+                  f"gym devnet join {result.manifest_cid}`", highlight=False, soft_wrap=True)
 
 
 @devnet_app.command()
@@ -282,17 +288,19 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if result.content is not None:
         console.print(f"content service: running, pid {result.content.pid}, "
                       f"{result.content.url}", highlight=False)
-    elif result.deployment is not None and result.deployment.content_api:
-        console.print(f"content service: not started by gym here; the deployment's is "
-                      f"{result.deployment.content_api}", highlight=False)
+    elif result.content_api:
+        console.print(f"content endpoint: {result.content_api} (not started by gym here)",
+                      highlight=False)
     console.print(f"chain head: block {result.block_number}")
     print_deployment(console, result.deployment, result.rpc_url)
     if not result.healthy:
         for problem in result.problems:
-            err_console.print(f"[red]mismatch:[/red] {problem}")
-        err_console.print("the chain does not hold this deployment: run `gym devnet up` to redeploy")
+            err_console.print(f"[red]problem:[/red] {problem}", highlight=False, soft_wrap=True)
+        if result.advice:
+            err_console.print(result.advice, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    console.print("[green]deployment matches the chain[/green]")
+    console.print("[green]deployment matches the chain; the content endpoint answers[/green]"
+                  if result.content_api else "[green]deployment matches the chain[/green]")
 
 
 @devnet_app.command()
@@ -392,9 +400,11 @@ def deploy(
         raise typer.BadParameter(f"{settings.deployment_file} exists: move it away or set "
                                  "GYM_DEPLOYMENT_FILE, so no manifest is overwritten",
                                  param_hint="GYM_DEPLOYMENT_FILE")
+    from ledger.addresses import without_credentials
+
     with err_console.status(f"deploying to chain {expect_chain_id}"):
         deployment = deploy_remote(settings.rpc_url, key, governance, holders)
-        deployment.content_api = settings.ipfs_api
+        deployment.content_api = settings.ipfs_api and without_credentials(settings.ipfs_api)
         deployment.save(settings.deployment_file)
     print_deployment(console, deployment, deployment.rpc_url)
     console.print(f"wrote {settings.deployment_file}", highlight=False)

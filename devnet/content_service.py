@@ -1,5 +1,5 @@
 """Start, find and stop the devnet's content service: `gym ipfs serve` (the Kubo RPC subset
-and the trustless gateway, ``devnet.ipfs_server``) beside Anvil.
+and the trustless gateway, ``content_endpoint.server``) beside Anvil.
 
 `gym devnet up` starts it detached (its own session) over ``<data_dir>/ipfs``, the store the
 commands on this machine use when ``GYM_IPFS_API`` is unset, and records its URL in the
@@ -21,6 +21,7 @@ import httpx
 
 from devnet.anvil import free_port, port_is_free, read_record, terminate, zombie
 from devnet.errors import DevnetError, PortInUseError
+from ledger.addresses import local_url
 
 STARTUP_TIMEOUT_S = 30.0  # a Python process importing the server stack on a loaded machine
 
@@ -37,7 +38,8 @@ class ContentService:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The URL this machine dials (loopback for a wildcard listener)."""
+        return local_url(f"http://{self.host}:{self.port}")
 
 
 def record_file(data_dir: Path) -> Path:

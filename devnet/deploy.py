@@ -42,6 +42,7 @@ from contracts import load_artifact
 from contracts.gym_token import GYM
 from devnet.errors import DeploymentFileError, DevnetError, RpcUnreachableError
 from devnet.settings import ANVIL_DEV_KEYS
+from ledger.addresses import is_loopback, url_host
 from ledger.json_input import parse_json
 
 if TYPE_CHECKING:  # web3 and eth-account load when something talks to the chain
@@ -429,5 +430,7 @@ def print_deployment(console: Console, deployment: Deployment, rpc_url: str) -> 
     print_table(table, console)
     console.print(f"RPC: {rpc_url}  deployment block: {deployment.deployment_block}")
     if deployment.content_api:
-        console.print(f"content (Kubo RPC, gateway /ipfs/): {deployment.content_api}   parties "
-                      f"elsewhere: GYM_IPFS_API={deployment.content_api}", soft_wrap=True)
+        elsewhere = ("" if is_loopback(url_host(deployment.content_api))
+                     else f"   parties elsewhere: GYM_IPFS_API={deployment.content_api}")
+        console.print(f"content (Kubo RPC, gateway /ipfs/): {deployment.content_api}{elsewhere}",
+                      soft_wrap=True)

@@ -31,6 +31,7 @@ from devnet.deploy import (
 )
 from devnet.errors import DeploymentFileError, RpcUnreachableError
 from devnet.settings import GymSettings
+from ledger.addresses import announce_url, without_credentials
 
 
 @dataclass
@@ -43,6 +44,7 @@ class DevnetUp:
     content: ContentService | None = None  # None when GYM_IPFS_API names the content endpoint
     started_content: bool = False  # this call started the content service
     manifest_cid: str | None = None  # the manifest, published to the content endpoint
+    notes: list[str] = field(default_factory=list)  # where announced URLs came from
 
 
 @dataclass
@@ -53,6 +55,8 @@ class DevnetStatus:
     problems: list[str] = field(default_factory=list)
     block_number: int | None = None
     content: ContentService | None = None  # the content service `gym devnet up` started
+    content_api: str | None = None  # the content endpoint this party uses (checked)
+    advice: str | None = None  # what to do about the chain's problems, for this party
 
     @property
     def healthy(self) -> bool:
@@ -72,14 +76,43 @@ def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = F
         if isinstance(content, Starting):
             content.cancel()
         raise
-    content_api = settings.ipfs_api or service.url
-    if deployment.content_api != content_api:
-        deployment.content_api = content_api
+    notes: list[str] = []
+    public_rpc = _announced(settings, anvil, rpc_url, notes)
+    content_api = (without_credentials(settings.ipfs_api) if settings.ipfs_api
+                   else _announced_content(settings, service, notes))
+    if (deployment.content_api, deployment.rpc_url) != (content_api, public_rpc):
+        deployment.content_api, deployment.rpc_url = content_api, public_rpc
         deployment.save(settings.deployment_file)
     manifest_cid = _content_store(settings).add_file(
         deployment.model_dump_json(indent=2).encode(), pin=True)
     return DevnetUp(deployment, anvil, started, deployed, reason, service,
-                    isinstance(content, Starting), manifest_cid)
+                    isinstance(content, Starting), manifest_cid, notes)
+
+
+def _announced(settings: GymSettings, anvil: AnvilProcess | None, rpc_url: str,
+               notes: list[str]) -> str:
+    """The chain's URL for the manifest: what other hosts dial (``ledger.addresses``)."""
+    if anvil is None:  # GYM_RPC_URL: the party's own setting, announced as it is
+        return settings.rpc_public_url or rpc_url
+    announced = announce_url(listen_host=anvil.host, port=anvil.port,
+                             option="GYM_ANNOUNCE_HOST (or GYM_RPC_PUBLIC_URL)",
+                             explicit=settings.rpc_public_url or settings.announce_host)
+    if announced.loopback and not settings.announce_host and not settings.rpc_public_url:
+        notes.append("single machine: the chain and the content service listen on loopback, "
+                     "which only this host reaches; for parties on other hosts start them with "
+                     "GYM_ANVIL_HOST=0.0.0.0 (docs/across-machines.md)")
+    elif announced.note:
+        notes.append(f"chain: {announced.note}")
+    return announced.url
+
+
+def _announced_content(settings: GymSettings, service: ContentService, notes: list[str]) -> str:
+    announced = announce_url(listen_host=service.host, port=service.port,
+                             option="GYM_ANNOUNCE_HOST (or GYM_IPFS_PUBLIC_URL)",
+                             explicit=settings.ipfs_public_url or settings.announce_host)
+    if announced.note and not announced.loopback:
+        notes.append(f"content endpoint: {announced.note}")
+    return announced.url
 
 
 def _content_store(settings: GymSettings):
@@ -112,7 +145,11 @@ def devnet_join(settings: GymSettings, cid: str) -> Deployment:
         if current is not None and current.contracts != deployment.contracts:
             raise DevnetError(f"{settings.deployment_file} holds another deployment: move it "
                               "away (or set GYM_DEPLOYMENT_FILE) to join this one")
+    # the party's own settings win over the manifest's: the deployer's URLs are as the
+    # deployer's host reaches them, this party's as this host does
     deployment.rpc_url = settings.rpc_url
+    if settings.ipfs_api:
+        deployment.content_api = without_credentials(settings.ipfs_api)
     deployment.save(settings.deployment_file)
     return deployment
 
@@ -164,29 +201,62 @@ def _content_service(settings: GymSettings) -> ContentService | Starting | None:
 
 
 def devnet_status(settings: GymSettings) -> DevnetStatus:
-    """What runs and whether the chain holds the recorded deployment.
+    """What runs, and whether what this party uses holds the recorded deployment: its chain
+    (``GYM_RPC_URL``, else the Anvil it started, else the manifest's) and its content endpoint
+    (``GYM_IPFS_API``, else the service it started, else the manifest's). Each problem names the
+    URL that fails and advice that fits this party: only a party that runs the devnet itself is
+    told to run `gym devnet up`.
 
     Raises ``DeploymentFileError`` when there is no readable deployment and
     ``RpcUnreachableError`` when the chain does not answer.
     """
     deployment = Deployment.load(settings.deployment_file)
     anvil = None if settings.rpc_url else running_anvil(settings.data_dir)
+    content = running_content_service(settings.data_dir)
+    deployer = _runs_the_devnet(settings)
     rpc_url = settings.rpc_url or (anvil.rpc_url if anvil else deployment.rpc_url)
     try:
         w3 = connect(rpc_url)
     except RpcUnreachableError:
-        if anvil is None and not settings.rpc_url:
+        if deployer and anvil is None and not settings.rpc_url:
             raise RpcUnreachableError(
                 f"the devnet is not running (nothing answers at {rpc_url}): run `gym devnet up`"
             ) from None
-        raise
+        where = ("GYM_RPC_URL" if settings.rpc_url
+                 else f"the manifest's rpc_url in {settings.deployment_file}")
+        raise RpcUnreachableError(
+            f"cannot reach the EVM RPC at {rpc_url} (from {where}): check that its host is up "
+            "and reachable from here, or set GYM_RPC_URL to a node of this chain") from None
     status = DevnetStatus(rpc_url, anvil, deployment, block_number=w3.eth.block_number,
-                          content=running_content_service(settings.data_dir))
+                          content=content)
     status.problems = deployment_problems(w3, deployment)
-    if deployment.content_api and not answers(deployment.content_api):
-        status.problems.append(f"the content endpoint {deployment.content_api} does not answer "
-                               "(its Kubo RPC): run `gym devnet up` to start it again")
+    if status.problems:
+        status.advice = ("run `gym devnet up` to redeploy" if deployer else
+                         f"the chain at {rpc_url} does not hold the deployment in "
+                         f"{settings.deployment_file}: check GYM_RPC_URL, or join the current "
+                         "deployment with `gym devnet join CID`")
+    content_api = settings.ipfs_api or (content.url if content else deployment.content_api)
+    status.content_api = content_api
+    if content_api and not answers(content_api):
+        if settings.ipfs_api:
+            advice = ("check GYM_IPFS_API (this party's content endpoint): is its host up and "
+                      "reachable from here?")
+        elif deployer:
+            advice = "run `gym devnet up` to start it again"
+        else:
+            advice = ("set GYM_IPFS_API to a content endpoint this host reaches (the manifest's "
+                      "is as the deployer reaches it)")
+        status.problems.append(f"the content endpoint {content_api} does not answer (its Kubo "
+                               f"RPC): {advice}")
     return status
+
+
+def _runs_the_devnet(settings: GymSettings) -> bool:
+    """Whether `gym devnet up` is this party's remedy: it uses no GYM_RPC_URL (so the chain is
+    the Anvil that `up` starts here), or its data directory has run the devnet's Anvil or
+    content service. A party that joined another's deployment is neither."""
+    ran_here = ("anvil.json", "anvil.log", "ipfs-serve.json", "ipfs-serve.log")
+    return not settings.rpc_url or any((settings.data_dir / name).exists() for name in ran_here)
 
 
 def devnet_down(settings: GymSettings) -> tuple[AnvilProcess | None, ContentService | None]:

@@ -29,7 +29,18 @@ class GymSettings(BaseSettings):
     rpc_url: str | None = Field(
         None, description="EVM JSON-RPC endpoint; unset: the Anvil devnet that `gym devnet up` starts"
     )
-    anvil_host: str = Field("127.0.0.1", description="interface the devnet's Anvil listens on")
+    anvil_host: str = Field("127.0.0.1", description="interface the devnet's Anvil and content "
+                            "service listen on (0.0.0.0: every interface, for parties elsewhere)")
+    announce_host: str | None = Field(
+        None, description="host name or IP other hosts reach this host's servers at (the "
+        "manifest's URLs, printed hints); unset: the listening address, or for 0.0.0.0 the one "
+        "address of this host's interfaces")
+    rpc_public_url: str | None = Field(
+        None, description="the chain's URL as other parties dial it (a proxy, TLS); overrides "
+        "GYM_ANNOUNCE_HOST for the manifest's rpc_url")
+    ipfs_public_url: str | None = Field(
+        None, description="the content service's URL as other parties dial it; overrides "
+        "GYM_ANNOUNCE_HOST for the manifest's content_api")
     anvil_port: int = Field(8545, ge=0, le=65535, description="Anvil's port; 0 picks a free one")
     chain_id: int = Field(DEVNET_CHAIN_ID, gt=0, description="chain id the devnet's Anvil runs with")
     data_dir: Path = Field(DEVNET_DIR / ".data", description="devnet state: Anvil log, pid file")
@@ -38,6 +49,8 @@ class GymSettings(BaseSettings):
     )
     db_url: str | None = Field(None, description="SQLAlchemy URL; unset: SQLite in the data dir")
     ipfs_api: str | None = Field(None, description="Kubo RPC URL; unset: the local content store")
+    ipfs_api_auth: SecretStr | None = Field(None, description="GYM_IPFS_API's credential: "
+                                            "bearer:TOKEN or basic:USER:PASSWORD (Kubo's syntax)")
     ipfs_port: int = Field(5001, ge=0, le=65535, description="port of the content service "
                            "`gym devnet up` starts (unless GYM_IPFS_API is set); 0 picks a free one")
     deployer_key: SecretStr = Field(

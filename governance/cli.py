@@ -31,6 +31,7 @@ before the proposal could execute (voting delay + voting period + timelock delay
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # web3 loads when a command runs, not for `--help`
     from ledger.evm import TxResult
 
 console = Console()
+err_console = Console(stderr=True)
 
 
 def _runtime(ctx: typer.Context) -> GovernanceRuntime:
@@ -195,7 +197,10 @@ def delegate(
 @app.command("propose-curation")
 def propose_curation(
     ctx: typer.Context,
-    from_log: Annotated[str, typer.Option("--from-log", help="Local publisher log to curate from.")],
+    from_log: Annotated[str, typer.Option(
+        "--from-log", help="The publisher log to curate from: its name or on-chain id. A log "
+                           "in the local store is read there; any other published log is "
+                           "read from the chain and the content endpoint (GYM_IPFS_API).")],
     indices: Annotated[str, typer.Option(help="Leaf indices, comma-separated: 0,1,2.")],
     description: Annotated[str, typer.Option(help="Why these entries belong in the library.")] = "",
     account: AccountOption = None,
@@ -207,9 +212,39 @@ def propose_curation(
         raise GovernanceError(f"--indices is comma-separated leaf numbers, not {indices!r}") from None
     rt = _runtime(ctx)
     client = rt.client(account)
-    plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted, description)
+    if _local_log(rt.ledger.store, from_log):
+        plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted,
+                                     description)
+    else:
+        with _replay_progress(from_log) as progress:
+            plan = client.build_curation_from_chain(rt.ledger.content, from_log, wanted,
+                                                    description, progress=progress)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
+
+
+def _local_log(store, name: str) -> bool:
+    """Whether the local log store holds a log named ``name`` (a cache: any other published
+    log is read from the chain)."""
+    from ledger.errors import NotFoundError
+
+    try:
+        store.get_log(name)
+    except NotFoundError:
+        return False
+    return True
+
+
+@contextmanager
+def _replay_progress(log: str):
+    """A progress bar over the leaves of ``log`` replayed from the chain and the endpoint."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn(f"reading log {log} from the chain and the content endpoint"),
+                  BarColumn(), MofNCompleteColumn(), console=err_console,
+                  transient=True) as bar:
+        task = bar.add_task("replay", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 @app.command("propose-params")

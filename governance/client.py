@@ -50,6 +50,7 @@ from governance.appeals import (
 from governance.curation import CurationProposal, SourcedLeaf, build_curation, document_cid_of
 from governance.devnet_time import advance_time, ensure_time_after, is_devnet, utc
 from governance.errors import (
+    CurationError,
     GovernanceError,
     NotProposerError,
     ProposalStateError,
@@ -71,6 +72,7 @@ from governance.reverts import format_revert_value, governance_error
 from governance.slashing import build_slash, checksum_address
 from inference_node.registry import ChallengeInfo, NodeRegistry, RegisteredNode
 from ledger.chain import LedgerContract
+from ledger.errors import LedgerError
 from ledger.evm import ChainError, EvmConnection, TxResult
 from ledger.signer import LazySigner
 
@@ -210,6 +212,23 @@ class GovernanceClient:
         DAO's curated library (``governance.curation.build_curation``)."""
         return build_curation(self.ledger, self.curated_log_id, store, content, log_name,
                               indices, description)
+
+    def build_curation_from_chain(self, content: ContentStore, log: str, indices: Sequence[int],
+                                  description: str = "", progress=None) -> CurationProposal:
+        """The same proposal for a published log named ``log`` on chain (or its on-chain id),
+        read from the chain and the content endpoint alone
+        (``governance.curation.build_curation_from_chain``)."""
+        from governance.curation import build_curation_from_chain
+        from ledger.chain import resolve_log_id
+
+        try:
+            log_id = resolve_log_id(self.ledger, log, from_block=self.from_block,
+                                    curated_log_id=self.curated_log_id)
+        except LedgerError as exc:
+            raise CurationError(str(exc)) from None
+        return build_curation_from_chain(self.ledger, self.curated_log_id, content, log_id,
+                                         indices, description, from_block=self.from_block,
+                                         progress=progress)
 
     def check_can_propose(self, proposer: str, remedy: str) -> None:
         """``VotingPowerError`` (ending in ``remedy``) unless ``proposer`` holds the governor's

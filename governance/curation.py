@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,8 +23,9 @@ from eth_utils import keccak
 
 from governance.errors import CurationError
 from governance.reverts import governance_error
+from ledger import rfc9162
 from ledger.chain import LedgerContract, LogKind
-from ledger.entries import MAX_ENTRY_BYTES
+from ledger.entries import MAX_ENTRY_BYTES, entry_leaf_hash
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.evm import ChainError
 from ledger.json_input import JSONInputError, parse_json
@@ -100,17 +101,16 @@ def _entry_summary(index: int, cid: str, obj: dict) -> str:
 def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
                    content: ContentStore, log_name: str, indices: Sequence[int],
                    description: str = "") -> CurationProposal:
-    """A proposal to curate leaves ``indices`` of local publisher log ``log_name`` into curated
-    log ``curated_log_id`` of ``ledger``.
+    """A proposal to curate leaves ``indices`` of publisher log ``log_name`` into curated log
+    ``curated_log_id`` of ``ledger``, from the local log store (the publisher's own host, or
+    any host that holds a copy). Where the store does not hold the log, see
+    ``build_curation_from_chain``: the chain and the content endpoint suffice.
 
     Raises ``CurationError`` for an unknown or unpublished log, an index beyond the last
     anchored checkpoint, a checkpoint the chain does not hold, an entry the content store
     lacks, a proof that does not verify, or a leaf already curated.
     """
-    if not indices:
-        raise CurationError("name at least one leaf index to curate")
-    if len(set(indices)) != len(indices):
-        raise CurationError(f"leaf indices repeat: {list(indices)}")
+    _check_indices(indices)
     try:
         log = store.get_log(log_name)
     except NotFoundError:
@@ -123,18 +123,15 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
         raise CurationError(str(exc)) from None
     checkpoints = store.checkpoints(log_name)
     anchored = checkpoints[-1].size if checkpoints else 0
-    def leaves(n: int) -> str:
-        return f"{n} leaves (0-{n - 1})" if n > 1 else "1 leaf (0)" if n else "no leaves"
-
     missing = [i for i in indices if not 0 <= i < log.size]
     if missing:
         raise CurationError(f"log {log_name!r} has no leaf {missing[0]}: it has "
-                            f"{leaves(log.size)}")
+                            f"{_leaves(log.size)}")
     unanchored = [i for i in indices if i >= anchored]
     if unanchored:
         raise CurationError(
             f"leaf {unanchored[0]} of log {log_name!r} is not anchored yet: the log has "
-            f"{leaves(log.size)}, its last anchored checkpoint covers {leaves(anchored)}; run "
+            f"{_leaves(log.size)}, its last anchored checkpoint covers {_leaves(anchored)}; run "
             f"`gym ledger publish {log_name}` to anchor the rest")
     checkpoint = checkpoints[-1]
     try:
@@ -151,7 +148,7 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
             f"recorded here (chain root 0x{chain_root.hex()}, local 0x{checkpoint.root.hex()}); "
             f"check with `gym audit {log_name}`")
 
-    leaves, bodies, lines = [], [], []
+    picked = []
     for index in indices:
         leaf = store.leaf(log_name, index)
         try:
@@ -159,9 +156,96 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
         except LedgerError as exc:
             raise CurationError(f"leaf {index} of {log_name!r}: entry {leaf.cid} cannot be "
                                 f"read from the content store ({exc})") from None
-        proof = store.inclusion_proof(log_name, index, checkpoint.size)
+        picked.append(_Picked(index, leaf.cid, leaf.leaf_hash, data,
+                              tuple(store.inclusion_proof(log_name, index, checkpoint.size))))
+    return _proposal(ledger, curated_log_id, content, log_name, chain_log_id, checkpoint.size,
+                     checkpoint.root, picked, description)
+
+
+def build_curation_from_chain(ledger: LedgerContract, curated_log_id: int,
+                              content: ContentStore, log_id: int, indices: Sequence[int],
+                              description: str = "", *, from_block: int = 0,
+                              progress: Callable[[int, int], None] | None = None
+                              ) -> CurationProposal:
+    """``build_curation`` for a token holder on any host: publisher log ``log_id`` replayed
+    from the chain's events and the content endpoint (``ledger.audit.audit_log``, every entry
+    re-hashed and the anchored roots recomputed), up to its last anchored checkpoint; the
+    inclusion proofs are computed from the replayed leaves. Raises ``CurationError`` as
+    ``build_curation`` does, and for a log that does not replay cleanly (naming its first
+    discrepancy)."""
+    from ledger.audit import audit_log
+
+    _check_indices(indices)
+    try:
+        info = ledger.log_info(log_id)
+    except LedgerError as exc:
+        raise CurationError(f"cannot read log {log_id} from the chain: {exc}") from None
+    if info.kind != LogKind.PUBLISHER:
+        raise CurationError(f"on-chain log {log_id} ({info.name!r}) is a curated log: only "
+                            "publisher logs can be curated from")
+    missing = [i for i in indices if not 0 <= i < info.size]
+    if missing:
+        raise CurationError(f"log {info.name!r} (on-chain log {log_id}) has no anchored leaf "
+                            f"{missing[0]}: its last checkpoint covers {_leaves(info.size)}")
+    wanted, entries = set(indices), {}
+    leaf_hashes: list[bytes] = []
+
+    def keep(index: int, cid: str, data: bytes) -> None:
+        if index == len(leaf_hashes):
+            leaf_hashes.append(entry_leaf_hash(data))
+        if index in wanted:
+            entries[index] = (cid, data)
+
+    try:
+        report = audit_log(ledger, content, log_id, from_block=from_block, on_entry=keep,
+                           progress=progress)
+    except LedgerError as exc:
+        raise CurationError(f"cannot replay log {info.name!r} (on-chain log {log_id}): "
+                            f"{exc}") from None
+    if not report.ok:
+        raise CurationError(f"log {info.name!r} (on-chain log {log_id}) does not replay cleanly "
+                            f"from the chain and the content endpoint: "
+                            f"{report.discrepancies[0].message}; see `gym audit {log_id}`")
+    if len(leaf_hashes) != info.size or rfc9162.root(leaf_hashes) != info.root:
+        raise CurationError(f"the replay of log {log_id} does not end at its anchored root")
+    picked = [_Picked(i, entries[i][0], leaf_hashes[i], entries[i][1],
+                      tuple(rfc9162.inclusion_proof(leaf_hashes, i))) for i in indices]
+    return _proposal(ledger, curated_log_id, content, info.name, log_id, info.size, info.root,
+                     picked, description)
+
+
+def _check_indices(indices: Sequence[int]) -> None:
+    if not indices:
+        raise CurationError("name at least one leaf index to curate")
+    if len(set(indices)) != len(indices):
+        raise CurationError(f"leaf indices repeat: {list(indices)}")
+
+
+def _leaves(n: int) -> str:
+    return f"{n} leaves (0-{n - 1})" if n > 1 else "1 leaf (0)" if n else "no leaves"
+
+
+@dataclass(frozen=True)
+class _Picked:
+    """A leaf to curate: its index, entry CID and leaf hash, the entry's bytes, its proof."""
+
+    index: int
+    cid: str
+    leaf_hash: bytes
+    data: bytes
+    proof: tuple[bytes, ...]
+
+
+def _proposal(ledger: LedgerContract, curated_log_id: int, content: ContentStore,
+              log_name: str, chain_log_id: int, size: int, root: bytes,
+              picked: Sequence[_Picked], description: str) -> CurationProposal:
+    """The proposal for ``picked`` leaves of log ``chain_log_id`` at its checkpoint
+    ``(size, root)``: each proof checked, each leaf not yet curated, the document stored."""
+    leaves, bodies, lines = [], [], []
+    for leaf in picked:
+        index = leaf.index
         try:
-            verify_inclusion(leaf.leaf_hash, index, checkpoint.size, proof, checkpoint.root)
+            verify_inclusion(leaf.leaf_hash, index, size, list(leaf.proof), root)
         except VerificationError as exc:
             raise CurationError(f"leaf {index} of {log_name!r}: its inclusion proof does not "
                                 f"verify against the anchored root ({exc})") from None
@@ -173,14 +257,14 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
             raise CurationError(f"leaf {index} of {log_name!r} ({leaf.cid}) is already in "
                                 "the curated library")
         try:
-            body = parse_json(data, max_bytes=MAX_ENTRY_BYTES, what=f"entry {leaf.cid}")
+            body = parse_json(leaf.data, max_bytes=MAX_ENTRY_BYTES, what=f"entry {leaf.cid}")
         except JSONInputError as exc:
             raise CurationError(f"leaf {index} of {log_name!r}: {exc}") from None
         if not isinstance(body, dict):
             raise CurationError(f"leaf {index} of {log_name!r}: entry {leaf.cid} is not a "
                                 "JSON object")
-        leaves.append(SourcedLeaf(chain_log_id, checkpoint.size, index, leaf.leaf_hash,
-                                  leaf.cid, tuple(proof)))
+        leaves.append(SourcedLeaf(chain_log_id, size, index, leaf.leaf_hash, leaf.cid,
+                                  leaf.proof))
         bodies.append({"index": index, "cid": leaf.cid, "leaf_hash": "0x" + leaf.leaf_hash.hex(),
                        "entry": body})
         lines.append(_entry_summary(index, leaf.cid, body))
@@ -188,8 +272,8 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
     document = {
         "type": DOCUMENT_TYPE, "v": 1,
         "curated_log_id": curated_log_id,
-        "source": {"log": log_name, "log_id": chain_log_id, "size": checkpoint.size,
-                   "root": "0x" + checkpoint.root.hex()},
+        "source": {"log": log_name, "log_id": chain_log_id, "size": size,
+                   "root": "0x" + root.hex()},
         "entries": bodies,
     }
     document_cid = content.add_file(json.dumps(document, sort_keys=True, indent=1).encode(),
@@ -200,7 +284,7 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
         "",
         *([description.strip(), ""] if description.strip() else []),
         (f"Source: publisher log {log_name} (on-chain log {chain_log_id}), anchored "
-         f"checkpoint of size {checkpoint.size}, root 0x{checkpoint.root.hex()}"),
+         f"checkpoint of size {size}, root 0x{root.hex()}"),
         f"Target: curated library (on-chain log {curated_log_id})",
         "Entries:",
         *lines,

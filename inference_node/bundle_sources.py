@@ -44,6 +44,11 @@ class NotRetainedError(NodeError):
     """The node answered 404: it does not keep (or no longer keeps) that receipt's bundle."""
 
 
+class AccessRefusedError(NodeError):
+    """The node answered 401/403: it is up, and the reader has no right to the bundle (neither
+    the answer's token nor a registered verifier's signature)."""
+
+
 _OBJECTS = {"chat.completion": "chat", "chat.completion.chunk": "chat",
             "text_completion": "completion"}
 
@@ -153,8 +158,8 @@ def fetch_bundle(node_url: str, cid: str, *, timeout_s: float = FETCH_TIMEOUT_S,
     """The bundle of receipt ``cid`` that the node at ``node_url`` keeps (module docstring),
     read as the client that made the request (``token``: its answer's ``bundle_token``) or as
     a registered verifier (``account``: its key; ``inference_node.bundle_access``);
-    ``NodeError`` when it cannot be fetched (a 404 says the node does not retain it, 401/403
-    that the reader has no right to it), ``ReceiptError`` malformed when the node sends
+    ``NodeError`` when it cannot be fetched (``NotRetainedError``: a 404, the node does not
+    retain it; ``AccessRefusedError``: 401/403, the reader has no right to it), ``ReceiptError`` malformed when the node sends
     another receipt's."""
     import time
 
@@ -187,8 +192,8 @@ def fetch_bundle(node_url: str, cid: str, *, timeout_s: float = FETCH_TIMEOUT_S,
         raise NotRetainedError(f"the node does not retain the bundle of receipt {cid}: "
                                f"{_message(data)}")
     if status in (401, 403):
-        raise NodeError(f"{url} answered {status}: {_message(data)} (pass the answer's "
-                        "bundle_token, or read as a registered verifier)")
+        raise AccessRefusedError(f"{url} answered {status}: {_message(data)} (pass the "
+                                 "answer's bundle_token, or read as a registered verifier)")
     if status != 200:
         raise NodeError(f"{url} answered {status}: {_message(data)}")
     try:

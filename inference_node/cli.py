@@ -280,11 +280,14 @@ def serve(
         adapter_proof=adapter_proof, bundle_retention_s=retention_s,
         bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store,
         log_level=log_level.value)
+    from ledger.addresses import listening_urls
+
     with start_node(launch, ctx.obj, console=console) as running:
         def ready() -> None:
             snapshot = running.source.current()
             name = running.settings.served_model_name or running.engine.model_name
-            console.print(f"gym node: ready, serving [bold]{name}[/] on http://{host}:{port}/v1 "
+            console.print(f"gym node: ready, serving [bold]{name}[/] on "
+                          f"{listening_urls(host, port, '/v1')} "
                           f"with {len(snapshot.experiences)} experiences (library "
                           f"{snapshot.version}); Ctrl-C or SIGTERM stops it")
 

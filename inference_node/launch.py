@@ -401,13 +401,33 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
                           "wrote ahead but did not append (it was stopped abruptly)")
         if launch.register:
             register_node(open_registry(rt, launch.registry, key), signer, receipts_log,
-                          launch.stake,
-                          launch.endpoint or f"http://{settings.host}:{settings.port}/v1",
+                          launch.stake, registered_endpoint(settings.host, settings.port,
+                                                            launch.endpoint, console),
                           console)
     app = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log,
                      adapter_cid=launch.adapter, bundles=bundles, bundle_access=access)
     return RunningNode(app, engine, choice, source, settings, signer, receipts_log, bundles,
                        workdir, log_level=launch.log_level)
+
+
+def registered_endpoint(host: str, port: int, endpoint: str | None,
+                        console: Console | None = None) -> str:
+    """The URL the NodeRegistry gets: ``--endpoint`` as given, else the listening address as
+    other hosts reach it (``ledger.addresses``: a wildcard announces this host's address and
+    says so). A wildcard endpoint is refused (``AddressError``); a loopback one registers with a
+    one-line warning, since clients, verifiers and auditors elsewhere cannot reach it."""
+    from ledger.addresses import announce_url, check_public_url
+
+    console = console if console is not None else Console(quiet=True)
+    announced = announce_url(listen_host=host, port=port, path="/v1", explicit=endpoint,
+                             option="--endpoint URL")
+    warning = check_public_url(announced.url, what="registering the endpoint",
+                               option="--endpoint URL")
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    elif announced.note:
+        console.print(f"endpoint: {announced.note}", highlight=False, soft_wrap=True)
+    return announced.url
 
 
 def register_node(registry: Any, signer: Any, receipts_log: Any, stake: str | None,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from inference_node.bundle_sources import NotRetainedError
+from inference_node.bundle_sources import AccessRefusedError, NotRetainedError
 from inference_node.errors import NodeError, ReceiptError
 from inference_node.receipts import ReceiptDomain, verify_receipt_signature
 from ledger.entries import ReceiptEntry, decode_entry
@@ -51,7 +51,7 @@ class AuditedReceipt:
 class ReceiptFinding:
     leaf: int
     cid: str
-    outcome: str  # "failed", "verified", "not retained", "unreachable"
+    outcome: str  # "failed", "verified", "not retained", "refused", "unreachable"
     reason: str  # a REASONS value (or not_a_receipt, unreachable, not_retained); "" when verified
     detail: str
 
@@ -138,6 +138,8 @@ def verify_sample(report: ReceiptAuditReport, chosen: list[AuditedReceipt],
                                      str(exc))
         except ReceiptError as exc:
             finding = ReceiptFinding(item.leaf, item.cid, "failed", exc.reason, str(exc))
+        except AccessRefusedError as exc:  # up, but this reader has no right to the bundle
+            finding = ReceiptFinding(item.leaf, item.cid, "refused", "refused", str(exc))
         except NodeError as exc:
             finding = ReceiptFinding(item.leaf, item.cid, "unreachable", "unreachable",
                                      str(exc))
@@ -183,6 +185,6 @@ def print_receipt_audit(report: ReceiptAuditReport, console: Console, owner: str
     if report.ok:
         console.print("[green]receipt audit clean[/green]")
     else:
-        bad = len(report.failures) + sum(s.outcome in ("failed", "unreachable")
+        bad = len(report.failures) + sum(s.outcome in ("failed", "refused", "unreachable")
                                          for s in report.sampled)
         console.print(f"[red]receipt audit failed[/red]: {bad} receipts")

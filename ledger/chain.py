@@ -38,6 +38,7 @@ from eth_utils import event_abi_to_log_topic, function_abi_to_4byte_selector, to
 from web3 import Web3
 from web3.exceptions import TransactionNotFound, Web3Exception
 
+from ledger.errors import LedgerError
 from ledger.evm import (
     PAGE_BLOCKS,
     ChainError,
@@ -403,4 +404,23 @@ class LedgerContract:
 
 __all__ = ["AnchorCall", "AnchoredEvent", "ChainError", "ContractRevertError", "CuratedCheckpointEvent",
            "LeafAppendedEvent", "LedgerContract", "LogCreatedEvent", "LogKind", "LogState",
-           "TracingUnavailableError", "TxResult"]
+           "TracingUnavailableError", "TxResult", "resolve_log_id"]
+
+
+def resolve_log_id(contract: LedgerContract, name: str, *, from_block: int = 0,
+                   curated_log_id: int | None = None) -> int:
+    """The on-chain id of log ``name``: a number is an id; the curated library's name (the
+    deployment's ``curated_log_id``) is that log; else the one log created on chain as
+    ``name`` (names are not unique there: ``LedgerError`` names the ids when several are)."""
+    if name.isdigit():
+        return int(name)
+    if curated_log_id is not None and contract.log_info(curated_log_id).name == name:
+        return curated_log_id
+    ids = [e.log_id for e in contract.logs_created(from_block) if e.name == name]
+    if not ids:
+        raise LedgerError(f"no log named {name!r} was created on chain: list yours with "
+                          "`gym ledger list`, or pass an on-chain log id (`gym audit N`)")
+    if len(ids) > 1:
+        raise LedgerError(f"{len(ids)} logs are named {name!r} on chain (ids "
+                          f"{', '.join(map(str, ids))}): pass the id (`gym audit N`)")
+    return ids[0]

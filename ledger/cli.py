@@ -505,23 +505,11 @@ def verify_entry(file: Path) -> None:
 
 
 def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:
-    """The on-chain id of log ``name``: a number is an id; the curated library's name (the
-    deployment's ``curated_log_id``) is that log; else the log created on chain as ``name``
-    (names are not unique there)."""
-    if name.isdigit():
-        return int(name)
-    curated = rt.chain.curated_log_id
-    if curated is not None and rt.contract.log_info(curated).name == name:
-        return curated
-    ids = [e.log_id for e in rt.contract.logs_created(rt.chain.deployment_block)
-           if e.name == name]
-    if not ids:
-        raise LedgerError(f"no log named {name!r} was created on chain: list yours with "
-                          "`gym ledger list`, or pass an on-chain log id (`gym audit N`)")
-    if len(ids) > 1:
-        raise LedgerError(f"{len(ids)} logs are named {name!r} on chain (ids "
-                          f"{', '.join(map(str, ids))}): pass the id (`gym audit N`)")
-    return ids[0]
+    """The on-chain id of log ``name`` (``ledger.chain.resolve_log_id``)."""
+    from ledger.chain import resolve_log_id
+
+    return resolve_log_id(rt.contract, name, from_block=rt.chain.deployment_block,
+                          curated_log_id=rt.chain.curated_log_id)
 
 
 def replay_log(ctx: typer.Context, log: str | None, log_id: int | None,

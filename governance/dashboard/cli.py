@@ -15,11 +15,16 @@ console = Console()
 
 def dashboard(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="Interface to listen on: 127.0.0.1 for this machine only; 0.0.0.0 for voters on "
+             "other hosts, who then reach it at this host's address (printed), or at the name "
+             "--origin gives.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8600,
     origin: Annotated[list[str] | None, typer.Option(
-        help="Another origin the pages are served under (a reverse proxy's https://...); "
-             "POSTs from any origin not listed are refused.")] = None,
+        help="The origin voters elsewhere use, when it is not this host's address: a DNS "
+             "name (http://dao.example:8600) or a reverse proxy's https://...; repeatable. "
+             "Requests naming any other host, and POSTs from any other origin, are refused.")
+    ] = None,
     no_relay: Annotated[bool, typer.Option(
         "--no-relay", help="Relay no signed ballots (voters then send their votes themselves).")
     ] = False,
@@ -37,7 +42,8 @@ def dashboard(
 
     from governance.dashboard.app import create_app
     from governance.dashboard.runtime import DashboardRuntime
-    from governance.dashboard.security import served_origins
+    from governance.dashboard.security import origin_of, served_origins
+    from ledger.addresses import is_loopback, is_wildcard, url_host
 
     factory = ctx.meta.get("governance_runtime")
     if factory is None:
@@ -58,7 +64,13 @@ def dashboard(
                      else ""), highlight=False)
     if runtime.relayer_address:
         console.print(f"signed ballots are relayed by {runtime.relayer_address}", highlight=False)
-    console.print(f"dashboard on [bold]http://{host}:{port}/[/bold]", highlight=False)
+    told = origin_of(origin[0]) if origin else runtime.origins[0]
+    others = [o for o in runtime.origins if o != told and not is_loopback(url_host(o))]
+    local = is_wildcard(host) and not is_loopback(url_host(told))
+    console.print(f"dashboard on [bold]{told}/[/bold]"
+                  + (f" (also {', '.join(others)})" if others else "")
+                  + (" and on this machine's loopback" if local else ""),
+                  highlight=False, soft_wrap=True)
     uvicorn.run(create_app(runtime), host=host, port=port, log_level="warning")
 
 

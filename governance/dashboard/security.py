@@ -23,6 +23,8 @@ import secrets
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from ledger.addresses import interface_addresses, is_wildcard
+
 SESSION_COOKIE = "gym_session"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -39,18 +41,27 @@ SECURITY_HEADERS = {
 }
 
 
-def _origin_of(url: str) -> str:
+def origin_of(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
 def served_origins(host: str, port: int, extra: Iterable[str] = ()) -> tuple[str, ...]:
     """The origins a dashboard bound to ``host:port`` answers: itself, its loopback alias
-    (``localhost`` for ``127.0.0.1`` and back), and ``extra`` (a reverse proxy's origin)."""
-    origins = [f"http://{host}:{port}"]
-    if host in LOOPBACK_ALIASES:
-        origins.append(f"http://{LOOPBACK_ALIASES[host]}:{port}")
-    origins += [_origin_of(url) for url in extra]
+    (``localhost`` for ``127.0.0.1`` and back), and ``extra`` (``--origin``: a reverse proxy's,
+    or the name other hosts use). Bound to a wildcard (``0.0.0.0``, ``::``), it answers under
+    each of this host's addresses and loopback, never ``0.0.0.0`` itself: those are the names a
+    browser elsewhere can reach it by, and a rebinding page's own name is still none of them.
+    The first ``extra``, else the first origin, is the one to tell other hosts."""
+    if is_wildcard(host):
+        hosts = [a for addrs in interface_addresses().values() for a in addrs]
+        hosts += ["127.0.0.1", "localhost"]
+        origins = [f"http://{f'[{h}]' if ':' in h else h}:{port}" for h in hosts]
+    else:
+        origins = [f"http://{host}:{port}"]
+        if host in LOOPBACK_ALIASES:
+            origins.append(f"http://{LOOPBACK_ALIASES[host]}:{port}")
+    origins += [origin_of(url) for url in extra]
     return tuple(dict.fromkeys(o.lower() for o in origins))
 
 
@@ -65,7 +76,7 @@ def request_origin(headers) -> str | None:
     if origin and origin != "null":
         return origin.lower()
     referer = headers.get("referer")
-    return _origin_of(referer) if referer else None
+    return origin_of(referer) if referer else None
 
 
 class CsrfTokens:

@@ -93,3 +93,34 @@ def test_a_party_joins_from_the_published_manifest_alone(ledger_devnet, tmp_path
             **joiner, "GYM_DEPLOYMENT_FILE": str(tmp_path / f"{name}.deployment.json")})
         assert refused.returncode == 1 and why in refused.stderr, refused.stderr
         assert not (tmp_path / f"{name}.deployment.json").exists()
+
+
+def test_a_joined_party_checks_its_own_endpoint_and_is_never_told_to_redeploy(ledger_devnet,
+                                                                               tmp_path):
+    """Issue 44, findings 1 and 2: `join` keeps the party's own GYM_IPFS_API over the
+    manifest's, and `gym devnet status` there checks what that party uses, names the URL that
+    fails, and gives advice that fits a party that did not deploy."""
+    gym = ledger_devnet.gym
+    published = json.loads(gym.run("devnet", "up", "--json").stdout)
+    own = published["content_api"].replace("127.0.0.1", "localhost")  # the same service
+    joiner = {"GYM_DATA_DIR": str(tmp_path / "joiner"), "GYM_IPFS_API": own,
+              "GYM_DEPLOYMENT_FILE": str(tmp_path / "joiner" / "deployment.json")}
+    assert gym.run("devnet", "join", published["manifest_cid"], extra_env=joiner).returncode == 0
+    assert json.loads((tmp_path / "joiner" / "deployment.json").read_text())["content_api"] == own
+
+    healthy = gym.run("devnet", "status", extra_env=joiner)
+    assert healthy.returncode == 0, healthy.stderr
+    assert f"content endpoint: {own}" in healthy.stdout
+
+    dead = "http://127.0.0.1:9"
+    status = gym.run("devnet", "status", extra_env={**joiner, "GYM_IPFS_API": dead})
+    assert status.returncode == 1
+    assert f"the content endpoint {dead} does not answer" in status.stderr
+    assert "GYM_IPFS_API" in status.stderr and "redeploy" not in status.stderr
+    assert "gym devnet up" not in status.stderr
+
+    # the chain: a joined party's RPC that does not answer is named, with no "redeploy"
+    chain = gym.run("devnet", "status", extra_env={**joiner, "GYM_RPC_URL": dead})
+    assert chain.returncode == 1 and f"cannot reach the EVM RPC at {dead} (from GYM_RPC_URL)" \
+        in chain.stderr
+    assert "gym devnet up" not in chain.stderr

@@ -126,6 +126,48 @@ def test_curation_through_the_cli(gym_env, ledger_devnet, tmp_path):
 
 
 @pytest.mark.anvil
+def test_a_token_holder_elsewhere_proposes_a_published_log_from_the_chain(gym_env, ledger_devnet,
+                                                                          tmp_path):
+    """Issue 44, finding 3: a token holder whose own store holds nothing proposes curating a
+    published log by its name or on-chain id, read from the chain and the content endpoint."""
+    def gym(*args: str, ok: bool = True, **kwargs):
+        result = gym_env.run(*args, **kwargs)
+        assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
+        return result
+
+    gym("devnet", "up")
+    gym("ledger", "create", "alice/math")
+    gym("ledger", "append", "alice/math", str(SAMPLES))
+    gym("ledger", "publish", "alice/math")
+    endpoint = json.loads(gym_env.deployment_file.read_text())["content_api"]
+    holder = {"GYM_DATA_DIR": str(tmp_path / "holder"), "GYM_IPFS_API": endpoint}
+
+    proposed = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "1",
+                   "--account", "1", extra_env=holder).stdout
+    assert "# Curate 1 entry from alice/math" in proposed
+    assert not (tmp_path / "holder" / "ipfs").exists()  # nothing read from a local store
+    document_cid = re.search(r"Proposal document: ipfs://(\S+)", proposed).group(1)
+    document = json.loads(gym("ipfs", "cat", document_cid).stdout)
+    log_id = document["source"]["log_id"]
+    assert [e["index"] for e in document["entries"]] == [1]
+    # the same proof as the publisher's own store gives
+    local = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "1",
+                "--description", "From the publisher's own store.", "--account", "2").stdout
+    mine = json.loads(gym("ipfs", "cat", re.search(r"ipfs://(\S+)", local).group(1)).stdout)
+    assert mine == document
+
+    by_id = gym("gov", "propose-curation", "--from-log", str(log_id), "--indices", "0,2",
+                "--account", "3", extra_env=holder).stdout
+    assert "# Curate 2 entries from alice/math" in by_id
+    missing = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "99",
+                  "--account", "1", ok=False, extra_env=holder)
+    assert "has no anchored leaf 99" in missing.stderr
+    unknown = gym("gov", "propose-curation", "--from-log", "bob/none", "--indices", "0",
+                  "--account", "1", ok=False, extra_env=holder)
+    assert "no log named 'bob/none' was created on chain" in unknown.stderr
+
+
+@pytest.mark.anvil
 def test_cli_refusals_are_one_clear_line(gym_env, ledger_devnet):
     assert gym_env.run("devnet", "up").returncode == 0
     assert gym_env.run("ledger", "create", "alice/math").returncode == 0

@@ -13,7 +13,7 @@ import pytest
 from node_helpers import MODEL_NAME, NODE_KEY, make_engine, run_server, wait_for_health
 
 from devnet.settings import ANVIL_DEV_KEYS
-from inference_node.bundle_sources import NotRetainedError
+from inference_node.bundle_sources import AccessRefusedError, NotRetainedError
 from inference_node.errors import NodeError, ReceiptError
 from inference_node.library import StaticLibrarySource
 from inference_node.receipt_audit import (
@@ -75,13 +75,15 @@ def test_sample_is_reproducible_and_each_outcome_named():
     with pytest.raises(NodeError):
         choose_sample(collector.receipts, 0, seed=1)
 
-    gone, forged, down = (r.cid for r in chosen[:3])
+    gone, forged, down, refused = (r.cid for r in chosen[:4])
 
     def fetch(cid):
         if cid == gone:
             raise NotRetainedError("the node does not retain it")
         if cid == down:
             raise NodeError("connection refused")
+        if cid == refused:  # the node is up and answered 403: not "unreachable"
+            raise AccessRefusedError("http://node/v1/receipts/x answered 403: forbidden")
         return {"cid": cid}
 
     def check(bundle):
@@ -94,10 +96,39 @@ def test_sample_is_reproducible_and_each_outcome_named():
     assert outcomes[gone] == ("not retained", "not_retained")
     assert outcomes[forged] == ("failed", "activation_mismatch")
     assert outcomes[down] == ("unreachable", "unreachable")
-    assert [o for o, _ in outcomes.values()].count("verified") == 2
+    assert outcomes[refused] == ("refused", "refused")
+    assert [o for o, _ in outcomes.values()].count("verified") == 1
     assert not report.ok
-    report.sampled = [s for s in report.sampled if s.cid in (gone, chosen[3].cid)]
+    report.sampled = [s for s in report.sampled if s.cid in (gone, chosen[4].cid)]
     assert report.ok  # not retained is no failure
+
+
+def test_a_node_that_refuses_is_up_not_unreachable():
+    """Issue 44, finding 4: a node answering 403 was reported "unreachable"."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from inference_node.bundle_sources import fetch_bundle
+
+    class Refuses(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"error": {"message": "not a registered verifier"}}'
+            self.send_response(403)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        with pytest.raises(AccessRefusedError, match="answered 403: not a registered verifier"):
+            fetch_bundle(url, "bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy")
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.anvil
