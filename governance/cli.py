@@ -241,8 +241,8 @@ def _replay_progress(log: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     with Progress(TextColumn(f"reading log {log} from the chain and the content endpoint"),
-                  BarColumn(), MofNCompleteColumn(), console=err_console,
-                  transient=True) as bar:
+                  BarColumn(), MofNCompleteColumn(), console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as bar:
         task = bar.add_task("replay", total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 

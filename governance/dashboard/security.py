@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from ledger.addresses import interface_addresses, is_wildcard
+from ledger import addresses
 
 SESSION_COOKIE = "gym_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -53,8 +53,8 @@ def served_origins(host: str, port: int, extra: Iterable[str] = ()) -> tuple[str
     each of this host's addresses and loopback, never ``0.0.0.0`` itself: those are the names a
     browser elsewhere can reach it by, and a rebinding page's own name is still none of them.
     The first ``extra``, else the first origin, is the one to tell other hosts."""
-    if is_wildcard(host):
-        hosts = [a for addrs in interface_addresses().values() for a in addrs]
+    if addresses.is_wildcard(host):
+        hosts = [a for addrs in addresses.interface_addresses().values() for a in addrs]
         hosts += ["127.0.0.1", "localhost"]
         origins = [f"http://{f'[{h}]' if ':' in h else h}:{port}" for h in hosts]
     else:

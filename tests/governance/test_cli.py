@@ -180,7 +180,8 @@ def test_cli_refusals_are_one_clear_line(gym_env, ledger_devnet):
         return result.stderr
 
     propose = ("gov", "propose-curation", "--indices", "0", "--account", "0", "--from-log")
-    assert "unknown log 'bob/none'" in refused(*propose, "bob/none")
+    # a log this store lacks is looked up on chain, the published logs' record
+    assert "no log named 'bob/none' was created on chain" in refused(*propose, "bob/none")
     assert ("leaf 0 of log 'alice/math' is not anchored yet: the log has 5 leaves (0-4), its "
             "last anchored checkpoint covers no leaves; run `gym ledger publish alice/math`"
             ) in refused(*propose, "alice/math")
