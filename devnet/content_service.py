@@ -47,9 +47,11 @@ def record_file(data_dir: Path) -> Path:
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
-    """Whether a Kubo RPC API answers at ``url`` (``POST /api/v0/version``)."""
+    """Whether a Kubo RPC API answers at ``url`` (``POST /api/v0/version``; a 401 or 403 from
+    an endpoint that requires credentials is an answer too)."""
     try:
-        return httpx.post(f"{url}/api/v0/version", timeout=timeout).status_code == 200
+        return httpx.post(f"{url}/api/v0/version", timeout=timeout).status_code in (200, 401,
+                                                                                     403)
     except httpx.HTTPError:
         return False
 
@@ -85,9 +87,11 @@ class Starting:
         record_file(self.data_dir).unlink(missing_ok=True)
 
 
-def launch_content_service(data_dir: Path, host: str, port: int) -> Starting:
+def launch_content_service(data_dir: Path, host: str, port: int,
+                           authorizations: Path | None = None) -> Starting:
     """Launch `gym ipfs serve` over ``<data_dir>/ipfs`` on ``host:port`` (``port`` 0: a free
-    one), detached; ``wait()`` on the result."""
+    one), detached, with Kubo's ``API.Authorizations`` from ``authorizations`` when given
+    (docs/content-endpoint.md); ``wait()`` on the result."""
     if port == 0:
         port = free_port(host)
     elif not port_is_free(host, port):
@@ -99,6 +103,8 @@ def launch_content_service(data_dir: Path, host: str, port: int) -> Starting:
     store_dir, log_path = data_dir / "ipfs", data_dir / "ipfs-serve.log"
     cmd = [sys.executable, "-m", "devnet.cli", "ipfs", "serve", "--host", host, "--port",
            str(port), "--data-dir", str(store_dir)]
+    if authorizations is not None:
+        cmd += ["--authorizations", str(authorizations)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)

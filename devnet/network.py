@@ -197,7 +197,8 @@ def _content_service(settings: GymSettings) -> ContentService | Starting | None:
     running = running_content_service(settings.data_dir)
     if running is not None:
         return running
-    return launch_content_service(settings.data_dir, settings.anvil_host, settings.ipfs_port)
+    return launch_content_service(settings.data_dir, settings.anvil_host, settings.ipfs_port,
+                                  settings.ipfs_authorizations)
 
 
 def devnet_status(settings: GymSettings) -> DevnetStatus:

@@ -51,6 +51,10 @@ class GymSettings(BaseSettings):
     ipfs_api: str | None = Field(None, description="Kubo RPC URL; unset: the local content store")
     ipfs_api_auth: SecretStr | None = Field(None, description="GYM_IPFS_API's credential: "
                                             "bearer:TOKEN or basic:USER:PASSWORD (Kubo's syntax)")
+    ipfs_authorizations: Path | None = Field(
+        None, description="Kubo API.Authorizations JSON for the content service `gym devnet up` "
+        "starts (who may call what, and unpin what they pinned: docs/content-endpoint.md); "
+        "unset: open to anyone who reaches it, anonymous callers never unpin")
     ipfs_port: int = Field(5001, ge=0, le=65535, description="port of the content service "
                            "`gym devnet up` starts (unless GYM_IPFS_API is set); 0 picks a free one")
     deployer_key: SecretStr = Field(

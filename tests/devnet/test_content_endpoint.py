@@ -124,3 +124,28 @@ def test_a_joined_party_checks_its_own_endpoint_and_is_never_told_to_redeploy(le
     assert chain.returncode == 1 and f"cannot reach the EVM RPC at {dead} (from GYM_RPC_URL)" \
         in chain.stderr
     assert "gym devnet up" not in chain.stderr
+
+
+def test_the_devnets_content_service_takes_kubos_authorizations(gym_env, tmp_path):
+    """GYM_IPFS_AUTHORIZATIONS: `gym devnet up` starts its content service with Kubo's
+    API.Authorizations, so an operator gives each party its rights; the deployer's own
+    commands use the local store, `status` still sees the service up."""
+    import httpx
+
+    rules = tmp_path / "parties.json"
+    rules.write_text(json.dumps({"alice": {"AuthSecret": "bearer:alice-token",
+                                           "AllowedPaths": ["/api/v0"]}}))
+    env = {"GYM_IPFS_AUTHORIZATIONS": str(rules)}
+    up = gym_env.run("devnet", "up", "--json", extra_env=env)
+    assert up.returncode == 0, up.stderr
+    endpoint = json.loads(up.stdout)["content_api"]
+    assert httpx.post(f"{endpoint}/api/v0/pin/ls", timeout=10).status_code == 401
+    alice = httpx.post(f"{endpoint}/api/v0/pin/ls", timeout=10,
+                       headers={"Authorization": "Bearer alice-token"})
+    assert alice.status_code == 200 and json.loads(up.stdout)["manifest_cid"] in alice.text
+    status = gym_env.run("devnet", "status", extra_env=env)
+    assert status.returncode == 0, status.stderr
+    listed = gym_env.run("ipfs", "cat", json.loads(up.stdout)["manifest_cid"],
+                         extra_env={"GYM_IPFS_API": endpoint, "GYM_IPFS_API_AUTH":
+                                    "bearer:alice-token", "GYM_DATA_DIR": str(tmp_path / "x")})
+    assert listed.returncode == 0 and "ExperienceLedger" in listed.stdout, listed.stderr
