@@ -23,9 +23,8 @@ from eth_utils import keccak
 
 from governance.errors import CurationError
 from governance.reverts import governance_error
-from ledger import rfc9162
 from ledger.chain import LedgerContract, LogKind
-from ledger.entries import MAX_ENTRY_BYTES, entry_leaf_hash
+from ledger.entries import MAX_ENTRY_BYTES
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.evm import ChainError
 from ledger.json_input import JSONInputError, parse_json
@@ -170,10 +169,10 @@ def build_curation_from_chain(ledger: LedgerContract, curated_log_id: int,
     """``build_curation`` for a token holder on any host: publisher log ``log_id`` replayed
     from the chain's events and the content endpoint (``ledger.audit.audit_log``, every entry
     re-hashed and the anchored roots recomputed), up to its last anchored checkpoint; the
-    inclusion proofs are computed from the replayed leaves. Raises ``CurationError`` as
+    inclusion proofs are computed from the replayed leaves (``ledger.published``). Raises ``CurationError`` as
     ``build_curation`` does, and for a log that does not replay cleanly (naming its first
     discrepancy)."""
-    from ledger.audit import audit_log
+    from ledger.published import read_published_log
 
     _check_indices(indices)
     try:
@@ -188,28 +187,18 @@ def build_curation_from_chain(ledger: LedgerContract, curated_log_id: int,
         raise CurationError(f"log {info.name!r} (on-chain log {log_id}) has no anchored leaf "
                             f"{missing[0]}: its last checkpoint covers {_leaves(info.size)}")
     wanted, entries = set(indices), {}
-    leaf_hashes: list[bytes] = []
 
     def keep(index: int, cid: str, data: bytes) -> None:
-        if index == len(leaf_hashes):
-            leaf_hashes.append(entry_leaf_hash(data))
         if index in wanted:
             entries[index] = (cid, data)
 
     try:
-        report = audit_log(ledger, content, log_id, from_block=from_block, on_entry=keep,
-                           progress=progress)
+        published = read_published_log(ledger, content, log_id, from_block=from_block,
+                                       keep=keep, progress=progress)
     except LedgerError as exc:
-        raise CurationError(f"cannot replay log {info.name!r} (on-chain log {log_id}): "
-                            f"{exc}") from None
-    if not report.ok:
-        raise CurationError(f"log {info.name!r} (on-chain log {log_id}) does not replay cleanly "
-                            f"from the chain and the content endpoint: "
-                            f"{report.discrepancies[0].message}; see `gym audit {log_id}`")
-    if len(leaf_hashes) != info.size or rfc9162.root(leaf_hashes) != info.root:
-        raise CurationError(f"the replay of log {log_id} does not end at its anchored root")
-    picked = [_Picked(i, entries[i][0], leaf_hashes[i], entries[i][1],
-                      tuple(rfc9162.inclusion_proof(leaf_hashes, i))) for i in indices]
+        raise CurationError(str(exc)) from None
+    picked = [_Picked(i, entries[i][0], published.leaf_hashes[i], entries[i][1],
+                      tuple(published.proof(i))) for i in indices]
     return _proposal(ledger, curated_log_id, content, info.name, log_id, info.size, info.root,
                      picked, description)
 

@@ -225,51 +225,69 @@ def show(ctx: typer.Context, log: str,
              "--entry", help="With INDEX: print only the entry, its exact canonical bytes (save "
                              "it as entry.json for `gym verify entry` or `gym verify proof "
                              "--entry`).")] = False) -> None:
-    """Show a log and its checkpoints, or one leaf and its entry."""
+    """Show a log and its checkpoints, or one leaf and its entry.
+
+    LOG is a log of the local store, or any published log (its name on chain or on-chain id),
+    which is then read from the chain and the content endpoint."""
     from ledger.entries import MAX_ENTRY_BYTES, MAX_ENTRY_DEPTH
     from ledger.json_input import parse_json
 
     rt = runtime_of(ctx)
-    info = rt.store.get_log(log)
-    checkpoints = rt.store.checkpoints(log)
     if entry_only and (index is None or as_json):
         raise LedgerError("--entry prints one leaf's entry: give INDEX, without --json")
-    if index is None:
+    if _local_log(rt, log):
+        info = rt.store.get_log(log)
+        checkpoints = rt.store.checkpoints(log)
+        name, size, log_id, root = info.name, info.size, info.chain_log_id, rt.store.root(log)
         chain = info.chain and {"chain_id": info.chain.chain_id,
                                 "genesis_hash": info.chain.genesis_hash,
                                 "ledger": info.chain.ledger_address}
-        data = {"log": info.name, "size": info.size, "log_id": info.chain_log_id, "chain": chain,
-                "root": _hex(rt.store.root(log)),
+
+        def leaf_of(i: int) -> tuple[bytes, str]:
+            leaf = rt.store.leaf(log, i)
+            return leaf.leaf_hash, leaf.cid
+    else:
+        published = _published(rt, log)
+        checkpoints = published.checkpoints
+        name, size, log_id, root = (published.name, published.size, published.log_id,
+                                    published.root)
+        chain = {"chain_id": rt.contract.w3.eth.chain_id, "genesis_hash": None,
+                 "ledger": rt.contract.address}
+
+        def leaf_of(i: int) -> tuple[bytes, str]:
+            return published.leaf_hashes[i], published.entry_cids[i]
+    if index is None:
+        data = {"log": name, "size": size, "log_id": log_id, "chain": chain, "root": _hex(root),
                 "checkpoints": [{"size": c.size, "root": _hex(c.root), "batch_cid": c.batch_cid,
                                  "tx_hash": c.tx_hash, "block_number": c.block_number}
                                 for c in checkpoints]}
         if as_json:
             typer.echo(json.dumps(data, indent=2))
             return
-        console.print(f"log {info.name}: size {info.size}, on-chain id "
-                      f"{info.chain_log_id or '-'}, root {data['root']}", highlight=False)
+        console.print(f"log {name}: size {size}, on-chain id {log_id or '-'}, root "
+                      f"{data['root']}", highlight=False)
         table = Table("size", "root", "batch", "tx", title="anchored checkpoints")
         for c in checkpoints:
             table.add_row(str(c.size), _hex(c.root), c.batch_cid or "-", c.tx_hash or "-")
         print_table(table, console)
         return
-    if not 0 <= index < info.size:
-        raise LedgerError(f"log {log!r} has {info.size} leaves; index {index} is out of range")
-    leaf = rt.store.leaf(log, index)
+    if not 0 <= index < size:
+        raise LedgerError(f"log {log!r} has {size} leaves; index {index} is out of range")
+    leaf_hash, cid = leaf_of(index)
     if entry_only:
         try:
-            raw = rt.content.cat(leaf.cid)
+            raw = rt.content.cat(cid)
         except NotFoundError as exc:
-            raise LedgerError(f"fetching entry {leaf.cid} of leaf {index}: {exc}") from None
+            raise LedgerError(f"fetching entry {cid} of leaf {index}: {exc}") from None
         typer.echo(raw.decode("utf-8"))
         return
     anchored = next((c.size for c in checkpoints if c.size > index), None)
     try:
-        entry, missing = parse_json(rt.content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
-                                    max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}"), None
+        entry, missing = parse_json(rt.content.cat(cid), max_bytes=MAX_ENTRY_BYTES,
+                                    max_depth=MAX_ENTRY_DEPTH, what=f"entry {cid}"), None
     except NotFoundError as exc:
-        entry, missing = None, f"fetching entry {leaf.cid} of leaf {index}: {exc}"
-    data = {"log": log, "index": index, "leaf_hash": _hex(leaf.leaf_hash), "entry_cid": leaf.cid,
+        entry, missing = None, f"fetching entry {cid} of leaf {index}: {exc}"
+    data = {"log": log, "index": index, "leaf_hash": _hex(leaf_hash), "entry_cid": cid,
             "anchored_at_size": anchored, "entry": entry}
     if missing is not None:
         data["entry_missing"] = missing
@@ -277,7 +295,7 @@ def show(ctx: typer.Context, log: str,
         typer.echo(json.dumps(data, indent=2))
         return
     console.print(f"leaf {index} of {log}", highlight=False)
-    console.print(f"  leaf hash  {data['leaf_hash']}\n  entry CID  {leaf.cid}\n  anchored   "
+    console.print(f"  leaf hash  {data['leaf_hash']}\n  entry CID  {cid}\n  anchored   "
                   f"{'at size ' + str(anchored) if anchored else 'not yet'}", highlight=False)
     if entry is not None:
         console.print_json(data=entry)
@@ -295,16 +313,26 @@ def proof(ctx: typer.Context, log: str, index: int,
               "--no-entry", help="Leave the entry out of the document (a bare proof: the "
                                  "verifier then needs the entry, `gym verify proof --entry`)")
           ] = False) -> None:
-    """Make a self-contained inclusion proof of leaf INDEX (check it with `gym verify proof`)."""
-    from ledger.proofs import proof_document
+    """Make a self-contained inclusion proof of leaf INDEX (check it with `gym verify proof`).
+
+    LOG is a log of the local store, or any published log (its name on chain or on-chain id),
+    which is then read from the chain and the content endpoint."""
+    from ledger.proofs import proof_document, published_proof_document
 
     rt = runtime_of(ctx)
-    anchored = {c.size for c in rt.store.checkpoints(log)}
-    doc = proof_document(rt.store, None if no_entry else rt.content, log, index, size)
-    bound = rt.store.get_log(log).chain
-    if doc["anchor"] is not None:  # the chain the checkpoint was anchored on, not the configured one
-        doc["anchor"].update(chain_id=bound.chain_id if bound else rt.chain.chain_id,
-                             contract=bound.ledger_address if bound else rt.chain.address)
+    if _local_log(rt, log):
+        anchored = {c.size for c in rt.store.checkpoints(log)}
+        doc = proof_document(rt.store, None if no_entry else rt.content, log, index, size)
+        bound = rt.store.get_log(log).chain
+        if doc["anchor"] is not None:  # the chain it was anchored on, not the configured one
+            doc["anchor"].update(chain_id=bound.chain_id if bound else rt.chain.chain_id,
+                                 contract=bound.ledger_address if bound else rt.chain.address)
+    else:
+        published = _published(rt, log)
+        doc = published_proof_document(published, None if no_entry else rt.content, index,
+                                       size, chain_id=rt.contract.w3.eth.chain_id,
+                                       contract_address=rt.contract.address)
+        anchored = {c.size for c in published.checkpoints}
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
@@ -502,6 +530,31 @@ def verify_entry(file: Path) -> None:
 
 
 # --- gym audit ------------------------------------------------------------------------------
+
+
+def _local_log(rt: LedgerRuntime, name: str) -> bool:
+    """Whether the local log store holds ``name`` (a cache of the publisher's: any published
+    log is also read from the chain)."""
+    try:
+        rt.store.get_log(name)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _published(rt: LedgerRuntime, name: str):
+    """Published log ``name`` (or on-chain id) replayed from the chain and the endpoint, with a
+    progress bar (``ledger.published``)."""
+    from ledger.published import read_published_log
+
+    log_id = _resolve_log_id(rt, name)
+    with Progress(TextColumn(f"reading log {log_id} from the chain and the content store"),
+                  BarColumn(), MofNCompleteColumn(), console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as bar:
+        task = bar.add_task("replay", total=None)
+        return read_published_log(
+            rt.contract, rt.content, log_id, from_block=rt.chain.deployment_block,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
 def _resolve_log_id(rt: LedgerRuntime, name: str) -> int:

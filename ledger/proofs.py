@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ledger.chain import LedgerContract
     from ledger.content import ContentStore
     from ledger.logstore import LogStore
+    from ledger.published import PublishedLog
 
 
 def _hex(value: bytes) -> str:
@@ -101,6 +102,36 @@ def proof_document(store: LogStore, content: ContentStore | None, name: str, ind
     if content is not None and content.has(leaf.cid):
         doc["entry"] = parse_json(content.cat(leaf.cid), max_bytes=MAX_ENTRY_BYTES,
                                   max_depth=MAX_ENTRY_DEPTH, what=f"entry {leaf.cid}")
+    return doc
+
+
+def published_proof_document(published: PublishedLog, content: ContentStore | None,
+                             index: int, size: int | None = None, *, chain_id: int | None,
+                             contract_address: str | None) -> dict:
+    """``proof_document`` for a log this host's store does not hold, from its replay
+    (``ledger.published``): ``size`` defaults to the first anchored checkpoint that holds the
+    leaf and must be an anchored checkpoint; ``entry`` when ``content`` is given."""
+    anchored = {cp.size: cp for cp in published.checkpoints}
+    if size is None:
+        size = next((s for s in sorted(anchored) if s > index), None)
+    if size not in anchored or not 0 <= index < size:
+        raise LedgerError(f"log {published.name!r} (on-chain log {published.log_id}) has no "
+                          f"anchored checkpoint holding leaf {index}"
+                          + (f" at size {size}" if size is not None else "")
+                          + f": its checkpoints are {sorted(anchored) or 'none'}")
+    cp, cid = anchored[size], published.entry_cids[index]
+    doc: dict[str, Any] = {
+        "type": PROOF_TYPE, "v": PROOF_VERSION, "log": published.name,
+        "log_id": published.log_id, "index": index, "size": size,
+        "leaf_hash": _hex(published.leaf_hashes[index]), "entry_cid": cid,
+        "audit_path": [_hex(h) for h in published.proof(index, size)],
+        "root": _hex(published.root_at(size)),
+        "anchor": {"chain_id": chain_id, "contract": contract_address, "tx_hash": cp.tx_hash,
+                   "block_number": cp.block_number, "batch_cid": cp.batch_cid},
+    }
+    if content is not None:
+        doc["entry"] = parse_json(content.cat(cid), max_bytes=MAX_ENTRY_BYTES,
+                                  max_depth=MAX_ENTRY_DEPTH, what=f"entry {cid}")
     return doc
 
 

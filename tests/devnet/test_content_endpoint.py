@@ -149,3 +149,34 @@ def test_the_devnets_content_service_takes_kubos_authorizations(gym_env, tmp_pat
                          extra_env={"GYM_IPFS_API": endpoint, "GYM_IPFS_API_AUTH":
                                     "bearer:alice-token", "GYM_DATA_DIR": str(tmp_path / "x")})
     assert listed.returncode == 0 and "ExperienceLedger" in listed.stdout, listed.stderr
+
+
+def test_commands_that_read_a_published_log_work_from_any_host(ledger_devnet, tmp_path):
+    """Issue 44, deliver 3: a party whose own store is empty proves and shows any published
+    log by its name or id from the chain and the endpoint (the local store is a cache), and
+    gets the publisher's own proof document."""
+    gym = ledger_devnet.gym
+    endpoint = json.loads(gym.deployment_file.read_text())["content_api"]
+    publisher = {"GYM_IPFS_API": endpoint}
+    for args in (("ledger", "create", "shared"), ("ledger", "append", "shared", str(SAMPLES)),
+                 ("ledger", "publish", "shared")):
+        assert gym.run(*args, extra_env=publisher).returncode == 0
+    elsewhere = {"GYM_IPFS_API": endpoint, "GYM_DATA_DIR": str(tmp_path / "elsewhere"),
+                 "GYM_DB_URL": f"sqlite:///{tmp_path / 'elsewhere.sqlite'}"}
+
+    mine = gym.run("ledger", "proof", "shared", "2", "--json", extra_env=publisher)
+    theirs = gym.run("ledger", "proof", "shared", "2", "--json", extra_env=elsewhere)
+    assert theirs.returncode == 0, theirs.stderr
+    assert json.loads(theirs.stdout) == json.loads(mine.stdout)
+    (tmp_path / "proof.json").write_text(theirs.stdout)
+    checked = gym.run("verify", "proof", str(tmp_path / "proof.json"), "--chain",
+                      extra_env=elsewhere)
+    assert checked.returncode == 0 and "valid" in checked.stdout, checked.stderr
+    log_id = json.loads(theirs.stdout)["log_id"]
+    entry = gym.run("ledger", "show", str(log_id), "2", "--entry", extra_env=elsewhere)
+    assert entry.stdout == gym.run("ledger", "show", "shared", "2", "--entry",
+                                   extra_env=publisher).stdout
+    shown = json.loads(gym.run("ledger", "show", "shared", "--json", extra_env=elsewhere).stdout)
+    assert (shown["size"], shown["log_id"], len(shown["checkpoints"])) == (5, log_id, 1)
+    beyond = gym.run("ledger", "proof", "shared", "7", extra_env=elsewhere)
+    assert beyond.returncode == 1 and "no anchored checkpoint holding leaf 7" in beyond.stderr
