@@ -66,6 +66,9 @@ class DevnetStatus:
 def devnet_up(settings: GymSettings, port: int | None = None, redeploy: bool = False) -> DevnetUp:
     """Start Anvil unless it runs (or an external RPC is set), and deploy unless deployed."""
     check_build()
+    if not settings.rpc_url and not (settings.announce_host or settings.rpc_public_url):
+        # which address to announce, asked before anything starts (0: any port will do)
+        announce_url(listen_host=settings.anvil_host, port=0, option="GYM_ANNOUNCE_HOST")
     content = _content_service(settings)  # it starts while Anvil starts and contracts deploy
     try:
         anvil, started, rpc_url = _chain(settings, port)

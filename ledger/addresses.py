@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ledger.errors import LedgerError
@@ -79,6 +80,19 @@ def interface_addresses() -> dict[str, list[str]]:
     return found
 
 
+def default_route_interface(route_table: str = "/proc/net/route") -> str | None:
+    """The interface of this host's IPv4 default route (Linux), or None."""
+    try:
+        lines = Path(route_table).read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
 def _host_for_url(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
@@ -107,6 +121,9 @@ def announce_url(*, listen_host: str, port: int, option: str, scheme: str = "htt
     candidates = [(name, addrs[0]) for name, addrs in interface_addresses().items()]
     ipv4 = [(name, a) for name, a in candidates if ":" not in a]
     chosen = ipv4 if ipv4 else candidates
+    routed = default_route_interface()
+    if len(chosen) > 1 and any(name == routed for name, _ in chosen):
+        chosen = [(name, a) for name, a in chosen if name == routed]  # the way out of this host
     if len(chosen) != 1:
         listing = ", ".join(f"{a} ({name})" for name, a in chosen) or "none"
         raise AddressError(f"listening on {listen_host} (every interface), but which address do "
@@ -114,8 +131,9 @@ def announce_url(*, listen_host: str, port: int, option: str, scheme: str = "htt
                            "they reach")
     name, address = chosen[0]
     url = f"{scheme}://{_host_for_url(address)}:{port}{path}"
-    return Announced(url, f"announcing {url}: {address} is {name}'s address (listening on "
-                          f"every interface); set {option} to announce another")
+    how = " (the default route's)" if name == routed and len(candidates) > 1 else ""
+    return Announced(url, f"announcing {url}: {address} is {name}'s address{how} (listening "
+                          f"on every interface); set {option} to announce another")
 
 
 def listening_urls(host: str, port: int, path: str = "") -> str:

@@ -24,6 +24,7 @@ def one_interface(monkeypatch):
 def two_interfaces(monkeypatch):
     monkeypatch.setattr(addresses, "interface_addresses",
                         lambda: {"eth0": ["10.9.0.5"], "wg0": ["10.77.0.1", "fd00::1"]})
+    monkeypatch.setattr(addresses, "default_route_interface", lambda: None)
 
 
 def test_a_wildcard_listener_announces_the_hosts_one_address_and_says_so(one_interface):
@@ -41,6 +42,22 @@ def test_with_several_addresses_it_asks_which_one(two_interfaces):
     explicit = announce_url(listen_host="0.0.0.0", port=8000, option="--endpoint URL",
                             explicit="10.77.0.1")
     assert (explicit.url, explicit.note) == ("http://10.77.0.1:8000", None)
+
+
+def test_with_several_the_default_routes_interface_is_announced(two_interfaces, monkeypatch):
+    monkeypatch.setattr(addresses, "default_route_interface", lambda: "wg0")
+    announced = announce_url(listen_host="0.0.0.0", port=8000, option="--endpoint URL")
+    assert announced.url == "http://10.77.0.1:8000"
+    assert "wg0's address (the default route's)" in announced.note
+
+
+def test_the_default_route_is_read_from_the_kernels_table(tmp_path):
+    table = tmp_path / "route"
+    table.write_text("Iface\tDestination\tGateway\tFlags\n"
+                     "docker0\t000011AC\t00000000\t0001\n"
+                     "eth0\t00000000\t0100000A\t0003\n")
+    assert addresses.default_route_interface(str(table)) == "eth0"
+    assert addresses.default_route_interface(str(tmp_path / "none")) is None
 
 
 def test_explicit_urls_win_and_a_wildcard_is_never_one(one_interface):
