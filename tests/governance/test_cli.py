@@ -42,17 +42,28 @@ def test_account_keys_are_anvils_dev_accounts():
         devnet_account_key(20)
 
 
-@pytest.mark.anvil
-def test_curation_through_the_cli(gym_env, ledger_devnet, tmp_path):
+def _checked(gym_env):
+    """`gym` as the tests call it: each run must exit 0 (``ok=False``: must fail)."""
     def gym(*args: str, ok: bool = True, **kwargs):
         result = gym_env.run(*args, **kwargs)
         assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
         return result
 
+    return gym
+
+
+def _publish_samples(gym) -> None:
+    """The devnet up, and the sample experiences published as alice/math."""
     gym("devnet", "up")
     gym("ledger", "create", "alice/math")
     gym("ledger", "append", "alice/math", str(SAMPLES))
     gym("ledger", "publish", "alice/math")
+
+
+@pytest.mark.anvil
+def test_curation_through_the_cli(gym_env, ledger_devnet, tmp_path):
+    gym = _checked(gym_env)
+    _publish_samples(gym)
     assert "no proposals yet" in gym("gov", "list").stdout
 
     proposed = gym("gov", "propose-curation", "--from-log", "alice/math", "--indices", "0,2",
@@ -130,15 +141,8 @@ def test_a_token_holder_elsewhere_proposes_a_published_log_from_the_chain(gym_en
                                                                           tmp_path):
     """Issue 44, finding 3: a token holder whose own store holds nothing proposes curating a
     published log by its name or on-chain id, read from the chain and the content endpoint."""
-    def gym(*args: str, ok: bool = True, **kwargs):
-        result = gym_env.run(*args, **kwargs)
-        assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
-        return result
-
-    gym("devnet", "up")
-    gym("ledger", "create", "alice/math")
-    gym("ledger", "append", "alice/math", str(SAMPLES))
-    gym("ledger", "publish", "alice/math")
+    gym = _checked(gym_env)
+    _publish_samples(gym)
     endpoint = json.loads(gym_env.deployment_file.read_text())["content_api"]
     holder = {"GYM_DATA_DIR": str(tmp_path / "holder"), "GYM_IPFS_API": endpoint}
 
