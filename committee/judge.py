@@ -93,6 +93,8 @@ EVIDENCE_REASONS = frozenset({
 # the time of judging rather than the receipt: this verifier does not vote.
 ABSTAIN_REASONS = frozenset({
     "model_digest",  # the verifier's model is not the receipt's
+    "chat_template",  # the verifier has no template with the receipt's digest (a node's own
+    # --chat-template): never uphold against an honest node for what the verifier lacks
     "experience_content",  # the experiences' texts cannot be fetched (content store)
     "adapter",  # the receipt's adapter cannot be fetched or loaded (content store)
     "not_registered", "node_deregistered", "node_slashed",  # the node's status now, not then

@@ -7,12 +7,13 @@
                    [--max-body-bytes N] [--receipt-wal FILE]
                    [--bundle-retention 7d|12h|3600|0] [--bundle-max-bytes N] [--bundle-store F]
                    [--adapter CID [--adapter-log LOG --adapter-index N | --adapter-proof FILE]]
+                   [--chat-template FILE] [--enable-auto-tool-choice --tool-call-parser hermes]
                    [--log-level debug|info|warning|error]
     gym node model                       # the shipped model's directory, for --model
     gym node list
     gym node challenge BUNDLE.json --reason TEXT [--key-env VAR]
     gym verify receipt (BUNDLE.json | --response RESP.json --request REQ.json | --cid CID --node URL)
-                       [--model DIR] [--offline] [--save-bundle FILE]
+                       [--model DIR [--chat-template FILE]] [--offline] [--save-bundle FILE]
 
 ``serve`` runs ``inference_node.launch.start_node``, ``challenge``
 ``inference_node.challenges.open_challenge``, ``verify receipt``
@@ -229,6 +230,19 @@ def serve(
     bundle_store: Annotated[Path | None, typer.Option(
         help="SQLite file of the kept bundles; default: receipt-bundles/<log>.sqlite beside "
              "the local content store (GYM_DATA_DIR).", dir_okay=False)] = None,
+    chat_template: Annotated[Path | None, typer.Option(
+        help="Render chat prompts with this Jinja chat template instead of the model's own "
+             "(vLLM's option); receipts bind its digest, and a verifier needs the same file.",
+        dir_okay=False)] = None,
+    enable_auto_tool_choice: Annotated[bool, typer.Option(
+        "--enable-auto-tool-choice",
+        help="Answer tool_choice 'auto' (the default of agent frameworks) for a model whose own "
+             "template does not render tools: the shipped SmolLM2 gets the tools template the "
+             "node ships for it; other models need --chat-template. Needs --tool-call-parser "
+             "hermes.")] = False,
+    tool_call_parser: Annotated[str | None, typer.Option(
+        help="With --enable-auto-tool-choice: hermes, the <tool_call> syntax tool_choice 'auto' "
+             "is decoded under (the only one).")] = None,
     log_level: Annotated[LogLevel, typer.Option(
         help="Level of the engine libraries' logs (vLLM, transformers, torch, uvicorn): "
              "warning shows only their warnings and errors; info brings back vLLM's start-up "
@@ -279,7 +293,8 @@ def serve(
         adapter=adapter, adapter_log=adapter_log, adapter_index=adapter_index,
         adapter_proof=adapter_proof, bundle_retention_s=retention_s,
         bundle_max_bytes=bundle_max_bytes, bundle_store=bundle_store,
-        log_level=log_level.value)
+        log_level=log_level.value, chat_template=chat_template,
+        enable_auto_tool_choice=enable_auto_tool_choice, tool_call_parser=tool_call_parser)
     from ledger.addresses import listening_urls
 
     with start_node(launch, ctx.obj, console=console) as running:
@@ -421,6 +436,9 @@ def verify_receipt(
     request: Annotated[Path | None, typer.Option(
         help="The request body sent for --response, as JSON.", exists=True, dir_okay=False)
     ] = None,
+    choice: Annotated[int | None, typer.Option(
+        min=0, help="With --response: which choice of an answer with several (n > 1) to "
+                    "check, by its index; each choice carries its own receipt.")] = None,
     cid: Annotated[str | None, typer.Option(
         help="Fetch the bundle of the receipt with this CID from --node "
              "(GET {node}/v1/receipts/{cid}; the node keeps bundles for its retention "
@@ -442,6 +460,11 @@ def verify_receipt(
     offline: Annotated[bool, typer.Option(
         help="Check only what needs no chain: signature (in the bundle's domain), digests, "
              "the inclusion proof's path (and with --model the answer's tokens).")] = False,
+    chat_template: Annotated[Path | None, typer.Option(
+        help="With --model: the chat template the node was given (gym node serve "
+             "--chat-template), for a receipt that binds it; the model's own and the "
+             "templates the node ships are found without it.", exists=True, dir_okay=False)
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
     wait: Annotated[float, typer.Option(
         help="With --cid: while the receipt's log is not anchored yet (the node anchors every "
@@ -463,6 +486,8 @@ def verify_receipt(
                                  "--request, or --cid with --node")
     if sources[1] and (response is None or request is None):
         raise typer.BadParameter("--response and --request go together")
+    if choice is not None and response is None:
+        raise typer.BadParameter("--choice picks a choice of --response")
     if sources[2] and (cid is None or node is None):
         raise typer.BadParameter("--cid and --node go together")
     try:
@@ -470,8 +495,8 @@ def verify_receipt(
             bundle, title = read_bundle(bundle_file), bundle_file.name
         elif response is not None:
             bundle = bundle_from_response(read_json_file(response, "response"),
-                                          read_json_file(request, "request"))
-            title = response.name
+                                          read_json_file(request, "request"), choice=choice)
+            title = response.name if choice is None else f"{response.name}, choice {choice}"
         else:
             with console.status(f"fetching the bundle of {cid} from {node}"):
                 bundle = fetch_bundle(node, cid, token=token)
@@ -490,7 +515,8 @@ def verify_receipt(
                 checks = check_receipt_bundle(
                     bundle, rt, model_dir=model, offline=offline,
                     registry=None if offline else registry_address(ctx),
-                    content=None if ctx.obj is None else ctx.obj.content)
+                    content=None if ctx.obj is None else ctx.obj.content,
+                    chat_template=chat_template.read_text() if chat_template else None)
             break
         except ReceiptError as exc:
             if exc.reason != "not_anchored" or time.monotonic() >= deadline:

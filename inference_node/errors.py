@@ -52,6 +52,7 @@ REASONS = (
     "not_included",  # the receipt-log inclusion proof fails or is for another entry
     "not_anchored",  # the receipt log's root at that size is not the one on chain
     "model_digest",  # the model given to the verifier is not the receipt's model
+    "chat_template",  # the verifier's chat template is not the one the receipt binds
     "adapter",  # the receipt's adapter cannot be fetched, fails its CIDs, or has another base
     "response_format",  # a completion token the request's response-format grammar forbids
     "activation_mismatch",  # the prefill's top-k activations disagree with the commitment

@@ -9,7 +9,9 @@ adapter or sign receipts) and, in order:
 2. with ``adapter``, fetches the adapter entry, checks every file against its CID and the base
    against the entry's weights digest, and merges it (``inference_node.adapters``);
 3. loads the engine (``load_engine``: `inference_node.engine_select` chooses; `auto` falls back
-   to transformers when vLLM does not start);
+   to transformers when vLLM does not start) and gives its tokenizer the chat template the
+   options choose (``inference_node.chat_templates``: ``chat_template``,
+   ``enable_auto_tool_choice`` with ``tool_call_parser``, checked before anything loads);
 4. with a key, builds the receipt signer (EIP-712 domain: the deployment's ExperienceLedger, or
    unbound with ``offline``) and the node's receipt log (created and anchored by that same key,
    as the NodeRegistry wants the operator to own it; written ahead to a WAL file) and, unless
@@ -42,6 +44,7 @@ from typing import Any, Self
 from rich.console import Console
 
 from inference_node.bundle_store import DEFAULT_MAX_BYTES
+from inference_node.chat_templates import ChatTemplate, choose_chat_template
 from inference_node.engine_select import EngineChoice, choose_engine
 from inference_node.errors import KeyLoadError, NodeError
 from inference_node.settings import NodeSettings
@@ -125,6 +128,9 @@ class NodeLaunch:
     bundle_max_bytes: int = DEFAULT_MAX_BYTES  # at most this many bytes of bundles, oldest dropped
     bundle_store: Path | None = None  # default: receipt-bundles/<log>.sqlite beside the content
     log_level: str = "info"  # uvicorn's level (access log at info); see set_engine_log_level
+    chat_template: Path | None = None  # render chat prompts with this Jinja template
+    enable_auto_tool_choice: bool = False  # a template that renders tools (a shipped one)
+    tool_call_parser: str | None = None  # with enable_auto_tool_choice: "hermes"
 
 
 @dataclass
@@ -264,11 +270,15 @@ def start_node(launch: NodeLaunch, ledger: Any = None, *, console: Console | Non
     """Start the node ``launch`` describes (module docstring); ``ledger``: the ledger runtime
     (``ledger.runtime.LedgerRuntime``), needed to follow a log, serve an adapter or sign."""
     console = console if console is not None else Console(quiet=True)
+    template = _chat_template(launch)  # the options are checked before anything loads
     return_large_buffers()
     how = (" (vLLM when it can serve the model, else transformers)"
            if launch.engine == "auto" else "")
     console.print(f"gym node: loading {launch.model} with the {launch.engine} engine{how} ...",
                   highlight=False)
+    if template.text is not None:
+        console.print(f"chat template: {template.source} ({template.digest}, bound by every "
+                      "chat receipt)", highlight=False)
     settings = launch.server
     if launch.adapter is not None and settings.served_model_name is None:
         settings = settings.model_copy(update={
@@ -280,11 +290,26 @@ def start_node(launch: NodeLaunch, ledger: Any = None, *, console: Console | Non
         if launch.adapter is not None:
             workdir = Path(tempfile.mkdtemp(prefix="gym-node-adapter-"))
             served_dir = _prepare_adapter(launch, _needs(ledger, "--adapter"), workdir, console)
-        return _start(launch, ledger, served_dir, source, settings, workdir, console)
+        return _start(launch, ledger, served_dir, source, settings, workdir, console,
+                      template)
     except BaseException:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
+
+
+def _chat_template(launch: NodeLaunch) -> ChatTemplate:
+    """The chat template the options choose (``choose_chat_template``), checked against the
+    model's tokenizer before the model loads; the model's own without those options."""
+    if launch.chat_template is None and not launch.enable_auto_tool_choice \
+            and launch.tool_call_parser is None:
+        return ChatTemplate(None, None, "the model's own")
+    from transformers import AutoTokenizer
+
+    return choose_chat_template(AutoTokenizer.from_pretrained(launch.model),
+                                chat_template=launch.chat_template,
+                                auto_tool_choice=launch.enable_auto_tool_choice,
+                                tool_call_parser=launch.tool_call_parser)
 
 
 def _needs(ledger: Any, why: str) -> Any:
@@ -337,8 +362,10 @@ def _prepare_adapter(launch: NodeLaunch, rt: Any, workdir: Path, console: Consol
 
 
 def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
-           settings: NodeSettings, workdir: Path | None, console: Console) -> RunningNode:
-    """Once the library and adapter are ready: engine, signer, registration, app."""
+           settings: NodeSettings, workdir: Path | None, console: Console,
+           template: ChatTemplate) -> RunningNode:
+    """Once the library and adapter are ready: engine (rendering with ``template``), signer,
+    registration, app."""
     from inference_node.receipt_log import ReceiptLog
     from inference_node.receipts import ReceiptDomain, ReceiptSigner, model_digest
     from inference_node.server import create_app
@@ -355,6 +382,7 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
     if choice.kind != chosen.kind:
         console.print(f"engine: [bold]{choice.kind}[/] ({choice.reason})")
     console.print(f"engine loaded in {time.monotonic() - started:.0f} s", highlight=False)
+    template.install(engine.tokenizer)  # every chat prompt is rendered with this tokenizer
     signer = receipts_log = bundles = access = None
     if launch.key is not None:
         rt = _needs(ledger, "signing receipts")
@@ -365,7 +393,8 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
         domain = (ReceiptDomain() if contract is None
                   else ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()))
         signer = ReceiptSigner(key, domain, getattr(engine, "model", None),
-                               model_digest(launch.model), adapter_cid=launch.adapter)
+                               model_digest(launch.model), adapter_cid=launch.adapter,
+                               chat_template=template.digest)
         log_name = launch.receipt_log or f"node/{signer.address}/receipts"
         wal = launch.receipt_wal or (rt.content_dir.parent / "receipt-wal"
                                      / (log_name.replace("/", "_") + ".wal"))

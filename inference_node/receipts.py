@@ -29,6 +29,11 @@ deployment). Types, primary type ``Receipt``::
     Sampling(string temperature, string topP, uint32 maxTokens, uint64 seed)
     Tokens(uint32 prompt, uint32 completion)
 
+v2 appends ``string sampler, string finishReason`` to ``Receipt`` (``TYPES_V2``), and a v2
+receipt whose prompt was rendered under a chat template other than the model's own
+(``chat_template``: ``inference_node.chat_templates``) appends ``bytes32 chatTemplate`` after
+them (``TYPES_V2_TEMPLATE``); one without it was rendered under the model's own.
+
 A CID (experience ids, adapter) is signed as its 32-byte sha2-256 digest: entry CIDs are
 raw-codec sha2-256 CIDv1, so the digest determines the CID (``adapterCid`` is zero when
 absent). Floats are signed as their RFC 8785 spelling (``"0.7"``), exact where a fixed-point
@@ -145,12 +150,17 @@ def build_receipt(*, node: str, model_digest: str, library: LibraryRef | dict,
                   completion_token_ids: Sequence[int], prompt_tokens: int, temperature: float,
                   top_p: float, max_tokens: int, seed: int, activation_commitment: str,
                   adapter_cid: str | None = None, at: int | None = None,
-                  finish_reason: str | None = None, sampler: str = GYM_SAMPLER) -> ReceiptEntry:
+                  finish_reason: str | None = None, sampler: str = GYM_SAMPLER,
+                  chat_template: str | None = None) -> ReceiptEntry:
     """An unsigned receipt; ``EntryError`` if a field breaks the entry format's rules. With
-    ``finish_reason`` a v2 receipt (``request_json`` is then the normalized request, and the
-    tokens were chosen by ``sampler``: gym-sampler/1, or /2 when the request set its knobs),
-    else v1."""
-    v2 = {} if finish_reason is None else {"sampler": sampler, "finish_reason": finish_reason}
+    ``finish_reason`` a v2 receipt (``request_json`` is then the normalized request, the
+    tokens were chosen by ``sampler``: gym-sampler/1, or /2 when the request set its knobs,
+    and ``chat_template`` is the digest of the template the prompt was rendered under when
+    not the model's own), else v1."""
+    if finish_reason is None and chat_template is not None:
+        raise ValueError("only a v2 receipt (with a finish_reason) binds a chat template")
+    v2 = {} if finish_reason is None else {"sampler": sampler, "finish_reason": finish_reason,
+                                           "chat_template": chat_template}
     return (ReceiptEntryV2 if v2 else ReceiptEntry)(**v2,
         node=node.lower(), model_digest=model_digest, adapter_cid=adapter_cid,
         library=library if isinstance(library, LibraryRef) else LibraryRef(**library),
@@ -210,12 +220,23 @@ TYPES: dict[str, list[dict[str, str]]] = {
 TYPES_V2: dict[str, list[dict[str, str]]] = {
     **TYPES, "Receipt": [*TYPES["Receipt"], {"name": "sampler", "type": "string"},
                          {"name": "finishReason", "type": "string"}]}
-_TYPES = {1: TYPES, 2: TYPES_V2}
+# A v2 receipt whose prompt was rendered under a chat template other than the model's own: the
+# template's digest signed last (another type hash: the field cannot be dropped unnoticed).
+TYPES_V2_TEMPLATE: dict[str, list[dict[str, str]]] = {
+    **TYPES, "Receipt": [*TYPES_V2["Receipt"], {"name": "chatTemplate", "type": "bytes32"}]}
+_TYPES = {"v1": TYPES, "v2": TYPES_V2, "v2+chatTemplate": TYPES_V2_TEMPLATE}
+
+
+def _types_of(receipt: ReceiptEntry) -> str:
+    """Which of ``_TYPES`` a receipt is signed under."""
+    if receipt.v == 1:
+        return "v1"
+    return "v2+chatTemplate" if receipt.chat_template is not None else "v2"
 
 
 def typed_data(receipt: ReceiptEntry, domain: ReceiptDomain) -> dict[str, Any]:
     """The EIP-712 ``eth_signTypedData_v4`` JSON of ``receipt`` (its signature left out)."""
-    return {"types": copy.deepcopy(_TYPES[receipt.v]), "primaryType": "Receipt",
+    return {"types": copy.deepcopy(_TYPES[_types_of(receipt)]), "primaryType": "Receipt",
             "domain": domain.to_json(), "message": typed_data_message(receipt)}
 
 
@@ -238,6 +259,8 @@ def typed_data_message(receipt: ReceiptEntry) -> dict[str, Any]:
     }
     if receipt.v == 2:
         message.update(sampler=receipt.sampler, finishReason=receipt.finish_reason)
+        if receipt.chat_template is not None:
+            message["chatTemplate"] = _bytes32(receipt.chat_template)
     return message
 
 
@@ -252,19 +275,19 @@ def _encode_type(types: dict[str, list[dict]], primary: str) -> str:
 
 
 @functools.cache
-def _type_hash(name: str, version: int = 1) -> bytes:
-    """``typeHash`` of a struct of the receipt version's types (a constant: computed once)."""
-    return keccak(_encode_type(_TYPES[version], name).encode())
+def _type_hash(name: str, types: str = "v1") -> bytes:
+    """``typeHash`` of a struct of one of ``_TYPES`` (a constant: computed once)."""
+    return keccak(_encode_type(_TYPES[types], name).encode())
 
 
-def _hash_struct(name: str, value: dict[str, Any], version: int = 1) -> bytes:
-    """EIP-712 ``hashStruct`` for the field types of `TYPES` (``TYPES_V2`` for version 2)."""
-    types = _TYPES[version]
-    encoded = [_type_hash(name, version)]
-    for field in types[name]:
+def _hash_struct(name: str, value: dict[str, Any], types: str = "v1") -> bytes:
+    """EIP-712 ``hashStruct`` for the field types of one of ``_TYPES`` (`_types_of`)."""
+    fields = _TYPES[types]
+    encoded = [_type_hash(name, types)]
+    for field in fields[name]:
         kind, item = field["type"], value[field["name"]]
-        if kind in types:
-            encoded.append(_hash_struct(kind, item, version))
+        if kind in fields:
+            encoded.append(_hash_struct(kind, item, types))
         elif kind == "string":
             encoded.append(keccak(item.encode()))
         elif kind == "bytes32[]":
@@ -289,7 +312,7 @@ def receipt_hash(receipt: ReceiptEntry, domain: ReceiptDomain) -> bytes:
     eth-account's generic ``encode_typed_data`` gives, test_receipts checks, in a tenth of
     the time; the type hashes and each domain's separator are computed once)."""
     return keccak(b"\x19\x01" + _domain_separator(domain)
-                  + _hash_struct("Receipt", typed_data_message(receipt), receipt.v))
+                  + _hash_struct("Receipt", typed_data_message(receipt), _types_of(receipt)))
 
 
 def sign_receipt(receipt: ReceiptEntry, key: str | bytes, domain: ReceiptDomain) -> ReceiptEntry:
@@ -380,15 +403,16 @@ def library_ref(log_id: str, size: int, root: str) -> LibraryRef:
 
 
 class ReceiptSigner:
-    """What a node needs to issue receipts: its key, domain, model and the model's digest."""
+    """What a node needs to issue receipts: its key, domain, model and the model's digest, and
+    the digest of its chat template when not the model's own (its chat receipts bind it)."""
 
     def __init__(self, key: str | bytes, domain: ReceiptDomain, model: Any, model_digest: str,
-                 adapter_cid: str | None = None) -> None:
+                 adapter_cid: str | None = None, chat_template: str | None = None) -> None:
         self._account = Account.from_key(key)  # the key stays in here, never logged
         self.address = self._account.address.lower()
         self._secp256k1 = _native_key(bytes(self._account.key))
         self.domain, self.model, self.model_digest = domain, model, model_digest
-        self.adapter_cid = adapter_cid
+        self.adapter_cid, self.chat_template = adapter_cid, chat_template
 
     def __repr__(self) -> str:
         return f"ReceiptSigner(node={self.address}, domain={self.domain})"
@@ -401,7 +425,8 @@ class ReceiptSigner:
         """Commit to the activations, build and sign the receipt. ``activations``: the decode
         positions' final hidden states captured by the engine; without them, one prefill.
         ``finish_reason``: a v2 receipt (``request_json`` the normalized request, the tokens
-        chosen by the verifiable sampler); without it v1, kept for tests of old receipts."""
+        chosen by the verifiable sampler; a chat one binds the node's chat template); without
+        it v1, kept for tests of old receipts."""
         if activations is None:
             if self.model is None:
                 raise RuntimeError("the engine captured no activations and the signer has no "
@@ -416,7 +441,9 @@ class ReceiptSigner:
             library=library, experience_ids=experience_ids, request_json=request_json, text=text,
             completion_token_ids=completion_ids, prompt_tokens=len(prompt_ids),
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-            activation_commitment=commitment, finish_reason=finish_reason, sampler=sampler)
+            activation_commitment=commitment, finish_reason=finish_reason, sampler=sampler,
+            chat_template=self.chat_template if finish_reason is not None
+            and request_json.get("route") == "chat" else None)
         return receipt.model_copy(update={"signature": "0x" + self.sign_digest(
             receipt_hash(receipt, self.domain)).hex()})
 

@@ -37,8 +37,9 @@ decoded under its call schema and answered as `message.tool_calls` with `finish_
 "tool_calls" when its JSON completed (the text as `content` otherwise, "length"); its
 `receipt_evidence` adds `completion_text`, the model's JSON text the receipt signs; streamed, its
 text is held back and the whole `tool_calls` delta rides on the choice's finish chunk.
-`tool_choice` "auto" (a chat template that renders tools; a 400 otherwise) is decoded under the
-text-or-calls grammar: an answer that ends with `<tool_call>` blocks is `tool_calls` with
+`tool_choice` "auto" (a chat template that renders tools: the model's own, or the one
+`--chat-template` or `--enable-auto-tool-choice` gave the node, `inference_node.chat_templates`;
+a 400 otherwise) is decoded under the text-or-calls grammar: an answer that ends with `<tool_call>` blocks is `tool_calls` with
 `content` the text before them (null if none) and "tool_calls"; streamed, text is sent as it
 comes up to where a `<tool_call>` may begin (a tail that could start one waits), and the calls
 ride on the finish chunk (or the held text, when no complete call came).
@@ -313,6 +314,7 @@ class OpenAIServing:
                         "last_sync": status.last_sync, "error": status.error},
             "receipts": None if self.receipts is None else {
                 "node": self.receipts.address, "model_digest": self.receipts.model_digest,
+                "chat_template": self.receipts.chat_template,
                 "domain": self.receipts.domain.to_json(),
                 "log": self.receipt_log.status() if self.receipt_log else None},
         }
@@ -586,9 +588,12 @@ class OpenAIServing:
         if request.tool_choice == "auto" and not has_tools:
             raise APIError(400, "tool_choice 'auto' (the default when tools are given) is not "
                            f"supported for `{self.model_name}`: its chat template does not "
-                           "render tools; use tool_choice 'required' or a named function "
-                           "({\"type\": \"function\", \"function\": {\"name\": …}}), or "
-                           "'none'.", param="tool_choice", code="unsupported_value")
+                           "render tools (the node's operator can give it one: gym node serve "
+                           "--enable-auto-tool-choice --tool-call-parser hermes, with "
+                           "--chat-template FILE for a model the node ships none for); use "
+                           "tool_choice 'required' or a named function ({\"type\": "
+                           "\"function\", \"function\": {\"name\": …}}), or 'none'.",
+                           param="tool_choice", code="unsupported_value")
         messages, tools = chat_messages(normalized_request("chat", request, max_tokens=1, seed=0),
                                         has_tools)
         limit = (("max_completion_tokens", request.max_completion_tokens)

@@ -36,7 +36,9 @@ What each does here:
   match one tool's schema. An answer that ends (end of sequence) with calls is ``tool_calls``
   with ``content`` the text before the first call (null when there is none); otherwise it is
   plain content (``answer_of``). With a template that does not render tools, ``auto`` is
-  refused (400 naming ``tool_choice``): the model would not know the syntax. With
+  refused (400 naming ``tool_choice``): the model would not know the syntax. A node can be
+  given one that does (``inference_node.chat_templates``: ``--chat-template``, and the
+  SmolLM2 template it ships for ``--enable-auto-tool-choice --tool-call-parser hermes``). With
   ``parallel_tool_calls: false`` the grammar ends after the first call.
 
 The normalized request holds ``parallel_tool_calls`` where it sets the grammar: always for

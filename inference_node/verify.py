@@ -8,8 +8,9 @@ receipt's model (and that the inclusion proof is in its registered receipt log);
 and content store the library (``rootAt`` equals the receipt's root; the verified fold of the
 log at that size is exactly ``experience_ids``, in order), the inclusion proof and its
 anchoring; with the model, its digest and the activation commitment (rebuilding the prompt with
-the node's own injector; for a receipt that names an adapter, the caller passes the base with
-that adapter merged, ``inference_node.adapters.load_verifier_adapter``).
+the node's own injector, under the chat template the receipt binds, ``inference_node.chat_templates``;
+for a receipt that names an adapter, the caller passes the base with that adapter merged,
+``inference_node.adapters.load_verifier_adapter``).
 
 Each check passes, is skipped (what it needs was not given) or raises ``ReceiptError`` (a
 ``ledger`` ``VerificationError``) whose ``reason`` is one of ``inference_node.errors.REASONS``;
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from inference_node.activations import prefill, verify_activations
+from inference_node.chat_templates import template_for_receipt
 from inference_node.errors import NodeError, ReceiptError
 from inference_node.generation_checks import (
     answer_stop_ids,
@@ -83,13 +85,15 @@ class ReceiptCheck:
 def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
                           contract: Any = None, content: Any = None, model: Any = None,
                           tokenizer: Any = None, model_dir: str | Path | None = None,
-                          from_block: int = 0, registry: Any = None) -> list[ReceiptCheck]:
+                          from_block: int = 0, registry: Any = None,
+                          chat_template: str | None = None) -> list[ReceiptCheck]:
     """Check a receipt bundle (``bundle_json``); the checks passed and skipped, or the first
     ``ReceiptError``. ``domain``: the one the verifier expects (else the bundle's is used);
     ``registry`` (``inference_node.registry.NodeRegistry``): the signer is a registered, active
     node serving the receipt's model; ``contract`` + ``content``: library root and state, log
     inclusion anchoring; ``model`` + ``tokenizer`` (+ ``model_dir`` for its digest): the
-    activation commitment."""
+    activation commitment, the prompt re-rendered under the chat template the receipt binds
+    (the model's own, a shipped one, or ``chat_template``, the text the verifier was given)."""
     if not isinstance(bundle, dict) or bundle.get("type") != "receipt-bundle" \
             or bundle.get("v") not in (1, 2):
         raise ReceiptError("malformed", "not a receipt-bundle v1 or v2 document")
@@ -116,7 +120,10 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
         raise ReceiptError("request_digest", "the request is not the one the receipt signs",
                            expected=receipt.request_digest, computed=computed)
     token_ids = response["token_ids"]
-    computed = response_digest(response["text"], token_ids)
+    try:
+        computed = response_digest(response["text"], token_ids)
+    except ValueError as exc:  # RFC 8785 has no lone surrogate, float NaN or integer past 2**53
+        raise ReceiptError("malformed", f"the response is not canonical JSON ({exc})") from None
     if computed != receipt.response_digest:
         raise ReceiptError("response_digest", "the response is not the one the receipt signs",
                            expected=receipt.response_digest, computed=computed)
@@ -158,6 +165,10 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
     if texts is None:
         raise ReceiptError("experience_content", "the experiences' texts need the chain and "
                            "content store to rebuild the prompt")
+    tokenizer = template_for_receipt(receipt, tokenizer, chat_template)
+    if getattr(receipt, "chat_template", None) is not None:
+        checks.append(ReceiptCheck("chat_template", True, f"the prompt re-rendered under "
+                                   f"{receipt.chat_template}"))
     prompt_ids = _rebuild_prompt(bundle.get("route") if receipt.v == 1 else request["route"],
                                  request, receipt, texts, tokenizer)
     if len(prompt_ids) != receipt.tokens.prompt:
@@ -433,14 +444,15 @@ def load_verifier_model(model_dir: Path, *, adapter: str | None = None, content:
 
 def check_receipt_bundle(bundle: object, rt: Any = None, *, registry: str | None = None,
                          model_dir: Path | None = None, offline: bool = False,
-                         content: Any = None, loaded: tuple[Any, Any] | None = None
-                         ) -> list[ReceiptCheck]:
+                         content: Any = None, loaded: tuple[Any, Any] | None = None,
+                         chat_template: str | None = None) -> list[ReceiptCheck]:
     """What `gym verify receipt` runs: ``verify_receipt_bundle`` with the deployment's chain,
     content store and NodeRegistry (at ``registry``) from ``rt`` (a ``ledger.runtime.LedgerRuntime``)
     unless ``offline``, and with the model in ``model_dir`` when given: for a receipt that names
     an adapter, that base with the adapter fetched from ``content`` (default: ``rt``'s content
     store) and merged. ``loaded``: ``load_verifier_model(model_dir)``'s result, reused for
-    receipts that name no adapter (`gym audit --sample` checks many). The checks, or the first
+    receipts that name no adapter (`gym audit --sample` checks many). ``chat_template``: the
+    text of `gym verify receipt --chat-template FILE`. The checks, or the first
     ``ReceiptError``."""
     from inference_node.registry import NodeRegistry
 
@@ -467,7 +479,8 @@ def check_receipt_bundle(bundle: object, rt: Any = None, *, registry: str | None
             model, tokenizer = load_verifier_model(model_dir, adapter=adapter, content=content)
             adapter_check = ReceiptCheck("adapter", True, f"{adapter} fetched, every file "
                                          "re-added to its CID, trained on this base; merged")
-        kwargs.update(model=model, tokenizer=tokenizer, model_dir=model_dir)
+        kwargs.update(model=model, tokenizer=tokenizer, model_dir=model_dir,
+                      chat_template=chat_template)
     checks = verify_receipt_bundle(bundle, **kwargs)
     if adapter_check is not None:
         at = next((i for i, c in enumerate(checks) if c.name == "activations"), len(checks))

@@ -384,11 +384,15 @@ GYM_SAMPLER_2 = "gym-sampler/2"  # /1 plus vLLM's penalties, bias, min_p, top_k,
 class ReceiptEntryV2(ReceiptEntry):
     """Receipt v2 (docs/receipts.md): every token was chosen by the named verifiable sampler,
     ``request_digest`` covers the normalized request (``inference_node.normalized_request``),
-    and ``finish_reason`` says how the answer ended (the verifier checks that it did)."""
+    and ``finish_reason`` says how the answer ended (the verifier checks that it did).
+    ``chat_template``: the digest of the chat template the prompt was rendered under, when it
+    is not the model's own (``inference_node.chat_templates``); absent, the model's own (a
+    receipt signed before the field existed holds none)."""
 
     v: Literal[2] = 2  # type: ignore[assignment]
     sampler: Literal[GYM_SAMPLER, GYM_SAMPLER_2]  # type: ignore[valid-type]
     finish_reason: Literal["stop", "length"]
+    chat_template: Sha256Digest | None = None
 
 
 Entry = ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry | ContributionEntry
