@@ -29,7 +29,6 @@ from node_helpers import (
     NODE_KEY,
     SNAPSHOT,
     Wire,
-    answer_bundle,
     make_engine,
     node_env,
     node_process,
@@ -43,6 +42,7 @@ from test_tools_auto import HERMES
 
 from devnet.anvil import free_port
 from inference_node import verify
+from inference_node.bundle_sources import bundle_from_response
 from inference_node.chat_templates import (
     SHIPPED,
     TEMPLATES,
@@ -156,11 +156,9 @@ def signing_node(model_dir, **options):
 
 
 def saved_bundle(body: dict, answer: dict) -> dict:
-    """The bundle of a saved answer and its request: the text the receipt signs is the
-    answer's content, or with tool calls its `receipt_evidence.completion_text`."""
-    text = answer["receipt_evidence"].get("completion_text",
-                                          answer["choices"][0]["message"]["content"])
-    return answer_bundle("chat", body, answer, text)
+    """The bundle of a saved answer and its request, read as `gym verify receipt --response
+    --request` reads them (``bundle_sources.bundle_from_response``)."""
+    return bundle_from_response(answer, body)
 
 
 def saved_answer_checks(body: dict, answer: dict, verifier, model_dir, monkeypatch) -> dict:
