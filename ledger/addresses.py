@@ -93,6 +93,13 @@ def default_route_interface(route_table: str = "/proc/net/route") -> str | None:
     return None
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == 6
+    except ValueError:
+        return False
+
+
 def _host_for_url(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
@@ -104,8 +111,11 @@ def announce_url(*, listen_host: str, port: int, option: str, scheme: str = "htt
     ``AddressError`` when the listener is a wildcard and the host has no single address to
     announce, or ``explicit`` itself is a wildcard."""
     if explicit:
-        explicit = explicit.rstrip("/")
-        host = url_host(explicit) if "://" in explicit else explicit
+        explicit = explicit.strip().rstrip("/")
+        host = url_host(explicit) if "://" in explicit else explicit.strip("[]")
+        if "://" not in explicit and ":" in host and not _is_ipv6(host):
+            raise AddressError(f"{option}={explicit} is a host name or IP address, without a "
+                               "port or path (a whole URL goes in the *_PUBLIC_URL settings)")
         if is_wildcard(host) or not host:
             raise AddressError(f"{option}={explicit} is not an address another host can use: "
                                "give this host's name or IP address")

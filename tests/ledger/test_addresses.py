@@ -64,6 +64,11 @@ def test_explicit_urls_win_and_a_wildcard_is_never_one(one_interface):
     announced = announce_url(listen_host="0.0.0.0", port=8000, path="/v1", option="--endpoint",
                              explicit="https://node.example/v1/")
     assert announced.url == "https://node.example/v1"
+    with pytest.raises(AddressError, match="without a port or path"):
+        announce_url(listen_host="0.0.0.0", port=8545, option="GYM_ANNOUNCE_HOST",
+                     explicit="10.0.0.1:9000")
+    v6 = announce_url(listen_host="::", port=8545, option="GYM_ANNOUNCE_HOST", explicit="fd00::2")
+    assert v6.url == "http://[fd00::2]:8545"
     for bad in ("0.0.0.0", "http://0.0.0.0:8000/v1", "http://[::]:8000"):
         with pytest.raises(AddressError, match="not an address another host can use"):
             announce_url(listen_host="0.0.0.0", port=8000, option="--endpoint", explicit=bad)
