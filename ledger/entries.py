@@ -7,7 +7,7 @@ in base32 (``bafkrei...``), the CID ``ipfs add --cid-version=1`` gives for the s
 Its leaf hash in a log is RFC 9162 ``SHA-256(0x00 || bytes)``.
 
 Types, all version 1: ``experience``, ``adapter``, ``run``, ``receipt`` (also version 2),
-``contribution``. Unknown types and
+``contribution``, ``evaluation``. Unknown types and
 versions are rejected, never guessed at.
 
 Canonical form: optional fields that are absent are left out, never written as ``null``.
@@ -50,6 +50,7 @@ import rfc8785
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -334,6 +335,153 @@ class ContributionEntry(_Strict):
         return self
 
 
+# --- evaluation -------------------------------------------------------------------------------
+
+MAX_EVALUATION_ARMS = 8  # "baseline", "library", "adapter", "adapter+library", and a few more
+MAX_EVALUATION_SEEDS = 64
+MAX_EVALUATION_PROBLEMS = 10_000
+MAX_EVALUATION_K = 64
+MAX_EVALUATION_GENERATIONS = 200_000  # arms x seeds x problems x k: a ~12 MB receipt table
+MAX_EVALUATION_EXPERIENCES = 1024  # a library subject's experiences (~62 KB of CIDs)
+ARM_NAME_PATTERN = r"^[a-z][a-z0-9+._-]{0,31}$"  # ASCII: RFC 8785 and Python sort them alike
+ArmName = Annotated[str, Field(pattern=ARM_NAME_PATTERN)]
+
+
+class EvaluatedLibrary(_Strict):
+    """A curated library at one size of a published log, and the experiences live there."""
+
+    kind: Literal["library"]
+    log_id: Annotated[int, Field(ge=1)]  # ExperienceLedger log id
+    size: Annotated[int, Field(ge=1)]
+    root: Bytes32Hex  # RFC 9162 root at ``size``
+    # the live experiences at ``size`` (``fold_library``), in the fold's order
+    entries: Annotated[list[EntryCid], Field(min_length=1, max_length=MAX_EVALUATION_EXPERIENCES)]
+
+    @model_validator(mode="after")
+    def _entry_rules(self) -> EvaluatedLibrary:
+        if len(self.entries) > self.size:
+            raise _Rule(f"{len(self.entries)} experiences cannot be live in a log of "
+                        f"{self.size} leaves", "entries")
+        _refuse_duplicates(self.entries, "entries")
+        return self
+
+
+class EvaluatedAdapter(_Strict):
+    kind: Literal["adapter"]
+    entry: EntryCid  # the adapter entry
+
+
+class EvaluationTask(_Strict):
+    dataset: ContentCid  # the problems file, answers included
+    problems: Annotated[int, Field(ge=1, le=MAX_EVALUATION_PROBLEMS)]  # the first n of it
+    verifier: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")]
+    prompt_digest: Sha256Digest  # of the rollout objective (system prompt), UTF-8
+
+
+class EvaluationSampling(_Strict):
+    k: Annotated[int, Field(ge=1, le=MAX_EVALUATION_K)]  # samples per problem
+    seeds: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_EVALUATION_SEEDS)]
+    temperature: Annotated[float, Field(ge=0)]
+    top_p: Annotated[float, Field(gt=0, le=1)]
+    max_tokens: Annotated[int, Field(ge=1)]
+
+    @model_validator(mode="after")
+    def _increasing_seeds(self) -> EvaluationSampling:
+        for i in range(1, len(self.seeds)):
+            if self.seeds[i] <= self.seeds[i - 1]:
+                raise _Rule("seeds are listed once each, increasing", f"seeds[{i}]")
+        return self
+
+
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class SeedFigures(_Strict):
+    seed: NonNegInt
+    mean_at_k: Share  # rewards are in [0, 1]
+    pass_at_k: Share
+
+
+class ArmResult(_Strict):
+    per_seed: Annotated[list[SeedFigures], Field(min_length=1, max_length=MAX_EVALUATION_SEEDS)]
+
+
+class EvaluationReceipts(_Strict):
+    node: Address  # the registered node that signed every generation's receipt
+    table: ContentCid  # the receipt table (``ledger.evaluations``): arm -> receipt CIDs
+
+
+# Before-validators that pick the model themselves, so that errors name ``subject.size`` and
+# ``receipts.node`` rather than pydantic's union branches (``subject.library.size``).
+def _subject_rule(value: Any) -> Any:
+    if isinstance(value, EvaluatedLibrary | EvaluatedAdapter):
+        return value
+    if not isinstance(value, dict):
+        raise _Rule("must be an object whose kind is 'library' or 'adapter'")
+    model = {"library": EvaluatedLibrary, "adapter": EvaluatedAdapter}.get(
+        kind if isinstance(kind := value.get("kind"), str) else "")
+    if model is None:
+        raise _Rule("must be 'library' or 'adapter'", "kind")
+    return model(**value)
+
+
+def _receipts_rule(value: Any) -> Any:
+    if isinstance(value, EvaluationReceipts) or (isinstance(value, str) and value == "none"):
+        return value
+    if not isinstance(value, dict):
+        raise _Rule("must be 'none' (a local run) or an object {node, table}")
+    return EvaluationReceipts(**value)
+
+
+class EvaluationEntry(_Strict):
+    """Mean@k and Pass@k of ``subject`` against ``baseline`` on ``task`` (docs/design.md
+    "3.1 Entries"), per arm and per seed.
+
+    Every arm ran the same ``task.problems`` problems with ``sampling.k`` samples each, once per
+    seed. ``receipts`` is ``"none"`` for a run on a local model (unverified evidence), else the
+    node and the receipt table: for each arm the CIDs of its generations' receipt entries, in
+    (seed, problem, sample) order, so a position names one generation
+    (``ledger.evaluations.generation_index``). The table is a document of its own because
+    ``MAX_EVALUATION_GENERATIONS`` receipt CIDs (~12 MB) are far beyond ``MAX_ENTRY_BYTES``;
+    ``ledger.evaluations.check_receipt_table`` checks it against the entry. The figures are a
+    function of the generations' rewards (``ledger.evaluations.seed_figures``).
+    """
+
+    type: Literal["evaluation"] = "evaluation"
+    v: Literal[1] = 1
+    subject: Annotated[EvaluatedLibrary | EvaluatedAdapter, BeforeValidator(_subject_rule)]
+    baseline: ArmName  # the arm the others are compared against (e.g. the base model alone)
+    task: EvaluationTask
+    model_digest: Sha256Digest  # the frozen base model every arm ran (``weights_digest``)
+    sampling: EvaluationSampling
+    arms: Annotated[dict[ArmName, ArmResult], Field(min_length=2, max_length=MAX_EVALUATION_ARMS)]
+    receipts: Annotated[Literal["none"] | EvaluationReceipts, BeforeValidator(_receipts_rule)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvaluationEntry:
+        if self.baseline not in self.arms:
+            raise _Rule(f"{self.baseline!r} is not one of the arms {sorted(self.arms)}", "baseline")
+        seeds = self.sampling.seeds
+        for arm, result in self.arms.items():
+            listed = [figures.seed for figures in result.per_seed]
+            if listed != seeds:
+                raise _Rule(f"lists seeds {listed}, the sampling's are {seeds}",
+                            f"arms.{arm}.per_seed")
+        generations = len(self.arms) * len(seeds) * self.task.problems * self.sampling.k
+        if generations > MAX_EVALUATION_GENERATIONS:
+            raise _Rule(f"{generations} generations (arms x seeds x problems x k), the limit is "
+                        f"{MAX_EVALUATION_GENERATIONS}", "arms")
+        return self
+
+
+def _refuse_duplicates(values: list[str], field: str) -> None:
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise _Rule(f"duplicate {value!r}", f"{field}[{i}]")
+        seen.add(value)
+
+
 # --- receipt ----------------------------------------------------------------------------------
 
 
@@ -395,10 +543,12 @@ class ReceiptEntryV2(ReceiptEntry):
     chat_template: Sha256Digest | None = None
 
 
-Entry = ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry | ContributionEntry
+Entry = (ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry | ContributionEntry
+         | EvaluationEntry)
 ENTRY_TYPES: dict[str, dict[int, type[Entry]]] = {
     "adapter": {1: AdapterEntry},
     "contribution": {1: ContributionEntry},
+    "evaluation": {1: EvaluationEntry},
     "experience": {1: ExperienceEntry},
     "receipt": {1: ReceiptEntry, 2: ReceiptEntryV2},
     "run": {1: RunEntry},

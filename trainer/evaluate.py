@@ -17,30 +17,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from math import comb
 from pathlib import Path
 
+from ledger.evaluations import mean_at_k, pass_rate
 from trainer._json import read_json_file
 from trainer.backends import Backend
 from trainer.tfgrpo_prompts import Experience, rollout_messages
 from trainer.verifiers import Verifier
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Probability that k of n samples, c of them correct, include a correct one."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
-    return 1.0 if n - c < k else 1.0 - comb(n - c, k) / comb(n, k)
-
-
-def mean_at_k(rewards: list[list[float]]) -> float:
-    """Mean reward over each problem's samples, averaged over problems."""
-    return statistics.fmean(statistics.fmean(r) for r in rewards)
-
-
-def pass_rate(rewards: list[list[float]], k: int) -> float:
-    """Pass@k over problems, a sample counting as correct when its reward is >= 1."""
-    return statistics.fmean(pass_at_k(len(r), sum(x >= 1.0 for x in r), k) for r in rewards)
 
 
 def spread(values: list[float]) -> dict[str, float]:

@@ -213,7 +213,7 @@ def test_size_limit_is_256_kib_of_canonical_bytes():
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        (b'{"type":"experiment","v":1}', "type", "known types: adapter, contribution, experience, receipt, run"),
+        (b'{"type":"experiment","v":1}', "type", "known types: adapter, contribution, evaluation, experience, receipt, run"),
         (b'{"v":1}', "type", "unknown entry type None"),
         (b'{"type":1,"v":1}', "type", "unknown entry type 1"),
         (b'{"type":"run","v":2}', "v", "unknown version 2 of 'run' entries; known versions: 1"),
@@ -269,6 +269,7 @@ def test_known_types_table():
     assert {kind: sorted(v) for kind, v in ENTRY_TYPES.items()} == {
         "adapter": [1],
         "contribution": [1],
+        "evaluation": [1],
         "experience": [1],
         "receipt": [1, 2],
         "run": [1],

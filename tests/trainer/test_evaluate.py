@@ -2,8 +2,9 @@
 
 import pytest
 
+from ledger.evaluations import mean_at_k, pass_at_k, pass_rate
 from trainer.backends import Usage, derive_seed
-from trainer.evaluate import evaluate_arms, evaluate_library, mean_at_k, pass_at_k, pass_rate
+from trainer.evaluate import evaluate_arms, evaluate_library
 from trainer.tfgrpo_prompts import LIBRARY_INTRO, Experience
 from trainer.verifiers import exact_match
 
