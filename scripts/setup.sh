@@ -25,12 +25,14 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.11 o
 command -v node >/dev/null || die "node not found: install Node.js >= 18 and npm (Debian: apt-get install nodejs npm)"
 command -v npm >/dev/null || die "npm not found: install npm (Debian: apt-get install npm)"
 
-# 0. System packages the tests need: PostgreSQL (the ledger suite runs on it as on SQLite) and
+# 0. System packages the tests need: PostgreSQL (the ledger suite runs on it as on SQLite),
 #    Chromium (the dashboard's browser test drives Debian's build through Playwright; no
-#    browser is ever downloaded), and curl and jq, which the README's node operator section uses.
+#    browser is ever downloaded), curl and jq, which the README's node operator section uses,
+#    and iproute2 (`ip netns`: tests/inference_node/test_across_hosts.py gives each party a host).
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v jq >/dev/null || missing+=(jq)
+command -v ip >/dev/null || missing+=(iproute2)  # the across-hosts test's network namespaces
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
