@@ -212,7 +212,7 @@ def propose_curation(
         raise GovernanceError(f"--indices is comma-separated leaf numbers, not {indices!r}") from None
     rt = _runtime(ctx)
     client = rt.client(account)
-    if _local_log(rt.ledger.store, from_log):
+    if rt.ledger.store.has_log(from_log):  # a cache: any published log is read from chain
         plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted,
                                      description)
     else:
@@ -221,18 +221,6 @@ def propose_curation(
                                                     description, progress=progress)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
-
-
-def _local_log(store, name: str) -> bool:
-    """Whether the local log store holds a log named ``name`` (a cache: any other published
-    log is read from the chain)."""
-    from ledger.errors import NotFoundError
-
-    try:
-        store.get_log(name)
-    except NotFoundError:
-        return False
-    return True
 
 
 @contextmanager

@@ -235,7 +235,7 @@ def show(ctx: typer.Context, log: str,
     rt = runtime_of(ctx)
     if entry_only and (index is None or as_json):
         raise LedgerError("--entry prints one leaf's entry: give INDEX, without --json")
-    if _local_log(rt, log):
+    if rt.store.has_log(log):  # the publisher's cache; any published log is read from chain
         info = rt.store.get_log(log)
         checkpoints = rt.store.checkpoints(log)
         name, size, log_id, root = info.name, info.size, info.chain_log_id, rt.store.root(log)
@@ -320,7 +320,7 @@ def proof(ctx: typer.Context, log: str, index: int,
     from ledger.proofs import proof_document, published_proof_document
 
     rt = runtime_of(ctx)
-    if _local_log(rt, log):
+    if rt.store.has_log(log):  # the publisher's cache; any published log is read from chain
         anchored = {c.size for c in rt.store.checkpoints(log)}
         doc = proof_document(rt.store, None if no_entry else rt.content, log, index, size)
         bound = rt.store.get_log(log).chain
@@ -530,16 +530,6 @@ def verify_entry(file: Path) -> None:
 
 
 # --- gym audit ------------------------------------------------------------------------------
-
-
-def _local_log(rt: LedgerRuntime, name: str) -> bool:
-    """Whether the local log store holds ``name`` (a cache of the publisher's: any published
-    log is also read from the chain)."""
-    try:
-        rt.store.get_log(name)
-    except NotFoundError:
-        return False
-    return True
 
 
 def _published(rt: LedgerRuntime, name: str):

@@ -195,6 +195,10 @@ class LogStore:
             raise LedgerError(f"log {name!r} already exists") from None
         return self.get_log(name)
 
+    def has_log(self, name: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.execute(select(logs.c.id).where(logs.c.name == name)).first() is not None
+
     def get_log(self, name: str) -> LogInfo:
         with self.engine.connect() as conn:
             row = conn.execute(select(logs).where(logs.c.name == name)).one_or_none()

@@ -38,7 +38,7 @@ from node_helpers import (
     stop_node,
     wait_for_health,
 )
-from test_tools_auto import HERMES
+from test_tools_auto import HERMES, prompt_ids
 
 from devnet.anvil import free_port
 from inference_node import verify
@@ -108,13 +108,6 @@ def agent_turns(tool: dict = AGENT_TOOL) -> list[tuple[dict, str]]:
     return [({"model": MODEL_NAME, "messages": first, "tools": [tool]}, OSLO_CALL),
             ({"model": MODEL_NAME, "messages": called, "tools": [tool]},
              "It is sunny in Oslo.")]
-
-
-def prompt_ids(tokenizer, body: dict) -> list[int]:
-    """The prompt the node builds for ``body`` (tools rendered, the `SNAPSHOT` library)."""
-    normalized = from_client_request("chat", body, max_tokens=8, seed=0)
-    messages, tools = chat_messages(normalized, template_has_tools=True)
-    return list(LibraryInjector(tokenizer).chat(messages, SNAPSHOT, tools).prompt.all_token_ids)
 
 
 @pytest.fixture(scope="module")

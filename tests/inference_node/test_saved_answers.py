@@ -29,7 +29,6 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import gym_forkserver
 import httpx
 import openai
 import pytest
@@ -37,18 +36,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from node_helpers import (
     DOMAIN,
-    GYM,
     MODEL_NAME,
     NODE_KEY,
     SNAPSHOT,
     Wire,
     make_engine,
-    node_env,
     offline_checks,
     run_server,
 )
 from pydantic import BaseModel
 from test_tools_auto import TOOLS, hermes_model_dir  # noqa: F401  (a fixture)
+from test_verify_sources import gym_verify, save
 
 from inference_node import verify
 from inference_node.bundle_sources import bundle_from_response, fetch_bundle, signed_answers
@@ -223,17 +221,6 @@ def test_every_answer_verifies_from_every_saved_form(node, client, litellm, veri
 
 
 # --------------------------------------------------------------------------- the CLI
-
-
-def gym_verify(tmp_path: Path, *args: str) -> gym_forkserver.Completed:
-    return gym_forkserver.run(GYM, ["verify", "receipt", *args, "--offline"],
-                              node_env(tmp_path), timeout=300)
-
-
-def save(tmp_path: Path, name: str, obj) -> str:
-    path = tmp_path / name
-    path.write_text(json.dumps(obj))
-    return str(path)
 
 
 def test_a_saved_tool_call_verifies_through_the_cli(hermes_model_dir, tmp_path):  # noqa: F811
