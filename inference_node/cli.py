@@ -172,6 +172,12 @@ def serve(
     ] = False,
     poll: Annotated[float, typer.Option(
         help="With --follow-log: seconds between checks for new checkpoints.")] = 10.0,
+    library_choice: Annotated[bool, typer.Option(
+        help="Let a request name its library in the X-Gym-Library header: 'none' (the base "
+             "model alone) or a published log's id, verified from chain + content store like "
+             "--follow-log, its receipt binding it (how `gym eval --base-url` evaluates a "
+             "library on this node). Without it: the node's own library and 'none' only.")
+    ] = True,
     key_env: Annotated[str | None, typer.Option(
         help="Sign receipts with the hex private key in this environment variable (e.g. "
              "GYM_NODE_KEY). Without a key the answers carry no receipt.")
@@ -285,7 +291,8 @@ def serve(
                                else {"max_body_bytes": max_body_bytes}))
     launch = NodeLaunch(
         model=model, server=settings, library=library, follow_log=follow_log, curated=curated,
-        poll_s=poll, engine=engine_kind.value, eager=eager, device=device, max_batch=max_batch,
+        poll_s=poll, library_choice=library_choice, engine=engine_kind.value, eager=eager,
+        device=device, max_batch=max_batch,
         prefix_reuse=not no_prefix_reuse, key=key, offline=offline, receipt_log=receipt_log,
         anchor_interval_s=anchor_interval, receipt_wal=receipt_wal, register=register,
         registry=registry_address(ctx) if register else None, stake=stake, endpoint=endpoint,
@@ -539,6 +546,67 @@ def verify_receipt(
                                            "detail": c.detail} for c in checks]}, indent=2))
         return
     print_table(checks_table(checks, f"receipt {title}"))
+
+
+def verify_evaluation(
+    ctx: typer.Context,
+    cid: Annotated[str, typer.Argument(help="The evaluation entry's CID (`gym eval --publish` "
+                                            "prints it).")],
+    sample: Annotated[int, typer.Option(
+        min=0, help="Re-run this many generations, chosen at random, in full with --model: "
+                    "activations, how each answer ended, every token's sampling.")] = 0,
+    seed: Annotated[int | None, typer.Option(help="Seed of the --sample choice.")] = None,
+    model: Annotated[Path | None, typer.Option(
+        help="The model directory the entry's model digest names (for --sample).",
+        exists=True, file_okay=False)] = None,
+    verifier: Annotated[list[str] | None, typer.Option(
+        help="Also run this verifier when the entry names it (python:module:function is "
+             "code: only math and exact run unless you name the one you trust). "
+             "Repeatable.")] = None,
+) -> None:
+    """Re-check an evaluation entry from the chain and the content endpoint alone: every
+    generation's receipt (signature, registration, library, inclusion, anchoring), that each
+    receipt answers the problem, seed and arm the entry says, no generation missing or
+    duplicated, and every per-seed Mean@k and Pass@k recomputed by scoring the signed answers
+    with the entry's verifier; with --sample N --model DIR, N generations re-run in full."""
+    from inference_node.evaluation_check import EvaluationRefused, verify_evaluation
+    from inference_node.receipts import ReceiptDomain
+    from inference_node.registry import NodeRegistry
+    from inference_node.verify import checks_table, load_verifier_model
+    from ledger.errors import LedgerError
+    from ledger.evaluations import effect
+
+    if sample and model is None:
+        raise typer.BadParameter("--sample re-runs generations: give --model DIR too")
+    rt = _runtime(ctx, "checking an evaluation")
+    contract = rt.contract
+    address = registry_address(ctx)
+    registry = None if address is None else NodeRegistry(
+        contract.w3, address, from_block=rt.chain.deployment_block)
+    loaded = load_verifier_model(model) if model is not None and sample else (None, None)
+    from rich.progress import Progress
+
+    try:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("checking generations", total=None)
+            report = verify_evaluation(
+                cid, content=rt.content, contract=contract, registry=registry,
+                domain=ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()),
+                from_block=rt.chain.deployment_block, trusted_verifiers=set(verifier or ()),
+                sample=sample, sample_seed=seed, model=loaded[0], tokenizer=loaded[1],
+                model_dir=model,
+                on_progress=lambda n, what: bar.update(task, advance=n,
+                                                       description=f"checked {what}"))
+    except EvaluationRefused as exc:
+        console.print(f"[red]evaluation FAILS[/] ({exc.reason}): {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except (LedgerError, NodeError) as exc:
+        console.print(f"[red]error:[/] cannot check evaluation {cid}: {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    print_table(checks_table(report.checks, f"evaluation {cid}"))
+    k = report.entry.sampling.k
+    for metric in ("mean_at_k", "pass_at_k"):
+        typer.echo(effect(report.entry, metric=metric).summary(k))
 
 
 def _fail(exc: NodeError | ReceiptError, json_title: str | None = None) -> NoReturn:

@@ -105,6 +105,7 @@ class NodeLaunch:
     follow_log: int | None = None  # follow this ExperienceLedger log as the library instead
     curated: bool = False  # the followed log is a curated library (else a publisher log)
     poll_s: float = 10.0  # seconds between checks for new checkpoints of the followed log
+    library_choice: bool = True  # a request may name a published log (X-Gym-Library)
     engine: str = "auto"  # auto | transformers | vllm (inference_node.engine_select)
     eager: bool = False  # vLLM: skip compiling the model
     device: str | None = None  # cpu, cuda, cuda:1 …: places the transformers engine
@@ -434,9 +435,23 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
                                                             launch.endpoint, console),
                           console)
     app = create_app(engine, source, settings, receipts=signer, receipt_log=receipts_log,
-                     adapter_cid=launch.adapter, bundles=bundles, bundle_access=access)
+                     adapter_cid=launch.adapter, bundles=bundles, bundle_access=access,
+                     library_choices=_library_choices(launch, ledger, source))
     return RunningNode(app, engine, choice, source, settings, signer, receipts_log, bundles,
                        workdir, log_level=launch.log_level)
+
+
+def _library_choices(launch: NodeLaunch, ledger: Any, source: Any):
+    """What a request may name in ``X-Gym-Library``: with the chain (a node that signs
+    receipts or follows a log, not --offline), any published log unless --no-library-choice;
+    else its own library and 'none' (``inference_node.library_choice``)."""
+    from inference_node.library_choice import LibraryChoices
+
+    if launch.offline or (launch.key is None and launch.follow_log is None):
+        return LibraryChoices(source, enabled=launch.library_choice)
+    rt = _needs(ledger, "X-Gym-Library")
+    return LibraryChoices(source, rt.contract, rt.content, from_block=rt.chain.deployment_block,
+                          enabled=launch.library_choice)
 
 
 def registered_endpoint(host: str, port: int, endpoint: str | None,

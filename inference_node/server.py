@@ -55,6 +55,7 @@ from inference_node.bundle_access import BundleAccess
 from inference_node.bundle_store import BundleStore
 from inference_node.engine import Engine
 from inference_node.library import LibrarySource
+from inference_node.library_choice import LIBRARY_HEADER, LibraryChoices
 from inference_node.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -65,7 +66,7 @@ from inference_node.protocol import (
 )
 from inference_node.receipt_log import ReceiptLog
 from inference_node.receipts import ReceiptSigner
-from inference_node.serving import APIError, OpenAIServing, Prepared
+from inference_node.serving import REQUESTED_LIBRARY, APIError, OpenAIServing, Prepared
 from inference_node.settings import NodeSettings
 from inference_node.sync import ChainLibrarySource
 from ledger.errors import NotFoundError
@@ -211,6 +212,7 @@ async def _generate(raw: Request, serving: OpenAIServing, model: type[ModelT],
                     stream: Callable[[ModelT, Prepared, dict], AsyncIterator[str]]) -> Response:
     """One generation route: the body read and validated as ``model`` and prepared, then the
     answer streamed, or sent whole when the engine is done (abandoned if the client leaves)."""
+    REQUESTED_LIBRARY.set(raw.headers.get(LIBRARY_HEADER))  # this request's task only
     request_json = await read_json_body(raw, serving.settings)
     serving.check_fits("chat" if model is ChatCompletionRequest else "completion", request_json)
     # validation checks tool and response schemas (jsonschema: up to a second for a large
@@ -332,17 +334,20 @@ def create_app(engine: Engine, library_source: LibrarySource,
                settings: NodeSettings | None = None, *, receipts: ReceiptSigner | None = None,
                receipt_log: ReceiptLog | None = None, adapter_cid: str | None = None,
                bundles: BundleStore | None = None,
-               bundle_access: BundleAccess | None = None) -> FastAPI:
+               bundle_access: BundleAccess | None = None,
+               library_choices: LibraryChoices | None = None) -> FastAPI:
     """The node's app; starts the engine's worker (and library polling, receipt anchoring) on
     startup and stops them on shutdown, anchoring pending receipts last. ``adapter_cid``: the
     adapter entry merged into the engine's weights (``inference_node.adapters``), in /health.
     ``bundles``: keep each receipt's bundle there and serve it (``GET /v1/receipts/{cid}``) to
     the client that made the request and to registered verifiers (``bundle_access``; without
-    one, clients' tokens only, with a key that lives as long as the process)."""
+    one, clients' tokens only, with a key that lives as long as the process).
+    ``library_choices``: the libraries a request may name in ``X-Gym-Library``
+    (``inference_node.library_choice``); default: the node's own and 'none'."""
     settings = settings or NodeSettings()
     serving = OpenAIServing(engine, library_source, settings, receipts, receipt_log,
                             adapter_cid=adapter_cid, bundles=bundles,
-                            bundle_access=bundle_access)
+                            bundle_access=bundle_access, library_choices=library_choices)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -52,6 +52,7 @@ A failure after a stream has started cannot change the HTTP status any more; it 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import secrets
 import time
@@ -76,6 +77,7 @@ from inference_node.errors import InferenceNodeError
 from inference_node.generation_checks import min_tokens_stop_ids
 from inference_node.injection import InjectedPrompt, LibraryInjector
 from inference_node.library import LibrarySnapshot, LibrarySource
+from inference_node.library_choice import LibraryChoiceError, LibraryChoices
 from inference_node.metrics import NodeMetrics
 from inference_node.normalized_request import constraint_of, normalized_request, request_key
 from inference_node.protocol import (
@@ -264,13 +266,25 @@ def _string_bytes(value: Any) -> int:
     return 0
 
 
+# The ``X-Gym-Library`` header of the request being prepared (``inference_node.library_choice``),
+# set by the route for the request's task.
+REQUESTED_LIBRARY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "gym_requested_library", default=None)
+
+
 class OpenAIServing:
     def __init__(self, engine: Engine, library_source: LibrarySource,
                  settings: NodeSettings, receipts: ReceiptSigner | None = None,
                  receipt_log: ReceiptLog | None = None, *, adapter_cid: str | None = None,
                  bundles: BundleStore | None = None,
-                 bundle_access: BundleAccess | None = None) -> None:
+                 bundle_access: BundleAccess | None = None,
+                 library_choices: LibraryChoices | None = None) -> None:
         self.engine = engine
+        # which library a request may name (`X-Gym-Library`): without a chain, 'none' only
+        self.library_choices = library_choices or LibraryChoices(library_source)
+        # verifying a chosen log reads the chain and content store: its own threads, so that
+        # tokenizing other requests never waits on it
+        self._choosing = ThreadPoolExecutor(2, thread_name_prefix="gym-library-choice")
         self.receipts, self.receipt_log, self.bundles = receipts, receipt_log, bundles
         if bundles is not None and bundle_access is None:  # tokens for this process's life
             bundle_access = BundleAccess(secrets.token_bytes(32), is_verifier=None)
@@ -358,6 +372,18 @@ class OpenAIServing:
                            f"for more than {self.max_token_bytes} bytes.", param=param,
                            code="context_length_exceeded")
 
+    async def _requested_snapshot(self) -> LibrarySnapshot:
+        """The library snapshot the request's ``X-Gym-Library`` names (the node's own when it
+        names none); ``APIError`` with the choice's status and code when it is refused."""
+        header = REQUESTED_LIBRARY.get()
+        try:
+            if header is None:
+                return self.library_choices.snapshot(None)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._choosing, self.library_choices.snapshot, header)
+        except LibraryChoiceError as exc:
+            raise APIError(exc.status, str(exc), param="X-Gym-Library", code=exc.code) from None
+
     async def _prepare(self, request: ChatCompletionRequest | CompletionRequest,
                        injected_for: Callable[[LibrarySnapshot], list[InjectedPrompt]],
                        max_tokens: tuple[str, int | None], logprobs: bool, top_logprobs: int,
@@ -382,7 +408,7 @@ class OpenAIServing:
         self._check_queue()  # cheap refusal before tokenizing
         context = self.engine.max_model_len
         self._check_text_bytes(text_bytes, prompt_param)
-        snapshot = self.library_source.current()
+        snapshot = await self._requested_snapshot()
         prompts = await asyncio.get_running_loop().run_in_executor(
             self._tokenizing, injected_for, snapshot)
         limit_param, asked = max_tokens

@@ -86,14 +86,17 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
                           contract: Any = None, content: Any = None, model: Any = None,
                           tokenizer: Any = None, model_dir: str | Path | None = None,
                           from_block: int = 0, registry: Any = None,
-                          chat_template: str | None = None) -> list[ReceiptCheck]:
+                          chat_template: str | None = None,
+                          library_cache: dict | None = None) -> list[ReceiptCheck]:
     """Check a receipt bundle (``bundle_json``); the checks passed and skipped, or the first
     ``ReceiptError``. ``domain``: the one the verifier expects (else the bundle's is used);
     ``registry`` (``inference_node.registry.NodeRegistry``): the signer is a registered, active
     node serving the receipt's model; ``contract`` + ``content``: library root and state, log
     inclusion anchoring; ``model`` + ``tokenizer`` (+ ``model_dir`` for its digest): the
     activation commitment, the prompt re-rendered under the chat template the receipt binds
-    (the model's own, a shipped one, or ``chat_template``, the text the verifier was given)."""
+    (the model's own, a shipped one, or ``chat_template``, the text the verifier was given).
+    ``library_cache``: a dict kept across calls, so that receipts of one library state replay
+    its log once (what `gym verify evaluation` checks thousands of receipts with)."""
     if not isinstance(bundle, dict) or bundle.get("type") != "receipt-bundle" \
             or bundle.get("v") not in (1, 2):
         raise ReceiptError("malformed", "not a receipt-bundle v1 or v2 document")
@@ -146,7 +149,14 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
                                expected=[], computed=list(receipt.experience_ids))
         checks.append(ReceiptCheck("library", True, "none (log 0): no experiences injected"))
     elif contract is not None and content is not None:
-        texts = _check_library(receipt, contract, content, from_block)
+        key = (receipt.library.log_id, receipt.library.size, receipt.library.root,
+               tuple(receipt.experience_ids))
+        if library_cache is not None and key in library_cache:
+            texts = library_cache[key]
+        else:
+            texts = _check_library(receipt, contract, content, from_block)
+            if library_cache is not None:
+                library_cache[key] = texts
         checks.append(ReceiptCheck("library", True, f"log {receipt.library.log_id} at size "
                                    f"{receipt.library.size}: root anchored, "
                                    f"{len(texts)} experiences are its active set"))

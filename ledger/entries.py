@@ -181,6 +181,15 @@ def _number_or_curve_rule(value: Any) -> Any:
     return value
 
 
+def is_content_cid(value: object) -> bool:
+    """Whether ``value`` is a content CID as entries spell them: sha2-256 CIDv1, raw or
+    dag-pb, lowercase base32 (what ``ContentCid`` fields accept)."""
+    try:
+        return isinstance(value, str) and bool(_content_cid_rule(value))
+    except _Rule:
+        return False
+
+
 EntryCid = Annotated[str, AfterValidator(_entry_cid_rule)]  # CIDv1 raw sha2-256: an entry
 ContentCid = Annotated[str, AfterValidator(_content_cid_rule)]  # raw or dag-pb: any content
 Sha256Digest = Annotated[str, AfterValidator(_hex_rule("sha256:", 64))]
@@ -408,7 +417,7 @@ class ArmResult(_Strict):
 
 class EvaluationReceipts(_Strict):
     node: Address  # the registered node that signed every generation's receipt
-    table: ContentCid  # the receipt table (``ledger.evaluations``): arm -> receipt CIDs
+    table: ContentCid  # the receipt table (``ledger.evaluations``): arm -> bundle CIDs
 
 
 # Before-validators that pick the model themselves, so that errors name ``subject.size`` and
@@ -439,10 +448,11 @@ class EvaluationEntry(_Strict):
 
     Every arm ran the same ``task.problems`` problems with ``sampling.k`` samples each, once per
     seed. ``receipts`` is ``"none"`` for a run on a local model (unverified evidence), else the
-    node and the receipt table: for each arm the CIDs of its generations' receipt entries, in
+    node and the receipt table: for each arm the content CIDs of its generations' receipt
+    bundles (the signed receipt, the request, the answer and its receipt-log proof), in
     (seed, problem, sample) order, so a position names one generation
     (``ledger.evaluations.generation_index``). The table is a document of its own because
-    ``MAX_EVALUATION_GENERATIONS`` receipt CIDs (~12 MB) are far beyond ``MAX_ENTRY_BYTES``;
+    ``MAX_EVALUATION_GENERATIONS`` CIDs (~12 MB) are far beyond ``MAX_ENTRY_BYTES``;
     ``ledger.evaluations.check_receipt_table`` checks it against the entry. The figures are a
     function of the generations' rewards (``ledger.evaluations.seed_figures``).
     """

@@ -10,13 +10,16 @@ of the rewards: a verifier recomputes the entry's floats bit for bit.
 
 Receipt table. The RFC 8785 canonical JSON of::
 
-    {"type": "evaluation-receipts", "v": 1, "arms": {<arm>: [<receipt entry CID>, ...]}}
+    {"type": "evaluation-receipts", "v": 1, "arms": {<arm>: [<receipt bundle CID>, ...]}}
 
 each arm's list in (seed, problem, sample) order, seeds in the entry's order, so a position
-names one generation (``generation_index``). Stored like a batch manifest (``add_file``: one
-raw block up to 256 KiB, else a UnixFS file) and named by the entry's ``receipts.table``.
+names one generation (``generation_index``). A bundle CID names, on the content endpoint, the
+generation's receipt bundle (``inference_node.receipts.bundle_json``: the signed receipt, the
+normalized request, the answer's text and token ids, and its receipt-log inclusion proof), what
+``gym verify receipt BUNDLE`` reads. Stored like a batch manifest (``add_file``: one raw block
+up to 256 KiB, else a UnixFS file) and named by the entry's ``receipts.table``.
 ``decode_receipt_table`` checks the format (``ReceiptTableError``): canonical bytes, exactly
-those keys, arm names as in entries, entry CIDs, no CID twice in the whole table, at most
+those keys, arm names as in entries, content CIDs, no CID twice in the whole table, at most
 ``MAX_EVALUATION_GENERATIONS``. ``check_receipt_table`` checks it against its entry
 (``ReceiptTableMismatchError``): the same arms, each with seeds x problems x k CIDs.
 
@@ -42,10 +45,10 @@ from ledger.entries import (
     MAX_EVALUATION_ARMS,
     MAX_EVALUATION_GENERATIONS,
     EvaluationEntry,
+    is_content_cid,
 )
 from ledger.errors import EntryError, LedgerError, VerificationError
 from ledger.json_input import JSONInputError, parse_json
-from ledger.multiformats import MultiformatError, raw_sha256_cid_bytes
 
 RECEIPT_TABLE_TYPE = "evaluation-receipts"
 RECEIPT_TABLE_VERSION = 1
@@ -121,7 +124,7 @@ def generations_per_arm(entry: EvaluationEntry) -> int:
 
 @dataclass(frozen=True)
 class ReceiptTable:
-    arms: Mapping[str, Sequence[str]]  # arm -> receipt entry CIDs, (seed, problem, sample) order
+    arms: Mapping[str, Sequence[str]]  # arm -> receipt bundle CIDs, (seed, problem, sample) order
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arms", {arm: tuple(c) for arm, c in self.arms.items()})
@@ -140,13 +143,11 @@ def _check(table: ReceiptTable) -> None:
             raise ReceiptTableError(f"arms: {arm!r} is not an arm name ({ARM_NAME_PATTERN})")
         for position, cid in enumerate(cids):
             where = f"arms.{arm}[{position}]"
-            try:
-                raw_sha256_cid_bytes(cid)
-            except MultiformatError:
-                raise ReceiptTableError(f"{where}: {cid!r} is not an entry CID "
-                                        "(raw sha2-256 CIDv1 in lowercase base32)") from None
+            if not is_content_cid(cid):
+                raise ReceiptTableError(f"{where}: {cid!r} is not a content CID "
+                                        "(raw or dag-pb sha2-256 CIDv1 in lowercase base32)")
             if cid in seen:
-                raise ReceiptTableError(f"{where}: receipt {cid} is listed twice")
+                raise ReceiptTableError(f"{where}: bundle {cid} is listed twice")
             seen.add(cid)
 
 
@@ -193,3 +194,71 @@ def check_receipt_table(table: ReceiptTable, entry: EvaluationEntry) -> None:
             raise ReceiptTableMismatchError(
                 f"arm {arm!r}: {len(cids)} receipts, the entry has seeds x problems x k = "
                 f"{expected} generations", expected=expected, computed=len(cids))
+
+
+# --- effect -----------------------------------------------------------------------------------
+
+METRICS = ("mean_at_k", "pass_at_k")
+
+
+@dataclass(frozen=True)
+class Effect:
+    """An arm against the entry's baseline on one metric: per seed, the arm's figure minus the
+    baseline's under the same seed, and the mean and spread (population standard deviation,
+    min, max) of those differences across seeds.
+
+    ``verdict``: ``"helps"`` when the mean difference is positive and beyond its spread
+    (mean > std), ``"hurts"`` when it is negative beyond its spread, else ``"no clear
+    effect"``: what a voter reads first, and what ``gym demo``'s voters vote by."""
+
+    arm: str
+    baseline: str
+    metric: str  # "mean_at_k" or "pass_at_k"
+    seeds: tuple[int, ...]
+    arm_figures: tuple[float, ...]
+    baseline_figures: tuple[float, ...]
+    differences: tuple[float, ...]
+    mean: float
+    std: float
+    min: float
+    max: float
+
+    @property
+    def verdict(self) -> str:
+        if self.mean > 0 and self.mean > self.std:
+            return "helps"
+        if self.mean < 0 and -self.mean > self.std:
+            return "hurts"
+        return "no clear effect"
+
+    def summary(self, k: int) -> str:
+        """One line: ``library vs baseline, Mean@4: +0.250 ± 0.050 (3 seeds: +0.2 … +0.3):
+        helps``."""
+        name = self.metric.replace("_at_k", f"@{k}").replace("mean", "Mean").replace(
+            "pass", "Pass")
+        seeds = len(self.seeds)
+        return (f"{self.arm} vs {self.baseline}, {name}: {self.mean:+.3f} ± {self.std:.3f} "
+                f"({seeds} seed{'s' if seeds != 1 else ''}: {self.min:+.3f} … {self.max:+.3f})"
+                f": {self.verdict}")
+
+
+def subject_arm(entry: EvaluationEntry) -> str:
+    """The arm that measures the entry's subject: ``library`` or ``adapter`` when the entry
+    has that arm, else its first arm other than the baseline."""
+    preferred = "library" if entry.subject.kind == "library" else "adapter"
+    if preferred in entry.arms and preferred != entry.baseline:
+        return preferred
+    return next(arm for arm in entry.arms if arm != entry.baseline)
+
+
+def effect(entry: EvaluationEntry, arm: str | None = None, metric: str = "mean_at_k"
+           ) -> Effect:
+    """``arm`` (default ``subject_arm``) against the baseline on ``metric``."""
+    arm = subject_arm(entry) if arm is None else arm
+    if arm not in entry.arms or metric not in METRICS:
+        raise EntryError(f"no arm {arm!r} or metric {metric!r}", field="arms")
+    ours = tuple(getattr(f, metric) for f in entry.arms[arm].per_seed)
+    theirs = tuple(getattr(f, metric) for f in entry.arms[entry.baseline].per_seed)
+    diffs = tuple(a - b for a, b in zip(ours, theirs, strict=True))
+    return Effect(arm, entry.baseline, metric, tuple(entry.sampling.seeds), ours, theirs, diffs,
+                  statistics.fmean(diffs), statistics.pstdev(diffs), min(diffs), max(diffs))

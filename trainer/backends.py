@@ -363,6 +363,16 @@ def receipt_cid(reply: dict) -> str | None:
     return cid if isinstance(cid, str) and RECEIPT_CID.fullmatch(cid) else None
 
 
+def bundle_token(reply: dict) -> str | None:
+    """`receipt_evidence.bundle_token` of a reply (what reads the receipt's bundle back from
+    the node), None if absent or not a short printable ASCII string."""
+    evidence = reply.get("receipt_evidence")
+    token = evidence.get("bundle_token") if isinstance(evidence, dict) else None
+    ok = isinstance(token, str) and 0 < len(token) <= 512 and token.isascii() \
+        and token.isprintable()
+    return token if ok else None
+
+
 def refuses_format(response) -> bool:
     """A 400 that names `response_format` or `json_schema`: the server does not support them."""
     text = response.text[:4000]
@@ -376,10 +386,12 @@ class OpenAIBackend:
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None,
                  max_concurrency: int = 8, timeout_s: float = 120.0, max_retries: int = 4,
-                 backoff_s: float = 0.5, transport=None) -> None:
+                 backoff_s: float = 0.5, transport=None,
+                 headers: dict[str, str] | None = None) -> None:
         import httpx
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {**(headers or {}),
+                   **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
                                    timeout=timeout_s, transport=transport)
         self.model = model
@@ -388,6 +400,8 @@ class OpenAIBackend:
         self.backoff_s = backoff_s
         self.usage = Usage()
         self.last_receipts: list[list[str | None]] = []
+        # per completion of the last call: {"receipt_cid", "bundle_token"} or None
+        self.last_evidence: list[list[dict | None]] = []
         self.format_refused = False  # the server answered 400 to a response_format once
         self.on_rows: Callable[[int], None] | None = None  # told of each finished completion
 
@@ -396,7 +410,7 @@ class OpenAIBackend:
                  response_format: dict | None = None) -> list[list[str]]:
         jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
 
-        def one(job: tuple[int, int]) -> tuple[str, str | None]:
+        def one(job: tuple[int, int]) -> tuple[str, dict | None]:
             i, j = job
             body = {"model": self.model, "messages": prompts[i], "temperature": temperature,
                     "top_p": top_p, "max_tokens": max_new_tokens,
@@ -413,7 +427,7 @@ class OpenAIBackend:
             self.usage.format_fallbacks += 1
             return self._complete(body)
 
-        def counted(job: tuple[int, int]) -> tuple[str, str | None]:
+        def counted(job: tuple[int, int]) -> tuple[str, dict | None]:
             answer = one(job)
             if self.on_rows is not None:
                 self.on_rows(1)
@@ -422,15 +436,17 @@ class OpenAIBackend:
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             answers = list(pool.map(counted, jobs))
         out: list[list[str]] = [[""] * n for _ in prompts]
-        receipts: list[list[str | None]] = [[None] * n for _ in prompts]
-        for (i, j), (text, cid) in zip(jobs, answers, strict=True):
-            out[i][j], receipts[i][j] = text, cid
-        self.last_receipts = receipts
+        evidence: list[list[dict | None]] = [[None] * n for _ in prompts]
+        for (i, j), (text, signed) in zip(jobs, answers, strict=True):
+            out[i][j], evidence[i][j] = text, signed
+        self.last_evidence = evidence
+        self.last_receipts = [[e and e["receipt_cid"] for e in row] for row in evidence]
         return out
 
-    def _complete(self, body: dict) -> tuple[str, str | None] | None:
-        """The text and receipt CID of one completion; None if the server refused the body's
-        `response_format` (a 400 naming it)."""
+    def _complete(self, body: dict) -> tuple[str, dict | None] | None:
+        """The text of one completion and its receipt's CID and bundle token (None without a
+        receipt); None if the server refused the body's `response_format` (a 400 naming
+        it)."""
         import httpx
 
         for attempt in range(self.max_retries + 1):
@@ -449,7 +465,9 @@ class OpenAIBackend:
                     self.usage.prompt_tokens += int(usage.get("prompt_tokens", 0))
                     self.usage.completion_tokens += int(usage.get("completion_tokens", 0))
                     text = (data["choices"][0]["message"].get("content") or "").strip()
-                    return text, receipt_cid(data)
+                    cid = receipt_cid(data)
+                    return text, (None if cid is None
+                                  else {"receipt_cid": cid, "bundle_token": bundle_token(data)})
                 if "response_format" in body and refuses_format(response):
                     return None
                 if response.status_code not in self.RETRY_STATUS:

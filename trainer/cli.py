@@ -146,6 +146,7 @@ def _publish(ctx: typer.Context, run_dir: Path, log: str, domain: str | None = N
 
 
 def eval_library(
+    ctx: typer.Context,
     dataset: Annotated[Path | None, typer.Option(
         help="Held-out problems (JSONL with problem, answer); default: --config's eval_path.",
         exists=True, dir_okay=False)] = None,
@@ -184,6 +185,18 @@ def eval_library(
     show: Annotated[int, typer.Option(
         min=0, help="Print the first N completions with their reward and what the verifier "
                     "read in them.")] = 0,
+    library_log: Annotated[str | None, typer.Option(
+        help="A published log (name or on-chain id) as the 'library' arm, instead of "
+             "--library: with --base-url the node prompts with it (X-Gym-Library), verified "
+             "from chain + content store, and every receipt binds it; locally its texts are "
+             "read from the chain and the content endpoint.")] = None,
+    publish: Annotated[str | None, typer.Option(
+        help="Append the evaluation as an `evaluation` entry to this log and anchor it "
+             "(needs --library-log; with --base-url every generation's receipt bundle goes "
+             "to the content endpoint: `gym verify evaluation CID` re-checks it).")] = None,
+    wait: Annotated[float, typer.Option(
+        min=0, help="With --publish --base-url: seconds to wait for the node to anchor the "
+                    "receipts (it anchors every --anchor-interval).")] = 180.0,
 ) -> None:
     """Mean@k and Pass@k of the base model against a library and/or an adapter.
 
@@ -203,8 +216,15 @@ def eval_library(
     from trainer.evaluate import evaluate_arms, load_library
     from trainer.verifiers import load_verifier
 
-    if library is None and adapter is None:
-        raise TrainerError("nothing to compare: give --library, --adapter or both")
+    if library is None and adapter is None and library_log is None:
+        raise TrainerError("nothing to compare: give --library, --library-log, --adapter or "
+                           "both")
+    if library is not None and library_log is not None:
+        raise TrainerError("give --library (a file) or --library-log (a published log), not "
+                           "both")
+    if publish is not None and (library_log is None or adapter is not None):
+        raise TrainerError("--publish evaluates a published library: give --library-log (and "
+                           "no --adapter)")
     agent_objective = None
     if config is not None:
         from trainer.tfgrpo_config import TFGRPOConfig
@@ -225,6 +245,9 @@ def eval_library(
     if limit < 0 or k < 1 or seeds < 1 or max_new_tokens < 1 or batch_size < 1:
         raise TrainerError("--limit must be >= 0; -k, --seeds, --max-new-tokens and "
                            "--batch-size >= 1")
+    if publish is not None and dataset.suffix != ".jsonl":
+        raise TrainerError(f"{dataset}: --publish needs a JSONL dataset (what `gym verify "
+                           "evaluation` reads back from its CID)")
     problems = load_problems(dataset, limit)
     try:
         experiences = load_library(library) if library else []
@@ -232,9 +255,28 @@ def eval_library(
         raise TrainerError(f"{library}: not a library.json of `gym train tfgrpo` "
                            f"({exc})") from None
     load_verifier(verifier)
+    rt = log_id = subject = None
+    if library_log is not None:
+        from ledger.chain import resolve_log_id
+        from ledger.runtime import runtime_of
+        from trainer.evaluation_publish import library_texts
+        from trainer.tfgrpo_prompts import Experience
+
+        rt = runtime_of(ctx)
+        log_id = resolve_log_id(rt.contract, library_log, from_block=rt.chain.deployment_block)
+        if not base_url:
+            with progress_console.status(f"reading log {log_id} from chain + content endpoint"):
+                subject, live = library_texts(rt, log_id)
+            experiences = [Experience(cid, text) for cid, text in live]
+    node_library = None
     if base_url:
         backend = OpenAIBackend(base_url, model, os.environ.get(api_key_env),
-                                max_concurrency=batch_size)
+                                max_concurrency=batch_size,
+                                headers=None if log_id is None else {"X-Gym-Library": "none"})
+        if log_id is not None:
+            node_library = OpenAIBackend(base_url, model, os.environ.get(api_key_env),
+                                         max_concurrency=batch_size,
+                                         headers={"X-Gym-Library": str(log_id)})
     else:
         from trainer.gradient.progress import quiet_library_output
 
@@ -242,7 +284,9 @@ def eval_library(
         with progress_console.status("loading model"):
             backend = TransformersBackend(model or None, batch_size=batch_size)
     arms = {"baseline": (backend, [])}
-    if library:
+    if node_library is not None:  # the node injects the log's experiences
+        arms["library"] = (node_library, [])
+    elif library or library_log:
         arms["library"] = (backend, experiences)
     if adapter:
         if (adapter / "adapter_config.json").is_file():
@@ -268,10 +312,12 @@ def eval_library(
             bar.update(task, advance=n, description=f"eval {label}")
 
         completions: list[dict] = []
+        evidence: dict = {}
         results = evaluate_arms(arms, problems, load_verifier(verifier), k=k,
                                 seeds=tuple(range(seeds)), temperature=temperature,
                                 max_new_tokens=max_new_tokens, on_progress=advance,
-                                agent_objective=agent_objective, completions=completions)
+                                agent_objective=agent_objective, completions=completions,
+                                receipts=evidence)
     from trainer.tfgrpo_config import MATH_AGENT_OBJECTIVE
 
     results.update(verifier=verifier, agent_objective=agent_objective or MATH_AGENT_OBJECTIVE)
@@ -280,6 +326,7 @@ def eval_library(
     if base_url:
         results.update(base_url=base_url, model=model)
     what = ", ".join(filter(None, [f"library of {len(experiences)}" if library else "",
+                                   f"library log {log_id}" if log_id is not None else "",
                                    f"adapter {adapter}" if adapter else ""]))
     table = Table(title=f"{len(problems)} problems, k={k}, seeds={seeds}, {what}")
     for column in ("arm", "metric", "mean", "std", "min", "max"):
@@ -304,6 +351,64 @@ def eval_library(
         kept.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in completions),
                         encoding="utf-8")
         console.print(f"completions: {kept} ({len(completions)})")
+    if publish is not None:
+        _publish_evaluation(rt, publish, dataset=dataset, problems=len(problems),
+                            verifier=verifier, agent_objective=results["agent_objective"],
+                            k=k, seeds=list(range(seeds)), temperature=temperature,
+                            max_tokens=max_new_tokens, results=results, evidence=evidence,
+                            base_url=base_url, subject=subject,
+                            local_model=None if base_url else (model or None), wait=wait)
+
+
+def _publish_evaluation(rt, log: str, *, dataset: Path, problems: int, verifier: str,
+                        agent_objective: str, k: int, seeds: list[int], temperature: float,
+                        max_tokens: int, results: dict, evidence: dict, base_url: str,
+                        subject: dict | None, local_model: str | None, wait: float) -> None:
+    """`gym eval --publish`: the bundles and table stored, the entry appended and anchored."""
+    from trainer import evaluation_publish as ep
+    from trainer.reports import step_progress
+
+    content = rt.content
+    receipts: object = "none"
+    if base_url:
+        bundles: dict[str, list[bytes]] = {}
+        total = len(results["arms"]) * len(seeds) * problems * k
+        with step_progress(progress_console) as bar:
+            task = bar.add_task("fetching the receipt bundles from the node", total=total)
+            for arm in results["arms"]:
+                flat = [e for seed in seeds for row in evidence[(arm, seed)] for e in row]
+                bundles[arm] = ep.fetch_bundles(
+                    base_url, flat, wait_s=wait,
+                    on_fetched=lambda n: bar.update(task, advance=n),
+                    on_wait=lambda cid: bar.update(
+                        task, description="waiting for the node to anchor its receipt log"))
+        subject, model_digest, node = ep.subject_from_receipts(bundles, "library")
+        with progress_console.status(f"storing {total} receipt bundles on the content "
+                                     "endpoint"):
+            table = ep.store_table(content, bundles)
+        receipts = {"node": node, "table": table}
+    else:
+        from ledger.entries import weights_digest
+        from trainer.backends import default_model_dir
+
+        table = None
+        model_digest = weights_digest(local_model or default_model_dir())
+    entry = ep.build_entry(
+        subject=subject, baseline="baseline", dataset_cid=ep.dataset_cid(content, dataset),
+        problems=problems, verifier=verifier, agent_objective=agent_objective,
+        model_digest=model_digest, k=k, seeds=seeds, temperature=temperature, top_p=0.95,
+        max_tokens=max_tokens, results=results, receipts=receipts)
+    with progress_console.status(f"appending the evaluation to {log} and anchoring it"):
+        cid, leaf = ep.append_and_anchor(rt, log, entry)
+    from ledger.evaluations import effect
+
+    console.print(f"evaluation entry {cid}: leaf {leaf} of {log}, anchored", highlight=False)
+    console.print("  " + effect(entry).summary(k), highlight=False)
+    if table is None:
+        console.print("  receipts: none (a local model): unverified evidence", highlight=False)
+    else:
+        console.print(f"  receipt table {table}; check it: gym verify evaluation {cid}",
+                      highlight=False)
 
 
 def main() -> None:  # `python -m trainer.cli train ...` until the root CLI mounts these

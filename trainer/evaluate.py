@@ -45,7 +45,9 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
                   temperature: float = 0.7, top_p: float = 0.95, max_new_tokens: int = 256,
                   on_progress: Callable[[int, str], None] | None = None,
                   agent_objective: str | None = None,
-                  completions: list[dict] | None = None) -> dict:
+                  completions: list[dict] | None = None,
+                  receipts: dict[tuple[str, int], list[list[dict | None]]] | None = None
+                  ) -> dict:
     """Mean@k and Pass@k per arm (name -> (backend, library)), spread across seeds.
 
     ``on_progress(n, label)`` is told of every ``n`` generations finished (of
@@ -53,7 +55,8 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
     per batch where the backend reports its batches (``on_rows``), else per (seed, arm) pass.
     ``agent_objective``: the rollout system prompt (a config's; default the math one).
     ``completions``: every completion is appended there, with its reward and the verifier's
-    reasoning.
+    reasoning. ``receipts``: ``receipts[(arm, seed)][problem][sample]`` is set to the
+    backend's ``last_evidence`` (a signing node's receipt CID and bundle token, else None).
     """
     objective = {} if agent_objective is None else {"agent_objective": agent_objective}
     per_seed: dict[str, dict[str, list[float]]] = {
@@ -77,6 +80,9 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
             finally:
                 if reports:
                     backend.on_rows = None
+            if receipts is not None:
+                receipts[(arm, seed)] = getattr(backend, "last_evidence", None) or [
+                    [None] * k for _ in problems]
             rewards = []
             for index, (p, outs) in enumerate(zip(problems, outputs, strict=True)):
                 verdicts = [verifier({**p, "response": text}) for text in outs]

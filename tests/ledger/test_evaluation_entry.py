@@ -307,9 +307,9 @@ GOOD_TABLE = encode_receipt_table(ReceiptTable({"baseline": receipt_cids(2, "b")
 
 @pytest.mark.parametrize(("data", "message"), [
     (GOOD_TABLE.replace(receipt_cids(2, "l")[1].encode(), receipt_cids(2, "b")[0].encode()),
-     "arms.library\\[1\\]: receipt .* is listed twice"),
-    (GOOD_TABLE.replace(receipt_cids(2, "l")[0].encode(), DAG_PB_CID.encode()),
-     "arms.library\\[0\\]: .* is not an entry CID"),
+     "arms.library\\[1\\]: bundle .* is listed twice"),
+    (GOOD_TABLE.replace(receipt_cids(2, "l")[0].encode(), b"Qm" + b"x" * 44),
+     "arms.library\\[0\\]: .* is not a content CID"),
     (GOOD_TABLE.replace(b'"library"', b'"Library"'), "not an arm name"),
     (GOOD_TABLE.replace(b'"v":1', b'"v":2'), "not a 'evaluation-receipts' v1"),
     (GOOD_TABLE.replace(b'"v":1', b'"v":true'), "not a 'evaluation-receipts' v1"),

@@ -78,7 +78,9 @@ def _child(request: dict, fds: list[int], gym_path: str) -> None:
         time.tzset()
         os.chdir(request["cwd"])
         sys.argv = [gym_path, *request["argv"]]
-        sys.path.insert(0, str(Path(gym_path).parent))  # where a console script's path starts
+        # where a console script's path starts, then $PYTHONPATH, as an interpreter sets it up
+        sys.path[:0] = [str(Path(gym_path).parent),
+                        *filter(None, request["env"].get("PYTHONPATH", "").split(os.pathsep))]
         if "numpy" in sys.modules:  # `random` reseeds itself after a fork; numpy does not
             sys.modules["numpy"].random.seed()
         _match_threads(request["env"])
