@@ -203,9 +203,13 @@ def propose_curation(
                            "read from the chain and the content endpoint (GYM_IPFS_API).")],
     indices: Annotated[str, typer.Option(help="Leaf indices, comma-separated: 0,1,2.")],
     description: Annotated[str, typer.Option(help="Why these entries belong in the library.")] = "",
+    evidence: Annotated[list[str] | None, typer.Option(
+        help="The CID of an evaluation of exactly these entries (`gym eval --library-log LOG "
+             "--publish ...` prints it): voters see its measured effect. Repeatable.")] = None,
     account: AccountOption = None,
 ) -> None:
-    """Propose to append leaves of an anchored publisher log to the curated library."""
+    """Propose to append leaves of an anchored publisher log to the curated library, with the
+    evaluations that measured what they do (--evidence)."""
     try:
         wanted = [int(part) for part in indices.split(",") if part.strip()]
     except ValueError:
@@ -214,11 +218,12 @@ def propose_curation(
     client = rt.client(account)
     if rt.ledger.store.has_log(from_log):  # a cache: any published log is read from chain
         plan = client.build_curation(rt.ledger.store, rt.ledger.content, from_log, wanted,
-                                     description)
+                                     description, evidence=evidence or ())
     else:
         with _replay_progress(from_log) as progress:
             plan = client.build_curation_from_chain(rt.ledger.content, from_log, wanted,
-                                                    description, progress=progress)
+                                                    description, progress=progress,
+                                                    evidence=evidence or ())
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
 
@@ -358,12 +363,32 @@ def list_proposals(ctx: typer.Context,
 
 @app.command()
 def show(ctx: typer.Context, proposal: ProposalArgument,
-         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """One proposal: description, its actions decoded, state, tally, quorum, timeline."""
-    client = _runtime(ctx).client()
+         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+         check: Annotated[bool, typer.Option(
+             help="Re-check each evaluation the proposal names from the chain and the content "
+                  "endpoint (every receipt and figure; --no-check shows them unchecked).")
+         ] = True,
+         verifier: Annotated[list[str] | None, typer.Option(
+             help="Run this verifier when an evaluation names it (python:module:function is "
+                  "code: only math and exact run unless named). Repeatable.")] = None) -> None:
+    """One proposal: its evidence (the measured effect of what it adds, and whether that
+    evidence verified), description, its actions decoded, state, tally, quorum, timeline."""
+    from governance.evidence import EvidenceError, proposal_evidence
+
+    rt = _runtime(ctx)
+    client = rt.client()
     p = client.proposal(_resolve_id(client, proposal))
     actions = client.describe_actions(p)
     now = client.now()
+    try:
+        with err_console.status("checking the proposal's evidence"):
+            evidence = proposal_evidence(rt.ledger, p.document_cid, check=check,
+                                         registry=getattr(client, "registry", None),
+                                         trusted_verifiers=set(verifier or ()))
+    except EvidenceError as exc:
+        evidence, evidence_error = [], str(exc)
+    else:
+        evidence_error = None
     if as_json:
         console.print_json(json.dumps({
             "id": str(p.proposal_id), "proposer": p.proposer, "state": p.state.label,
@@ -371,9 +396,13 @@ def show(ctx: typer.Context, proposal: ProposalArgument,
             "deadline": p.deadline, "eta": p.eta, "for": str(p.votes_for),
             "against": str(p.votes_against), "abstain": str(p.votes_abstain),
             "quorum": str(p.quorum), "description": p.description,
+            "evidence": [{"cid": e.cid, "summary": e.summary_lines, "verdict": e.verdict,
+                          "verified": e.verified, "detail": e.verify_detail}
+                         for e in evidence],
             "actions": [{"target": a.target, "contract": a.contract, "function": a.function,
                          "summary": a.summary} for a in actions]}))
         return
+    _print_evidence(p, evidence, evidence_error)
     console.print(p.description, highlight=False, markup=False)
     console.print("\nactions:", highlight=False)
     for n, action in enumerate(actions, 1):
@@ -384,6 +413,30 @@ def show(ctx: typer.Context, proposal: ProposalArgument,
                   f"snapshot {_when(p.snapshot, now)}\ndeadline {_when(p.deadline, now)}"
                   + (f"\neta {_when(p.eta, now)}" if p.eta else ""), highlight=False)
     _print_status(client, p.proposal_id)
+
+
+def _print_evidence(p, evidence: list, error: str | None) -> None:
+    """The measured effect first: what a voter should read before the description."""
+    if p.document_cid is None:
+        return
+    if error is not None:
+        console.print(f"evidence: cannot be read: {error}\n", highlight=False, markup=False)
+        return
+    if not evidence:
+        console.print("evidence: none. Nothing measured says whether these entries help "
+                      "(`gym eval --library-log LOG --publish ...` measures it).\n",
+                      highlight=False)
+        return
+    for e in evidence:
+        status = {True: "verified", False: "does NOT verify", None: "not checked"}[e.verified]
+        console.print(f"evidence {e.cid} ({status}; {e.verify_detail})", highlight=False,
+                      markup=False)
+        for line in e.summary_lines:
+            console.print(f"  {line}", highlight=False, markup=False)
+        if e.cli_command:
+            console.print(f"  re-run generations yourself: {e.cli_command}", highlight=False,
+                          markup=False)
+    console.print("")
 
 
 @app.command()

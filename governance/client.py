@@ -207,14 +207,16 @@ class GovernanceClient:
     # -- curation -----------------------------------------------------------------------------
 
     def build_curation(self, store: LogStore, content: ContentStore, log_name: str,
-                       indices: Sequence[int], description: str = "") -> CurationProposal:
+                       indices: Sequence[int], description: str = "",
+                       evidence: Sequence[str] = ()) -> CurationProposal:
         """A proposal to curate leaves ``indices`` of local publisher log ``log_name`` into this
         DAO's curated library (``governance.curation.build_curation``)."""
         return build_curation(self.ledger, self.curated_log_id, store, content, log_name,
-                              indices, description)
+                              indices, description, evidence)
 
     def build_curation_from_chain(self, content: ContentStore, log: str, indices: Sequence[int],
-                                  description: str = "", progress=None) -> CurationProposal:
+                                  description: str = "", progress=None,
+                                  evidence: Sequence[str] = ()) -> CurationProposal:
         """The same proposal for a published log named ``log`` on chain (or its on-chain id),
         read from the chain and the content endpoint alone
         (``governance.curation.build_curation_from_chain``)."""
@@ -228,7 +230,7 @@ class GovernanceClient:
             raise CurationError(str(exc)) from None
         return build_curation_from_chain(self.ledger, self.curated_log_id, content, log_id,
                                          indices, description, from_block=self.from_block,
-                                         progress=progress)
+                                         progress=progress, evidence=evidence)
 
     def check_can_propose(self, proposer: str, remedy: str) -> None:
         """``VotingPowerError`` (ending in ``remedy``) unless ``proposer`` holds the governor's

@@ -24,7 +24,7 @@ from eth_utils import keccak
 from governance.errors import CurationError
 from governance.reverts import governance_error
 from ledger.chain import LedgerContract, LogKind
-from ledger.entries import MAX_ENTRY_BYTES
+from ledger.entries import MAX_ENTRY_BYTES, EntryError
 from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.evm import ChainError
 from ledger.json_input import JSONInputError, parse_json
@@ -99,7 +99,7 @@ def _entry_summary(index: int, cid: str, obj: dict) -> str:
 
 def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
                    content: ContentStore, log_name: str, indices: Sequence[int],
-                   description: str = "") -> CurationProposal:
+                   description: str = "", evidence: Sequence[str] = ()) -> CurationProposal:
     """A proposal to curate leaves ``indices`` of publisher log ``log_name`` into curated log
     ``curated_log_id`` of ``ledger``, from the local log store (the publisher's own host, or
     any host that holds a copy). Where the store does not hold the log, see
@@ -107,7 +107,9 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
 
     Raises ``CurationError`` for an unknown or unpublished log, an index beyond the last
     anchored checkpoint, a checkpoint the chain does not hold, an entry the content store
-    lacks, a proof that does not verify, or a leaf already curated.
+    lacks, a proof that does not verify, or a leaf already curated; ``EvidenceError`` for an
+    ``evidence`` CID that is not an evaluation of the library these leaves add
+    (``governance.evidence``).
     """
     _check_indices(indices)
     try:
@@ -158,14 +160,14 @@ def build_curation(ledger: LedgerContract, curated_log_id: int, store: LogStore,
         picked.append(_Picked(index, leaf.cid, leaf.leaf_hash, data,
                               tuple(store.inclusion_proof(log_name, index, checkpoint.size))))
     return _proposal(ledger, curated_log_id, content, log_name, chain_log_id, checkpoint.size,
-                     checkpoint.root, picked, description)
+                     checkpoint.root, picked, description, evidence)
 
 
 def build_curation_from_chain(ledger: LedgerContract, curated_log_id: int,
                               content: ContentStore, log_id: int, indices: Sequence[int],
                               description: str = "", *, from_block: int = 0,
-                              progress: Callable[[int, int], None] | None = None
-                              ) -> CurationProposal:
+                              progress: Callable[[int, int], None] | None = None,
+                              evidence: Sequence[str] = ()) -> CurationProposal:
     """``build_curation`` for a token holder on any host: publisher log ``log_id`` replayed
     from the chain's events and the content endpoint (``ledger.audit.audit_log``, every entry
     re-hashed and the anchored roots recomputed), up to its last anchored checkpoint; the
@@ -200,7 +202,7 @@ def build_curation_from_chain(ledger: LedgerContract, curated_log_id: int,
     picked = [_Picked(i, entries[i][0], published.leaf_hashes[i], entries[i][1],
                       tuple(published.proof(i))) for i in indices]
     return _proposal(ledger, curated_log_id, content, info.name, log_id, info.size, info.root,
-                     picked, description)
+                     picked, description, evidence)
 
 
 def _check_indices(indices: Sequence[int]) -> None:
@@ -227,9 +229,31 @@ class _Picked:
 
 def _proposal(ledger: LedgerContract, curated_log_id: int, content: ContentStore,
               log_name: str, chain_log_id: int, size: int, root: bytes,
-              picked: Sequence[_Picked], description: str) -> CurationProposal:
+              picked: Sequence[_Picked], description: str, evidence: Sequence[str] = ()
+              ) -> CurationProposal:
     """The proposal for ``picked`` leaves of log ``chain_log_id`` at its checkpoint
-    ``(size, root)``: each proof checked, each leaf not yet curated, the document stored."""
+    ``(size, root)``: each proof checked, each leaf not yet curated, each ``evidence`` an
+    evaluation of what the leaves add, the document stored."""
+    from governance.evidence import (
+        MAX_EVIDENCE,
+        EvidenceError,
+        added_experiences,
+        check_subject,
+        description_lines,
+        read_evaluation,
+    )
+
+    if len(evidence) > MAX_EVIDENCE or len(set(evidence)) != len(evidence):
+        raise EvidenceError("malformed", f"name at most {MAX_EVIDENCE} evaluations, each once")
+    try:
+        experiences = added_experiences([(leaf.cid, leaf.data) for leaf in picked])
+    except (EntryError, ValueError) as exc:
+        raise CurationError(f"the leaves do not fold into a library: {exc}") from None
+    evaluations = []
+    for cid in evidence:
+        entry = read_evaluation(content, cid)
+        check_subject(entry, cid, chain_log_id, experiences)
+        evaluations.append((cid, entry))
     leaves, bodies, lines = [], [], []
     for leaf in picked:
         index = leaf.index
@@ -264,6 +288,7 @@ def _proposal(ledger: LedgerContract, curated_log_id: int, content: ContentStore
         "source": {"log": log_name, "log_id": chain_log_id, "size": size,
                    "root": "0x" + root.hex()},
         "entries": bodies,
+        **({"evidence": list(evidence)} if evidence else {}),
     }
     document_cid = content.add_file(json.dumps(document, sort_keys=True, indent=1).encode(),
                                     pin=True)
@@ -278,6 +303,8 @@ def _proposal(ledger: LedgerContract, curated_log_id: int, content: ContentStore
         "Entries:",
         *lines,
         "",
+        *((description_lines(evaluations) + [""]) if evaluations else
+          ["Evidence: none (no evaluation of these entries was named)", ""]),
         f"Proposal document: ipfs://{document_cid}",
     ])
     return CurationProposal(ledger.address, curated_log_id, tuple(leaves), text,

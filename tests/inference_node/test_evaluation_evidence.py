@@ -139,3 +139,23 @@ def test_a_published_evaluation_verifies_from_chain_and_endpoint_alone(
         result = run(auditor, "verify", "evaluation", altered, "--verifier", VERIFIER, ok=False)
         assert result.returncode == 1, (reason, result.stdout)
         assert f"evaluation FAILS ({reason})" in result.stderr, (reason, result.stderr)
+
+    # Proposals carry it: the proposal of exactly the evaluated entries names it, voters see
+    # its effect and that it verified; evidence of another library is refused by name.
+    holder = party("holder", PYTHONPATH=str(tmp_path / "task"))
+    leaves = ",".join(str(i) for i in range(len(SAMPLES.read_text().splitlines())))
+    mismatched = run(holder, "gov", "propose-curation", "--from-log", "alice/math", "--indices",
+                     "0,2", "--evidence", cid, "--account", "1", ok=False)
+    assert mismatched.returncode == 1 and "not the 2 this proposal adds" in mismatched.stderr, \
+        mismatched.stderr
+    run(holder, "gov", "propose-curation", "--from-log", "alice/math", "--indices", leaves,
+        "--evidence", cid, "--description", "Measured on the letters task.", "--account", "1")
+    run(holder, "gov", "propose-curation", "--from-log", "alice/math", "--indices", "0",
+        "--account", "1")
+    shown = run(holder, "gov", "show", "1", "--verifier", VERIFIER).stdout
+    assert shown.index(f"evidence {cid} (verified;") < shown.index("Measured on the"), shown
+    assert "library vs baseline, Mean@2:" in shown and "per seed (library - baseline" in shown
+    assert f"gym verify evaluation {cid} --sample" in shown, shown
+    unchecked = run(holder, "gov", "show", "1").stdout  # the verifier is code it did not name
+    assert "does NOT verify; FAILS (verifier)" in unchecked, unchecked
+    assert "evidence: none." in run(holder, "gov", "show", "2").stdout
