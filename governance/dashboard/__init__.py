@@ -13,6 +13,10 @@
   wallet's ``eth_sendTransaction``, each tried first so a refusal comes back named.
 - ``rpc_proxy``: on the devnet, the whitelisted JSON-RPC proxy that lets the page use Anvil's
   unlocked accounts through the same EIP-1193 calls.
+- ``names``: addresses as a voter reads them: the DAO's contracts by name, on the devnet
+  Anvil's accounts as ``dev account N``, any other address shortened (``0x1234…abcd``).
+- ``views``: what a page shows of a proposal: state, quorum, next step, what an account may do
+  on it (``voter_status``), the proposer's reason as paragraphs, the evidence it carries.
 - ``security``: Host and Origin checks, CSRF tokens bound to the session cookie, CSP.
 - ``app``, ``pages``, ``api``: the FastAPI application (``create_app``, imported from
   ``governance.dashboard.app``: it needs Jinja2, which nothing else here does, so ``gym`` starts
@@ -30,6 +34,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
         "check_curated_leaves", "check_leaf", "decode_action"],
     "governance.dashboard.indexer": ["CuratedLeaf", "GovernorIndexer", "IndexedProposal",
         "IndexedVote"],
+    "governance.dashboard.names": ["AddressBook", "address_book"],
     "governance.dashboard.runtime": ["DashboardRuntime"],
     "governance.dashboard.security": ["served_origins"],
 })

@@ -3,7 +3,9 @@
 Reads: ``/health``, ``/api/proposals[/{id}]``, ``/api/committee`` (verifiers and the latest
 challenges of the VerifierCommittee), ``/api/proposals/{id}/verify`` (422 when a
 proposed leaf fails), ``/api/proposals/{id}/ballot`` (typed data to sign),
-``/api/accounts/{address}``. Writes, each behind the Origin and CSRF checks:
+``/api/proposals/{id}/voters/{address}`` (whether the account can vote, why not, or how it
+voted: what the page shows the vote buttons by), ``/api/accounts/{address}``. A proposal is
+named by its id or by its number in `gym gov list`. Writes, each behind the Origin and CSRF checks:
 ``/api/proposals/{id}/relay`` (a signed ballot, relayed), ``/api/delegate``,
 ``/api/proposals`` (propose), ``/api/proposals/{id}/queue|execute`` (unsigned transactions
 for the wallet), ``/api/devnet/advance`` and ``/rpc`` (devnet only). POST bodies are read
@@ -43,7 +45,7 @@ from governance.dashboard.transactions import (
     propose_curation_tx,
     queue_tx,
 )
-from governance.dashboard.views import proposal_json, proposal_view
+from governance.dashboard.views import proposal_json, proposal_view, voter_json, voter_status
 from governance.devnet_time import DEVNET_CHAIN_ID, NotDevnetError, advance_time
 
 router = APIRouter(route_class=JSONBodyRoute)
@@ -106,6 +108,15 @@ def ballot(rt: Runtime, proposal_id: str, voter: str, support: str, reason: str 
         raise DashboardInputError(f"a reason is at most {MAX_REASON} characters")
     check_voting_power(rt.client, pid, voter, reach_snapshot=False)
     return ballot_for_wallet(rt.client, pid, support, voter, reason)
+
+
+@router.get("/api/proposals/{proposal_id}/voters/{address}")
+def voter(rt: Runtime, proposal_id: str, address: str) -> dict:
+    """Whether ``address`` can vote on the proposal now; if not, why (Pending, closed, no votes
+    at the snapshot, already voted: then how)."""
+    address = _input(parse_address, address)
+    view = proposal_view(rt, indexed_proposal(rt, proposal_id), rt.client.now())
+    return voter_json(voter_status(rt, view, address))
 
 
 @router.post("/api/proposals/{proposal_id}/relay")

@@ -10,7 +10,9 @@ like ``ledger.chain``), so each page view costs one ``eth_getLogs`` over the new
 
 The tallies are sums of the indexed vote weights; the tests hold them equal to the governor's
 ``proposalVotes``. A proposal's *state* is not derived here: it depends on the clock and the
-quorum rules, so the pages ask the governor's ``state`` view.
+quorum rules, so the pages ask the governor's ``state`` view. A proposal's *number* is its
+place in the order of ``ProposalCreated`` events from the deployment block: the order of the
+governor's own enumeration (``GovernorStorage.proposalDetailsAt``), which `gym gov list` numbers.
 
 Each event is decoded into a record (a JSON object: ``_record``) and the index is built from
 records (``_apply``). With ``durable`` (a ``ledger.event_index.EventIndexStore`` in the
@@ -67,6 +69,7 @@ class IndexedProposal:
     created_block: int
     created_at: int  # timestamp of the creation block
     created_tx: str
+    number: int  # its place among the governor's proposals, 1 = oldest: `gym gov list`'s number
     votes: list[IndexedVote] = field(default_factory=list)
     queued_at: int | None = None
     eta: int | None = None
@@ -152,11 +155,16 @@ class GovernorIndexer:
     def proposals(self) -> list[IndexedProposal]:
         """Every proposal, oldest first."""
         with self._lock:
-            return sorted(self._proposals.values(), key=lambda p: (p.created_block, p.created_at))
+            return sorted(self._proposals.values(), key=lambda p: p.number)
 
     def proposal(self, proposal_id: int) -> IndexedProposal | None:
         with self._lock:
             return self._proposals.get(proposal_id)
+
+    def numbered(self, number: int) -> IndexedProposal | None:
+        """The proposal `gym gov list` numbers ``number`` (1 = oldest), if there is one."""
+        with self._lock:
+            return next((p for p in self._proposals.values() if p.number == number), None)
 
     def curated_leaves(self) -> list[CuratedLeaf]:
         with self._lock:
@@ -282,7 +290,7 @@ class GovernorIndexer:
             self._proposals[proposal_id] = IndexedProposal(
                 proposal_id, r["proposer"], r["targets"], [int(v) for v in r["values"]],
                 [bytes.fromhex(c) for c in r["calldatas"]], r["description"], r["vote_start"],
-                r["vote_end"], block, when, tx)
+                r["vote_end"], block, when, tx, number=len(self._proposals) + 1)
             return
         proposal = self._proposals.get(proposal_id)
         if proposal is None:  # an event of a proposal made before from_block: not ours to show

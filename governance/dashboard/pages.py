@@ -1,10 +1,16 @@
 """Server-rendered pages: the proposal list, one proposal with its verified entries, the
 curated library as the chain holds it, and the verifier committee (its verifiers and
-challenges)."""
+challenges).
+
+A proposal is addressed by its full id or by its number in `gym gov list` (``/proposals/3``),
+read as `gym gov` reads an argument: a number from 1 to ``MAX_PROPOSAL_NUMBER`` is a list
+number (real ids are keccak hashes), anything else an id. The page leads with the decision
+(what the entries say, the evidence, the proposer's reason, state and tally, the vote) and
+folds the proofs and hashes below. Addresses read as names (``names``), the full address on
+hover and behind a copy button."""
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -12,14 +18,21 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from contracts.gym_token import format_gym
 from governance.client import ProposalState
 from governance.dashboard.committee import committee_json
 from governance.dashboard.curation import check_curated_leaves
 from governance.dashboard.errors import DashboardInputError, UnknownProposalError
 from governance.dashboard.indexer import IndexedProposal
 from governance.dashboard.runtime import DashboardRuntime
-from governance.dashboard.views import SUPPORT_LABELS, proposal_view, when
+from governance.dashboard.views import (
+    SUPPORT_LABELS,
+    gym,
+    plural,
+    proposal_evidence,
+    proposal_view,
+    reason_paragraphs,
+    when,
+)
 from governance.proposals import format_duration
 from ledger.rfc9162 import root as merkle_root
 
@@ -32,6 +45,7 @@ def runtime_of(request: Request) -> DashboardRuntime:
 
 
 Runtime = Annotated[DashboardRuntime, Depends(runtime_of)]
+MAX_PROPOSAL_NUMBER = 10**6  # as `gym gov` reads an id (governance/cli.py, _resolve_id)
 
 
 def parse_proposal_id(text: str) -> int:
@@ -45,9 +59,18 @@ def parse_proposal_id(text: str) -> int:
 
 
 def indexed_proposal(rt: DashboardRuntime, text: str) -> IndexedProposal:
-    """The proposal with id ``text``, after syncing the index; ``UnknownProposalError`` if none."""
+    """The proposal with id, or `gym gov list` number, ``text``, after syncing the index;
+    ``UnknownProposalError`` if none."""
     proposal_id = parse_proposal_id(text)
     rt.indexer.sync()
+    if 1 <= proposal_id <= MAX_PROPOSAL_NUMBER:
+        proposal = rt.indexer.numbered(proposal_id)
+        if proposal is None:
+            count = len(rt.indexer.proposals())
+            raise UnknownProposalError(
+                f"no proposal {proposal_id}: the governor has {plural(count, 'proposal')}"
+                + (f", numbered 1 to {count} as `gym gov list` numbers them" if count else ""))
+        return proposal
     proposal = rt.indexer.proposal(proposal_id)
     if proposal is None:
         raise UnknownProposalError(f"no proposal {proposal_id} on governor "
@@ -59,8 +82,8 @@ def _render(request: Request, rt: DashboardRuntime, template: str, context: dict
             ) -> HTMLResponse:
     now = rt.client.now()
     base = {"rt": rt, "head": rt.indexer.last_block, "now": now, "chain_id": rt.chain_id,
-            "csrf_token": request.state.csrf_token, "gym": partial(format_gym, rounded=True),
-            "when": lambda t: when(t, now), "States": ProposalState,
+            "csrf_token": request.state.csrf_token, "gym": gym, "plural": plural,
+            "addr": rt.names.html, "when": lambda t: when(t, now), "States": ProposalState,
             "support_labels": SUPPORT_LABELS}
     return templates.TemplateResponse(request, template, {**base, **context})
 
@@ -79,7 +102,10 @@ def index(request: Request, rt: Runtime) -> HTMLResponse:
 def proposal_page(request: Request, rt: Runtime, proposal_id: str) -> HTMLResponse:
     proposal = indexed_proposal(rt, proposal_id)
     view = proposal_view(rt, proposal, rt.client.now(), verify=True)
-    return _render(request, rt, "proposal.html", {"view": view, "p": proposal})
+    words, record = reason_paragraphs(proposal.description)
+    return _render(request, rt, "proposal.html", {
+        "view": view, "p": proposal, "reason": words, "record": record,
+        "evidence": proposal_evidence(rt, view)})
 
 
 @router.get("/library", response_class=HTMLResponse)

@@ -7,6 +7,7 @@ from functools import cached_property
 
 from governance.client import GovernanceClient
 from governance.dashboard.indexer import GovernorIndexer
+from governance.dashboard.names import AddressBook, address_book
 from governance.dashboard.security import CsrfTokens
 from governance.devnet_time import is_devnet
 from ledger.content import ContentStore
@@ -51,6 +52,11 @@ class DashboardRuntime:
     @cached_property
     def devnet(self) -> bool:
         return is_devnet(self.client.w3)
+
+    @cached_property
+    def names(self) -> AddressBook:
+        """The DAO's contracts by name, and on the devnet Anvil's dev accounts."""
+        return address_book(self.client.decoder.names, self.devnet)
 
     @cached_property
     def relayer_address(self) -> str | None:

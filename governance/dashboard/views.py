@@ -1,14 +1,21 @@
 """What the pages and the JSON API show: proposals from the index, with what only the chain
-knows now (state, quorum, the clock), and the proposal's actions decoded and verified."""
+knows now (state, quorum, the clock), and the proposal's actions decoded and verified; what
+one account may do on a proposal (``voter_status``: vote, or why not, or how it voted); the
+proposer's reason as paragraphs (``reason_paragraphs``); and the proposal's measured evidence
+(``proposal_evidence``, none yet)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from eth_utils import to_checksum_address
+
+from contracts.gym_token import format_gym
 from governance.client import ProposalState, VoteType
 from governance.dashboard.curation import LeafCheck, ProposedAction, check_leaf, decode_action
-from governance.dashboard.indexer import IndexedProposal
+from governance.dashboard.indexer import IndexedProposal, IndexedVote
 from governance.dashboard.runtime import DashboardRuntime
 
 
@@ -25,6 +32,10 @@ class ProposalView:
     @property
     def proposal_id(self) -> int:
         return self.indexed.proposal_id
+
+    @property
+    def number(self) -> int:
+        return self.indexed.number
 
     @property
     def quorum_reached(self) -> bool:
@@ -68,6 +79,16 @@ class ProposalView:
                 ("executed", p.executed_at), ("canceled", p.canceled_at)]
 
 
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 leaf``, ``2 leaves``: the count and its noun, singular for exactly one."""
+    return f"{count} {singular if count == 1 else plural_form or singular + 's'}"
+
+
+def gym(amount: int) -> str:
+    """An amount as the pages show it (``format_gym``'s rounded form, ``12,345 GYM``)."""
+    return format_gym(amount, rounded=True)
+
+
 def when(timestamp: int | None, now: int) -> str:
     if timestamp is None:
         return "-"
@@ -101,7 +122,7 @@ def proposal_json(view: ProposalView) -> dict:
     """A proposal for the JSON API: token amounts and ids as decimal strings (exact in JS)."""
     p = view.indexed
     data = {
-        "id": str(p.proposal_id), "title": p.title, "proposer": p.proposer,
+        "id": str(p.proposal_id), "number": p.number, "title": p.title, "proposer": p.proposer,
         "state": view.state.label, "next_step": view.next_step,
         "tally": {"for": str(p.votes_for), "against": str(p.votes_against),
                   "abstain": str(p.votes_abstain)},
@@ -135,3 +156,107 @@ def leaf_json(check: LeafCheck) -> dict:
 
 
 SUPPORT_LABELS = {VoteType.FOR: "For", VoteType.AGAINST: "Against", VoteType.ABSTAIN: "Abstain"}
+
+
+# -- what one account may do ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VoterStatus:
+    """What ``address`` may do on a proposal now, and the line the page says about it."""
+
+    address: str
+    can_vote: bool  # Active, votes at the snapshot, not voted yet: the vote buttons show
+    weight: int  # its votes at the snapshot (while Pending: its votes now)
+    vote: IndexedVote | None  # how it voted, if it did
+    message: str
+
+
+def voter_status(dash: DashboardRuntime, view: ProposalView, address: str) -> VoterStatus:
+    """Whether ``address`` can vote on ``view``'s proposal, from the index (its vote) and the
+    token (its votes at the snapshot); when it cannot, the reason in words it can act on."""
+    p, state, now = view.indexed, view.state, view.now
+    address = to_checksum_address(address)
+    who = dash.names.label(address)
+    vote = next((v for v in p.votes if v.voter == address), None)
+    if vote is not None:
+        said = f": \u201c{vote.reason}\u201d" if vote.reason else ""
+        return VoterStatus(address, False, vote.weight, vote,
+                           f"{who} voted {SUPPORT_LABELS[vote.support]} with "
+                           f"{gym(vote.weight)}{said}")
+    client = dash.client
+    if state == ProposalState.PENDING:
+        votes = client.votes(address)
+        return VoterStatus(address, False, votes, None,
+                           f"Voting opens with the first block after {when(p.snapshot, now)}. "
+                           f"{who} will vote with the votes delegated to it at that moment "
+                           f"(the snapshot; now {gym(votes)}).")
+    if state != ProposalState.ACTIVE:
+        return VoterStatus(address, False, 0, None, f"Voting is closed: the proposal is "
+                           f"{state.label}. {who} did not vote.")
+    weight = client.votes(address, p.snapshot)
+    if weight:
+        return VoterStatus(address, True, weight, None,
+                           f"{who} votes with {gym(weight)}, its votes at the snapshot.")
+    return VoterStatus(address, False, 0, None,
+                       f"{who} cannot vote on this proposal: it had no votes at the snapshot "
+                       f"({when(p.snapshot, now)}). {_why_no_votes(dash, address)}")
+
+
+def _why_no_votes(dash: DashboardRuntime, address: str) -> str:
+    client = dash.client
+    votes = client.votes(address)
+    if votes:
+        return (f"Its {gym(votes)} of votes were delegated to it after the snapshot: they count "
+                "on proposals made from now on.")
+    with client.rpc_errors():
+        balance = client.token.functions.balanceOf(address).call()
+        delegate = client.token.functions.delegates(address).call()
+    if balance and int(delegate, 16) == 0:
+        return (f"It holds {gym(balance)} but has not delegated them, so they carry no votes: "
+                "delegate to itself (or to someone) to vote on later proposals.")
+    if balance and to_checksum_address(delegate) != address:
+        return (f"It delegated its {gym(balance)} to {dash.names.label(delegate)}, who votes "
+                "with them.")
+    return "It holds no GYM and nobody delegated votes to it."
+
+
+def voter_json(status: VoterStatus) -> dict:
+    vote = status.vote
+    return {"address": status.address, "can_vote": status.can_vote, "weight": str(status.weight),
+            "vote": None if vote is None else {"support": vote.support.name.lower(),
+                                               "weight": str(vote.weight), "reason": vote.reason},
+            "message": status.message}
+
+
+# -- the proposer's reason, and the evidence ----------------------------------------------------
+
+_RECORD = re.compile(r"^(Source: publisher log |Proposal document: ipfs://)")
+
+
+def reason_paragraphs(description: str) -> tuple[list[list[str]], list[list[str]]]:
+    """The description, less its title line, as paragraphs of lines (Markdown-lite: a blank
+    line ends a paragraph, a newline is a line break; the template escapes every line, so no
+    HTML from a description is ever rendered). Returned split in two: the proposer's words,
+    and the record `gym gov propose-curation` writes after them (source checkpoint, entry CIDs,
+    proposal document: ``governance.curation``), which the page folds with the proofs."""
+    lines = description.strip().splitlines()
+    if lines and lines[0].startswith("#"):
+        lines = lines[1:]
+    paragraphs: list[list[str]] = [[]]
+    for line in lines:
+        if line.strip():
+            paragraphs[-1].append(line.rstrip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    paragraphs = [para for para in paragraphs if para]
+    words = [para for para in paragraphs if not _RECORD.match(para[0])]
+    return words, [para for para in paragraphs if _RECORD.match(para[0])]
+
+
+def proposal_evidence(dash: DashboardRuntime, view: ProposalView) -> list:
+    """The measured evidence the proposal carries, for ``templates/evidence.html``: items with
+    ``cid``, ``summary_lines`` (list of str), ``verified`` (True, False, or None: not checked),
+    ``verify_detail`` and ``cli_command`` (the command that re-runs the check). None yet: the
+    one place where the evaluation entries a proposal cites will be read and checked."""
+    return []

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from web3 import Web3
 
 from contracts import load_artifact
+from contracts.devnet_accounts import devnet_account_key
+from contracts.gym_token import GYM, format_gym
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS
 from governance import GovernanceClient, ProposalState, SourcedLeaf, VoteType
@@ -29,8 +31,11 @@ from governance.client import CurationProposal
 from governance.dashboard import DashboardRuntime, decode_action
 from governance.dashboard.app import create_app
 from governance.dashboard.curation import APPEND_ONE_SIGNATURE
+from governance.dashboard.names import address_book
+from governance.dashboard.pages import templates
 from governance.dashboard.rpc_proxy import ALLOWED_METHODS
 from governance.dashboard.security import CsrfTokens, request_origin, served_origins
+from governance.dashboard.views import reason_paragraphs
 from governance.proposals import ActionDecoder
 from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
 from ledger.chain import LedgerContract
@@ -338,7 +343,7 @@ def test_a_forged_leaf_is_shown_failed_with_its_reason(dash, forgery, reason):
 
     page = dash.http.get(f"/proposals/{proposal_id}")
     assert page.status_code == 200
-    assert re.search(r"FAILED: 1\s+of 1 proposed entries do not verify", page.text)
+    assert "FAILED: the proposed entry does not verify." in page.text
     failed = re.search(r'<p class="reason">(.*?)</p>', page.text, re.DOTALL).group(1)
     assert re.search(reason, failed), failed
     verdict = dash.http.get(f"/api/proposals/{proposal_id}/verify")
@@ -721,3 +726,238 @@ def test_the_index_is_durable_resumes_after_a_restart_and_survives_a_reorganisat
     assert blocks[-1][0] == new_head
     assert blocks[-1][1] == "0x" + bytes(dash.net.w3.eth.get_block(new_head)["hash"]).hex()
     store.engine.dispose()
+
+
+# -- the voter's walk: amounts, plurals, names, numbers, who may vote, the page's order -----------
+
+
+def test_amounts_read_as_people_write_them_at_every_size():
+    """Rounded (tallies, weights): never scientific notation, separators from 1,000 GYM, and a
+    non-zero amount never reads 0 GYM. Exact: every decimal, even past Decimal's precision."""
+    import contracts.gym_token
+
+    assert doctest.testmod(contracts.gym_token).failed == 0
+    rounded = {0: "0 GYM", 1: "<0.0001 GYM", GYM // 10**4 - 1: "<0.0001 GYM",
+               GYM // 10**4: "0.0001 GYM", GYM * 12345 // 10**7: "0.0012 GYM",
+               GYM // 2: "0.5 GYM", GYM * 123456 // 10**6: "0.1235 GYM",
+               12 * GYM + GYM // 2: "12.5 GYM", GYM * 999_5 // 10: "999.5 GYM",
+               GYM * 999_96 // 100: "1,000 GYM", 2_000 * GYM: "2,000 GYM",
+               12_345 * GYM: "12,345 GYM", 1_234_567 * GYM + GYM // 3: "1,234,567 GYM",
+               10**30: "1,000,000,000,000 GYM", -5 * GYM // 2: "-2.5 GYM"}
+    assert {units: format_gym(units, rounded=True) for units in rounded} == rounded
+    assert format_gym(2**256 - 1, rounded=True).startswith("115,792,089,237,316,195,423,570,")
+    assert format_gym(10**30 + 1) == "1000000000000.000000000000000001 GYM"  # exact
+    assert format_gym(1) == "0.000000000000000001 GYM" and format_gym(0) == "0 GYM"
+
+
+def test_the_pages_script_writes_amounts_as_the_server_does():
+    """dashboard.js's gym() (account info, vote weights) against format_gym, run by node."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import governance.dashboard
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = (Path(governance.dashboard.__file__).parent / "static" / "dashboard.js").read_text()
+    function = re.search(r"\n  function gym\(units\) \{\n.*?\n  \}\n", script, re.DOTALL).group(0)
+    amounts = [0, 1, GYM // 10**4 - 1, GYM // 10**4, GYM * 12345 // 10**7, GYM // 2,
+               GYM * 123456 // 10**6, 12 * GYM + GYM // 2, GYM * 9995 // 10, GYM * 99996 // 100,
+               2_000 * GYM, 12_345 * GYM, 1_234_567 * GYM + GYM // 3, 10**30, 2**256 - 1,
+               -5 * GYM // 2]
+    ran = subprocess.run([node, "-e", function + "console.log(JSON.stringify("
+                          f"{json.dumps([str(a) for a in amounts])}.map(gym)))"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(ran.stdout) == [format_gym(a, rounded=True) for a in amounts]
+
+
+def test_addresses_are_named_on_the_devnet_only_and_shortened_elsewhere():
+    governor = "0x" + "ab" * 20
+    dev0 = dev_account(0).address
+    stranger = "0x1234567890AbcdEF1234567890aBcdef12345678"
+    devnet = address_book({governor: "GymGovernor"}, devnet=True)
+    assert devnet.label(dev0) == "dev account 0 (deployer)"
+    assert devnet.label(dev_account(19).address) == "dev account 19"
+    assert devnet.label(governor.upper().replace("0X", "0x")) == "GymGovernor"
+    assert devnet.label(stranger) == "0x1234…5678"
+    other_chain = address_book({governor: "GymGovernor"}, devnet=False)
+    assert other_chain.label(dev0) == f"{dev0[:6]}…{dev0[-4:]}" and other_chain.name(dev0) is None
+    assert other_chain.label(governor) == "GymGovernor"
+    shown = str(other_chain.html(dev0))
+    assert f'title="{dev0}"' in shown and f'data-copy="{dev0}"' in shown
+    assert f">{dev0[:6]}…{dev0[-4:]}</span>" in shown
+
+
+def test_the_proposers_reason_is_paragraphs_of_escaped_text():
+    words, record = reason_paragraphs(
+        "# Title\n\nFirst line.\nSecond line.\n\n\n<b>bold</b> & more\n\n"
+        "Source: publisher log a/b (on-chain log 2)\nEntries:\n  leaf 0\n\n"
+        "Proposal document: ipfs://bafy")
+    assert words == [["First line.", "Second line."], ["<b>bold</b> & more"]]
+    assert record == [["Source: publisher log a/b (on-chain log 2)", "Entries:", "  leaf 0"],
+                      ["Proposal document: ipfs://bafy"]]
+    assert reason_paragraphs("# Only a title") == ([], [])
+
+
+def test_evidence_items_show_their_summary_badge_and_command():
+    render = templates.env.get_template("evidence.html").render
+    assert "No measured evidence: this proposal carries no evaluation." in render(evidence=[])
+    items = [
+        {"cid": "bafy-good", "summary_lines": ["Mean@4 0.61 -> 0.68", "<i>n</i> = 64"],
+         "verified": True, "verify_detail": "receipts re-checked", "cli_command": "gym eval a"},
+        {"cid": "bafy-bad", "summary_lines": [], "verified": False,
+         "verify_detail": "digest differs", "cli_command": "gym eval b"},
+        {"cid": "bafy-unchecked", "summary_lines": [], "verified": None,
+         "verify_detail": "", "cli_command": "gym eval c"}]
+    shown = render(evidence=items)
+    assert "No measured evidence" not in shown
+    assert "<li>Mean@4 0.61 -&gt; 0.68</li>" in shown and "&lt;i&gt;n&lt;/i&gt;" in shown
+    assert [re.search(r'<span class="badge[^"]*">([^<]+)</span>', part).group(1)
+            for part in shown.split("evidence-item")[1:]] == ["verified", "unverified",
+                                                               "not checked"]
+    assert "<pre><code>gym eval a</code></pre>" in shown and "receipts re-checked" in shown
+    assert "to re-run it yourself" in shown
+
+
+@pytest.mark.anvil
+def test_the_proposal_page_leads_with_the_decision_and_folds_the_proofs(dash):
+    plan = dash.client.build_curation(
+        dash.net.store, dash.net.content, "alice/math", [0, 2],
+        description="Keeps units straight.\nBoth rules are general.\n\n<b>Vote</b> for them.")
+    proposal_id, _ = dash.client.propose(plan)
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    order = [page.index(marker) for marker in (
+        '<h1 id="title">', '<section id="entries">', "Rule 0: check the units",
+        '<section id="evidence">', '<section id="description">', '<section id="tally">',
+        '<section id="actions">', '<details id="proofs">')]
+    assert order == sorted(order), order
+    folded = page.index('<details id="proofs">')
+    assert "<details id=\"proofs\" open" not in page
+    for detail in (plan.leaves[0].entry_cid, "0x" + plan.leaves[0].leaf_hash.hex(),
+                   '<span class="verdict">VERIFIED</span>', "inclusion proof (",
+                   "Source: publisher log alice/math", f"ipfs://{plan.document_cid}"):
+        assert page.index(detail) > folded, detail
+    evidence = page[page.index('<section id="evidence">'):page.index('<section id="description">')]
+    assert "No measured evidence: this proposal carries no evaluation." in evidence
+    reason = page[page.index('<section id="description">'):page.index('<section id="tally">')]
+    assert "<p>Keeps units straight.<br>Both rules are general.</p>" in reason
+    assert "<p>&lt;b&gt;Vote&lt;/b&gt; for them.</p>" in reason and "<b>Vote" not in page
+
+
+@pytest.mark.anvil
+def test_one_of_a_thing_reads_singular(dash):
+    """Leaf 2 of a 3-leaf log has a one-hash proof; curated alone, the library holds 1 leaf."""
+    proposal_id, _ = propose(dash, indices=(2,))
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert "inclusion proof (1 hash)" in page and "What the entry says" in page
+    assert "The proposed entry is VERIFIED" in page
+    for account in (1, 2, 3):
+        dash.client.vote(proposal_id, "for", key=ANVIL_DEV_KEYS[account])
+    dash.advance(dash.net.deployment.governance.voting_period + 1)
+    dash.client.queue(proposal_id)
+    dash.advance(dash.net.deployment.governance.timelock_min_delay + 1)
+    dash.client.execute(proposal_id)
+    library = dash.http.get("/library").text
+    assert ": 1 leaf.</p>" in library and "the RFC 9162 root of the 1 appended leaf," in library
+    again = dash.http.get(f"/proposals/{proposal_id}").text
+    for text in (page, library, dash.http.get("/").text, again):
+        assert not re.findall(r"\b1 (leaves|hashes|entries|proposals|challenges|slots)\b", text)
+
+
+@pytest.mark.anvil
+def test_accounts_and_contracts_read_as_names_with_the_full_address_on_hover(dash):
+    proposal_id, _ = propose(dash)  # by dev account 0
+    assert dash.vote(proposal_id, 1, "for").status_code == 200
+    deployer, voter = dev_account(0).address, dev_account(1).address
+    index = dash.http.get("/").text
+    assert (f'<span class="addr" title="{deployer}" data-address="{deployer}">'
+            "dev account 0 (deployer)</span>") in index
+    assert f'data-copy="{deployer}"' in index
+    names = json.loads(html.unescape(re.search(r"data-names='([^']*)'", index).group(1)))
+    assert names[voter.lower()] == "dev account 1"
+    assert names[dash.client.governor.address.lower()] == "GymGovernor"
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    votes = page[page.index('<section id="votes">'):page.index('<section id="timeline">')]
+    assert f'title="{voter}" data-address="{voter}">dev account 1</span>' in votes
+    shown_text = re.sub(r"<[^>]+>", " ", page)  # what the reader sees: no raw addresses
+    assert deployer not in shown_text and voter not in shown_text
+    ledger = dash.client.ledger.address
+    assert f'title="{ledger}" data-address="{ledger}">ExperienceLedger</span>' in page
+    library = dash.http.get("/library").text
+    assert "owned by the timelock" in library and ">TimelockController</span>" in library
+
+
+@pytest.mark.anvil
+def test_proposals_answer_by_their_gym_gov_list_number(dash):
+    first, _ = propose(dash)
+    second, _ = propose(dash, indices=(1,))
+    assert dash.client.proposal_ids() == [first, second]  # the order `gym gov list` numbers
+    index = dash.http.get("/").text
+    assert '<span class="number">Proposal 2</span>\n        <a href="/proposals/2">' in index
+    assert '<a href="/proposals/1">' in index
+    for number, proposal_id in ((1, first), (2, second)):
+        page = dash.http.get(f"/proposals/{number}")
+        assert page.status_code == 200
+        assert f'data-proposal-id="{proposal_id}"' in page.text
+        assert f'<p id="number" class="number">Proposal {number}</p>' in page.text
+        assert dash.http.get(f"/api/proposals/{number}").json()["id"] == str(proposal_id)
+    by_id = dash.http.get(f"/proposals/{second}")  # the full id still answers
+    assert by_id.status_code == 200 and "Proposal 2</p>" in by_id.text
+    assert dash.http.get(f"/proposals/{hex(second)}").status_code == 200
+    unknown = dash.http.get("/proposals/3")
+    assert unknown.status_code == 404 and "<h1>Error 404</h1>" in unknown.text
+    assert "no proposal 3: the governor has 2 proposals, numbered 1 to 2" in unknown.text
+    assert dash.http.get("/proposals/0").status_code == 404
+
+
+@pytest.mark.anvil
+def test_vote_buttons_only_for_an_account_that_can_vote_and_why_not(dash):
+    late = dev_account(5).address  # gets GYM before the proposal, delegates after its snapshot
+    dash.client.send(dash.client.token.functions.transfer(late, 100 * GYM),
+                     Account.from_key(ANVIL_DEV_KEYS[0]))
+    proposal_id, _ = propose(dash)
+
+    def status(account: int) -> dict:
+        answer = dash.http.get(f"/api/proposals/{proposal_id}/voters/"
+                               f"{dev_account(account).address}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    pending = status(1)
+    assert not pending["can_vote"] and pending["vote"] is None
+    assert pending["message"].startswith("Voting opens with the first block after")
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert 'class="vote"' not in page and "Voting opens with the first block after" in page
+
+    dash.advance(2)  # past the snapshot: Active
+    dash.client.delegate(key=devnet_account_key(5))
+    can = status(1)
+    assert can["can_vote"] and can["weight"] == str(1000 * GYM)
+    assert can["message"] == "dev account 1 votes with 1,000 GYM, its votes at the snapshot."
+    late_status = status(5)
+    assert not late_status["can_vote"]
+    assert "dev account 5 cannot vote on this proposal: it had no votes at the snapshot" in \
+        late_status["message"]
+    assert "Its 100 GYM of votes were delegated to it after the snapshot" in late_status["message"]
+    assert "It holds no GYM" in status(NO_GYM)["message"]
+    page = dash.http.get(f"/proposals/{proposal_id}").text  # no wallet known to the server
+    assert '<div id="vote" class="unavailable">' in page
+    assert page.count('class="vote" data-support=') == 3
+    assert len(re.findall(r'class="vote" data-support="\w+" disabled>', page)) == 3
+    assert "To vote, connect a wallet" in page
+
+    assert dash.vote(proposal_id, 1, "for", reason="general").status_code == 200
+    voted = status(1)
+    assert not voted["can_vote"] and voted["vote"] == {
+        "support": "for", "weight": str(1000 * GYM), "reason": "general"}
+    assert voted["message"] == "dev account 1 voted For with 1,000 GYM: \u201cgeneral\u201d"
+
+    dash.advance(dash.net.deployment.governance.voting_period + 1)
+    closed = status(2)
+    assert not closed["can_vote"] and closed["message"].startswith("Voting is closed")
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert 'class="vote"' not in page and 'id="queue" class="needs-account" disabled' in page
+    bad = dash.http.get(f"/api/proposals/{proposal_id}/voters/connecting…")
+    assert bad.status_code == 422 and "is not an address" in error_of(bad)["message"]

@@ -3,10 +3,20 @@
 ``gym dashboard`` runs in a subprocess against a devnet (``gym devnet up``) with a published
 log and a curation proposal made with ``gym gov propose-curation``. In the page, with no
 wallet extension, the devnet's EIP-1193 provider signs with Anvil's dev accounts: account 5
-delegates the tokens it was sent, is refused a vote (its delegation came after the snapshot),
-accounts 1, 2 and 3 vote with reasons, time is advanced, the proposal is queued and executed,
-and the curated library shows the new entries verified. A screenshot is saved at each stage
-under ``$GYM_TEST_ARTIFACTS/dashboard`` (default ``tests/.artifacts/dashboard``).
+delegates the tokens it was sent and is shown no vote buttons but why (its delegation came
+after the snapshot), accounts 1, 2 and 3 vote with reasons and then see how they voted, time
+is advanced, the proposal is queued and executed, the curated library shows the new entries
+verified, and a second proposal, made from the page, is Pending: no vote buttons, and when
+voting opens.
+
+On the way, what a voter sees: names, not raw addresses (the full one on hover and copied by
+its button); "Proposal 1" and /proposals/1; the page as served to a browser without a wallet
+(a plain line on how to connect, no vote buttons, no error); nothing below the wallet and vote
+areas moves when the wallet connects (the page's calls to the wallet are held back while the
+headings are measured, then let through); the decision first, "No measured evidence" in its
+place, the proofs folded in a closed <details>. A screenshot is saved at each stage under
+``$GYM_TEST_ARTIFACTS/dashboard`` (default ``tests/.artifacts/dashboard``), among them
+``proposal-without-evidence.png``.
 """
 
 from __future__ import annotations
@@ -104,10 +114,19 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
                 ready()
                 page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
 
+            page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
             page.goto(base + "/")
             ready()
-            expect(page.locator("#proposals")).to_contain_text("Curate 2 entries from alice/math")
-            expect(page.locator("#proposals")).to_contain_text("Active")
+            proposals = page.locator("#proposals")
+            expect(proposals).to_contain_text("Curate 2 entries from alice/math")
+            expect(proposals).to_contain_text("Active")
+            expect(proposals).to_contain_text("Proposal 1")
+            expect(proposals).to_contain_text("by dev account 1")  # its proposer
+            assert ACCOUNT[1] not in proposals.inner_text()
+            expect(proposals.locator(".addr")).to_have_attribute("title", ACCOUNT[1])
+            expect(page.locator(".chain")).to_contain_text(
+                "signed ballots relayed by dev account 0 (deployer)")
+            expect(page.locator("#account option").nth(5)).to_have_text("dev account 5")
             shot("01-proposals")
 
             # Delegate: account 5 holds 100 GYM that do not vote until delegated.
@@ -119,20 +138,73 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
             assert token.functions.getVotes(ACCOUNT[5]).call() == 100 * GYM_UNIT
             shot("02-delegated")
 
-            page.click("#proposals a")
+            expect(page.locator("#proposals a")).to_have_attribute("href", "/proposals/1")
+            vote_buttons = page.locator("button.vote")
+
+            # Served to a browser without a wallet (a chain that is not the devnet, no
+            # extension): a plain line on how to connect, no vote buttons, no error.
+            def without_wallet(route) -> None:
+                served = route.fetch()
+                route.fulfill(response=served, body=served.text().replace(
+                    'data-devnet="1"', 'data-devnet="0"'))
+
+            page.route(base + "/proposals/1", without_wallet)
+            page.goto(base + "/proposals/1")
+            page.wait_for_selector('body[data-wallet="none"]')
+            expect(page.locator("#account-info")).to_contain_text("No wallet")
+            expect(page.locator("#vote-status")).to_contain_text("To vote, connect a wallet")
+            for button in vote_buttons.all():
+                expect(button).to_be_hidden()
+            expect(message).to_be_hidden()
+            assert "is not an address" not in page.content()
+            shot("03-no-wallet")
+            page.unroute(base + "/proposals/1")
+
+            # The wallet connects while the headings below its area and the vote area are
+            # measured: the page's calls to the wallet (/rpc) wait until they have been.
+            held: list = []
+            holding = [True]
+            page.route(base + "/rpc", lambda route: held.append(route) if holding[0]
+                       else route.continue_())
+            page.goto(base + "/proposals/1")
+            expect(page.locator("#account-info")).to_have_text("Connecting to your wallet…")
+            below = ("h1", "#votes h2", "#timeline h2")
+            before = [page.locator(selector).bounding_box() for selector in below]
+            for button in vote_buttons.all():
+                expect(button).to_be_hidden()
+            holding[0] = False
+            for route in held:
+                route.continue_()
             ready()
+            page.unroute(base + "/rpc")
+            # Account 5 (selected on the index) delegated after the snapshot: told why it
+            # cannot vote, and shown no vote buttons.
+            expect(page.locator("#account-info")).to_contain_text("100 GYM of votes")
+            expect(page.locator("#vote-status")).to_contain_text(
+                "dev account 5 cannot vote on this proposal: it had no votes at the snapshot")
+            expect(page.locator("#vote-status")).to_contain_text(
+                "delegated to it after the snapshot")
+            assert [page.locator(selector).bounding_box() for selector in below] == before
+            for button in vote_buttons.all():
+                expect(button).to_be_hidden()
+            shot("04-no-voting-power")
+
+            expect(page.locator("#number")).to_have_text("Proposal 1")
             expect(page.locator("#verification")).to_contain_text(
                 "All 2 proposed entries VERIFIED")
             expect(page.locator("#entries")).to_contain_text(
                 "Restate the question in your own words before computing anything.")
-            shot("03-proposal-verified")
+            expect(page.locator("#evidence")).to_contain_text(
+                "No measured evidence: this proposal carries no evaluation.")
+            expect(page.locator("#description")).to_contain_text("Two general rules.")
+            proofs = page.locator("details#proofs")
+            assert proofs.get_attribute("open") is None
+            expect(proofs.locator(".leaf").first).to_be_hidden()  # folded ...
+            shot("proposal-without-evidence")
+            proofs.locator("> summary").click()  # ... one click away
+            expect(proofs.locator(".leaf .verdict")).to_have_text(["VERIFIED", "VERIFIED"])
+            proofs.locator("> summary").click()
             proposal_id = int(page.locator("main").get_attribute("data-proposal-id"))
-
-            # Account 5's delegation came after the snapshot: its vote would weigh nothing.
-            act("button.vote[data-support=for]", "had no votes at the proposal's snapshot",
-                account=5)
-            expect(message).to_have_class("error")
-            shot("04-no-voting-power")
 
             for account, support, reason in [(1, "for", "general and correct"),
                                              (2, "for", "useful"),
@@ -143,11 +215,22 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
                 act(f"button.vote[data-support={support}]", f"voted {support} with 1,000 GYM")
             expect(page.locator("#tally-for")).to_have_text("2,000 GYM")
             expect(page.locator("#tally-against")).to_have_text("1,000 GYM")
-            expect(page.locator("#votes")).to_contain_text("general and correct")
-            expect(page.locator("#votes")).to_contain_text("too narrow")
+            votes = page.locator("#votes")
+            expect(votes).to_contain_text("general and correct")
+            expect(votes).to_contain_text("too narrow")
+            expect(votes).to_contain_text("dev account 1")
+            assert ACCOUNT[1] not in votes.inner_text()
             assert governor.functions.proposalVotes(proposal_id).call() == [
                 1000 * GYM_UNIT, 2000 * GYM_UNIT, 0]
+            # Account 3 has voted: it sees how, and no vote buttons.
+            expect(page.locator("#vote-status")).to_have_text(
+                "dev account 3 voted Against with 1,000 GYM: \u201ctoo narrow\u201d")
+            for button in vote_buttons.all():
+                expect(button).to_be_hidden()
             shot("05-voted")
+            votes.locator("button.copy").first.click()  # the full address, copied
+            expect(message).to_contain_text(ACCOUNT[1])
+            assert page.evaluate("navigator.clipboard.readText()") == ACCOUNT[1]
 
             act("#advance", "advanced the devnet's clock")
             expect(page.locator("#state")).to_have_text("Succeeded")
@@ -170,7 +253,25 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
             expect(page.locator("#library .verified")).to_have_count(2)
             expect(page.locator("#library")).to_contain_text(
                 "When a ratio is asked for, reduce it to lowest terms at the end.")
+            expect(page.locator("main")).to_contain_text("owned by the timelock "
+                                                         "TimelockController")
             shot("09-library")
+
+            # A second proposal, from the page: Pending, so no vote buttons, and when voting
+            # opens (no block is mined until the test ends, so it stays Pending).
+            page.click("nav a[href='/']")
+            ready()
+            page.fill("#propose [name=log]", "alice/math")
+            page.fill("#propose [name=indices]", "1")
+            page.fill("#propose [name=description]", "One more rule.")
+            act("#propose button", "proposed by dev account 2", account=2)
+            page.goto(base + "/proposals/2")
+            ready()
+            expect(page.locator("#state")).to_have_text("Pending")
+            expect(page.locator("#vote-status")).to_contain_text(
+                "Voting opens with the first block after")
+            expect(vote_buttons).to_have_count(0)
+            shot("10-pending")
         finally:
             browser.close()
 

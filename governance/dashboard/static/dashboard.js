@@ -9,11 +9,19 @@
 // Votes: GET the EIP-712 ballot, have the provider sign it, POST the signature; the server
 // relays it (castVoteBySig). Delegate / queue / execute / propose: POST to get {from, to, data},
 // then eth_sendTransaction from the selected account. Every POST carries the CSRF token.
+//
+// What the voter sees: accounts and contracts by name (the body's data-names, from the
+// server's address book), the full address on hover and behind a copy button; on a proposal
+// page the vote buttons only when the selected account can vote (GET
+// /api/proposals/{id}/voters/{address}), else one line saying why not or how it voted. The
+// wallet and vote areas keep their size whatever they show (dashboard.css), so nothing moves
+// when the wallet connects.
 "use strict";
 
 (() => {
   const csrfToken = document.querySelector('meta[name="csrf-token"]').content;
   const devnet = document.body.dataset.devnet === "1";
+  const names = JSON.parse(document.body.dataset.names || "{}");
   const $ = (selector) => document.querySelector(selector);
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -90,48 +98,132 @@
   const getJSON = async (path) => JSON.parse(await call(path));
   const postJSON = async (path, json) => JSON.parse(await call(path, { method: "POST", json }));
 
-  // -- amounts: base units (decimal strings) to GYM, exactly, with BigInt ---------------------
+  // -- amounts: base units (decimal strings) to GYM, with BigInt -------------------------------
 
+  // contracts/gym_token.py format_gym(rounded=True), the same rule: from 1,000 GYM whole GYM
+  // with separators; below, 4 significant digits and at most 4 decimals; "<0.0001 GYM".
   function gym(units) {
-    const value = BigInt(units);
     const one = 10n ** 18n;
-    const whole = (value / one).toLocaleString("en-US");
-    const fraction = (value % one).toString().padStart(18, "0").slice(0, 4).replace(/0+$/, "");
-    return `${whole}${fraction ? "." + fraction : ""} GYM`;
+    let value = BigInt(units);
+    const sign = value < 0n ? "-" : "";
+    if (value < 0n) value = -value;
+    if (value === 0n) return "0 GYM";
+    if (value < one / 10000n) return `${sign}<0.0001 GYM`;
+    if (value >= 1000n * one) {
+      return `${sign}${((2n * value + one) / (2n * one)).toLocaleString("en-US")} GYM`;
+    }
+    const digits = value >= one ? (value / one).toString().length : 0;
+    const places = Math.min(4, 4 - digits);
+    const scale = 10n ** BigInt(places);
+    const scaled = (2n * value * scale + one) / (2n * one);
+    const whole = (scaled / scale).toLocaleString("en-US");
+    const fraction = places
+      ? (scaled % scale).toString().padStart(places, "0").replace(/0+$/, "") : "";
+    return `${sign}${whole}${fraction ? "." + fraction : ""} GYM`;
   }
+
+  // -- addresses: names where the server knows one, else 0x1234…abcd ----------------------------
+
+  const label = (address) =>
+    names[address.toLowerCase()] || `${address.slice(0, 6)}…${address.slice(-4)}`;
+
+  // Every button.copy (the server renders one beside each address) copies its data-copy.
+  document.addEventListener("click", async (event) => {
+    const button = event.target.closest("button.copy");
+    if (!button) return;
+    const text = button.dataset.copy;
+    try {
+      await navigator.clipboard.writeText(text);
+      show(`copied ${text}`, "info");
+    } catch (_) { // no clipboard (a page not served over https or localhost): show it to copy
+      show(`the address, to copy: ${text}`, "info");
+    }
+  });
 
   // -- accounts -------------------------------------------------------------------------------
 
   const select = $("#account");
-  const selected = () => select.value;
+  const selected = () => (select.disabled ? "" : select.value);
+  const accountInfo = $("#account-info");
+  const main = document.querySelector("main[data-proposal-id]");
+  const proposalId = main ? main.dataset.proposalId : null; // a uint256: kept as a string
+
+  // The account every action is sent from; an action without one says how to get one.
+  function account() {
+    const address = selected();
+    if (!address) throw new RequestError("no account: connect a wallet first (see the top right)");
+    return address;
+  }
+
+  function setInfo(text) {
+    accountInfo.textContent = text;
+    accountInfo.title = text;
+  }
 
   async function describeAccount() {
     const address = selected();
     if (!address) return;
     const info = await getJSON(`/api/accounts/${address}`);
     const delegate = !info.delegate ? "nobody (its tokens do not vote)"
-      : info.delegate.toLowerCase() === address.toLowerCase() ? "itself" : info.delegate;
-    $("#account-info").textContent =
-      `${gym(info.votes)} of votes · holds ${gym(info.balance)} · delegates to ${delegate}`;
+      : info.delegate.toLowerCase() === address.toLowerCase() ? "itself" : label(info.delegate);
+    setInfo(`${gym(info.votes)} of votes · holds ${gym(info.balance)} · ` +
+      `delegates to ${delegate}`);
+  }
+
+  // The vote form shows only when the selected account can vote; it keeps its place hidden.
+  function setVoting(canVote) {
+    const form = $("#vote");
+    if (!form) return;
+    form.classList.toggle("unavailable", !canVote);
+    form.querySelectorAll("button, textarea").forEach((element) => {
+      element.disabled = !canVote;
+    });
+  }
+
+  async function describeVoter() {
+    const status = $("#vote-status");
+    const address = selected();
+    if (!status || !proposalId || !address) return;
+    setVoting(false);
+    const voter = await getJSON(`/api/proposals/${proposalId}/voters/${address}`);
+    if (selected() !== address) return; // another account was picked meanwhile
+    status.textContent = voter.message;
+    setVoting(voter.can_vote);
+  }
+
+  function noWallet(line) {
+    select.replaceChildren(new Option("no wallet", ""));
+    setInfo(line);
+    const status = $("#vote-status");
+    if (status && $("#vote")) {
+      status.textContent = "To vote, connect a wallet: install an EIP-1193 wallet extension " +
+        "(such as MetaMask), unlock it, and reload this page. Without one this page shows the " +
+        "proposal but cannot sign a vote.";
+    }
+    document.body.dataset.wallet = "none";
+    document.body.dataset.ready = "1";
   }
 
   async function connect() {
     if (!provider) {
-      show("No wallet found: install an EIP-1193 wallet (or use the devnet) to vote.");
+      noWallet("No wallet: install a wallet extension and reload to vote");
       return;
     }
     const chainId = Number(await provider.request({ method: "eth_chainId" }));
     if (chainId !== Number(document.body.dataset.chainId)) {
-      show(`your wallet is on chain ${chainId}; this DAO is on chain ` +
-        `${document.body.dataset.chainId}: switch networks in the wallet`);
+      noWallet(`Your wallet is on chain ${chainId}: ` +
+        `switch it to chain ${document.body.dataset.chainId}`);
       return;
     }
     const method = window.ethereum ? "eth_requestAccounts" : "eth_accounts";
     const accounts = await provider.request({ method });
-    select.replaceChildren(...accounts.map((address, n) => {
-      const option = document.createElement("option");
-      option.value = address;
-      option.textContent = window.ethereum ? address : `dev account ${n}: ${address}`;
+    if (!accounts.length) {
+      noWallet("The wallet shares no account: unlock it and reload");
+      return;
+    }
+    select.replaceChildren(...accounts.map((address) => {
+      const option = new Option(label(address), address);
+      option.title = address;
       return option;
     }));
     const saved = localStorage.getItem("gym.account");
@@ -140,13 +232,17 @@
     }
     select.disabled = false;
     $("#delegate").disabled = false;
-    await describeAccount();
+    document.querySelectorAll("button.needs-account").forEach((button) => {
+      button.disabled = false;
+    });
+    await Promise.all([describeAccount(), describeVoter()]).catch((error) => show(error.message));
+    document.body.dataset.wallet = "connected";
     document.body.dataset.ready = "1";
   }
 
   select.addEventListener("change", () => {
     localStorage.setItem("gym.account", selected());
-    describeAccount().catch((error) => show(error.message));
+    Promise.all([describeAccount(), describeVoter()]).catch((error) => show(error.message));
   });
 
   // -- transactions ---------------------------------------------------------------------------
@@ -192,16 +288,13 @@
   }
 
   action($("#delegate"), async () => {
-    const tx = await postJSON("/api/delegate", { from: selected() });
+    const tx = await postJSON("/api/delegate", { from: account() });
     const hash = await send(tx);
-    return `${tx.from} delegated its votes to itself (tx ${hash})`;
+    return `${label(tx.from)} delegated its votes to itself (tx ${hash})`;
   });
 
-  const main = document.querySelector("main[data-proposal-id]");
-  const proposalId = main ? main.dataset.proposalId : null; // a uint256: kept as a string
-
   document.querySelectorAll("button.vote").forEach((button) => action(button, async () => {
-    const voter = selected();
+    const voter = account();
     const support = button.dataset.support;
     const reason = $("#reason").value.trim();
     const query = new URLSearchParams({ voter, support, reason });
@@ -212,15 +305,15 @@
     });
     const relayed = await postJSON(`/api/proposals/${proposalId}/relay`,
       { voter, support, reason, signature });
-    return `${voter} voted ${support} with ${gym(relayed.weight)} ` +
-      `(signed ballot relayed by ${relayed.relayer}, tx ${relayed.tx_hash})`;
+    return `${label(voter)} voted ${support} with ${gym(relayed.weight)} ` +
+      `(signed ballot relayed by ${label(relayed.relayer)}, tx ${relayed.tx_hash})`;
   }));
 
   for (const step of ["queue", "execute"]) {
     action($(`#${step}`), async () => {
-      const tx = await postJSON(`/api/proposals/${proposalId}/${step}`, { from: selected() });
+      const tx = await postJSON(`/api/proposals/${proposalId}/${step}`, { from: account() });
       const hash = await send(tx);
-      return `${step === "queue" ? "queued" : "executed"} by ${tx.from} (tx ${hash})`;
+      return `${step === "queue" ? "queued" : "executed"} by ${label(tx.from)} (tx ${hash})`;
     });
   }
 
@@ -244,13 +337,17 @@
         throw new RequestError(`leaf indices are numbers separated by commas, not "${proposeForm.indices.value}"`);
       }
       const tx = await postJSON("/api/proposals", {
-        from: selected(), log: proposeForm.log.value.trim(), indices: indices.map(Number),
+        from: account(), log: proposeForm.log.value.trim(), indices: indices.map(Number),
         description: proposeForm.description.value,
       });
       const hash = await send(tx);
-      return `proposed by ${tx.from} (tx ${hash}); proposal document ipfs://${tx.document_cid}`;
+      return `proposed by ${label(tx.from)} (tx ${hash}); ` +
+        `proposal document ipfs://${tx.document_cid}`;
     });
   }
 
-  connect().catch((error) => show(`cannot connect to the wallet: ${error.message}`));
+  connect().catch((error) => {
+    noWallet("Cannot reach the wallet: see the message above");
+    show(`cannot connect to the wallet: ${error.message}`);
+  });
 })();
