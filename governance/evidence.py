@@ -7,8 +7,10 @@ A curation proposal's document (``governance.curation``) lists the CIDs of its e
 it. An evaluation is evidence *for this proposal* only when its subject is the library the
 proposal adds: the same publisher log, and exactly the live experiences the proposal's leaves
 add, in their order (``check_subject``; a library in the entry other than the proposal's is
-refused, reason ``subject``). ``summarize`` turns an entry into the lines a voter reads first:
-the effect of the library against the baseline per seed, mean and spread
+refused, reason ``subject``); given the calldata's leaves, the document must list exactly
+those (``check_document_leaves``, reason ``document``), since the document is the proposer's
+word and the calldata is what executes. ``summarize`` turns an entry into the lines a voter
+reads first: the effect of the library against the baseline per seed, mean and spread
 (``ledger.evaluations.effect``), the task and the sampling. ``verify`` re-checks it from the chain
 and the content endpoint (``inference_node.evaluation_check``; no model: every receipt's
 signature, registration, library and inclusion, each request, the figures) and names the
@@ -108,6 +110,8 @@ def check_document_evidence(content: Any, document: dict) -> list[tuple[str, Eva
         raise EvidenceError("malformed", f"the document's evidence is not a list of at most "
                             f"{MAX_EVIDENCE} CIDs")
     source = document.get("source") or {}
+    if not isinstance(source, dict):
+        raise EvidenceError("malformed", "the document's source is not an object")
     try:
         leaves = [(e["cid"], encode_entry(decode_entry(_canonical(e["entry"]))))
                   for e in document.get("entries") or []]
@@ -129,24 +133,47 @@ def _canonical(body: Any) -> bytes:
     return canonical_bytes(body)
 
 
+def task_line(entry: EvaluationEntry) -> str:
+    """``task: 3 problems of dataset CID, verifier 'math'; k=4, temperature 0.7, ...``."""
+    s, problems = entry.sampling, entry.task.problems
+    return (f"task: {problems} problem{'s' if problems != 1 else ''} of dataset "
+            f"{entry.task.dataset}, verifier {entry.task.verifier!r}; k={s.k}, temperature "
+            f"{s.temperature:g}, top_p {s.top_p:g}, {s.max_tokens} max tokens, model "
+            f"{entry.model_digest[:19]}…")
+
+
 def summarize(cid: str, entry: EvaluationEntry) -> Evidence:
     """What a voter reads first: the effect per metric, then the task and sampling."""
-    k, s = entry.sampling.k, entry.sampling
+    k = entry.sampling.k
     lines = [effect(entry, metric=metric).summary(k) for metric in METRICS]
     main = effect(entry)
     seeds = ", ".join(f"{seed}: {d:+.3f}" for seed, d in zip(main.seeds, main.differences,
                                                               strict=True))
     lines.append(f"per seed ({main.arm} - {main.baseline}, Mean@{k}): {seeds}")
-    lines.append(f"task: {entry.task.problems} problem{'s' if entry.task.problems != 1 else ''}"
-                 f" of dataset {entry.task.dataset}, verifier {entry.task.verifier!r}; k={k}, "
-                 f"temperature {s.temperature:g}, top_p {s.top_p:g}, {s.max_tokens} max tokens, "
-                 f"model {entry.model_digest[:19]}…")
+    lines.append(task_line(entry))
     if entry.receipts == "none":
         lines.append("receipts: none — a run on the evaluator's own model: unverified evidence")
     else:
         lines.append(f"receipts: every generation signed by node {entry.receipts.node}")
     return Evidence(cid, entry, lines, verdict=main.verdict,
-                    cli_command=f"gym verify evaluation {cid} --sample 8 --model MODEL_DIR")
+                    cli_command=rerun_command(cid, entry))
+
+
+def rerun_command(cid: str, entry: EvaluationEntry) -> str:
+    """The command that checks ``entry`` for yourself: `gym verify evaluation` (every receipt,
+    and 8 generations re-run with the model); for a local run, which has no receipts, the
+    `gym eval` that repeats it (its problems, seeds and sampling; TASK.jsonl is dataset
+    ``task.dataset`` from the content endpoint). `gym verify evaluation` runs only math and
+    exact unless told, so a verifier that is code is named. (The entry's field patterns keep
+    every value shell-safe.)"""
+    task, s = entry.task, entry.sampling
+    if entry.receipts != "none":
+        trust = "" if task.verifier in ("math", "exact") else f" --verifier {task.verifier}"
+        return f"gym verify evaluation {cid} --sample 8 --model MODEL_DIR{trust}"
+    library = f" --library-log {entry.subject.log_id}" if entry.subject.kind == "library" else ""
+    return (f"gym eval --dataset TASK.jsonl --limit {task.problems} --verifier {task.verifier}"
+            f"{library} --model MODEL_DIR -k {s.k} --seeds {len(s.seeds)} --temperature "
+            f"{s.temperature:g} --max-new-tokens {s.max_tokens}")
 
 
 def description_lines(evidence: Sequence[tuple[str, EvaluationEntry]]) -> list[str]:
@@ -208,18 +235,39 @@ def read_document(content: Any, document_cid: str) -> dict:
     return document
 
 
+def check_document_leaves(document: dict, leaves: Sequence[tuple[int, str]]) -> None:
+    """``EvidenceError`` (reason ``document``) unless the document lists exactly ``leaves``,
+    ``(source log id, entry CID)`` of each leaf the proposal's calldata appends, in order: the
+    calldata is what executes; the document, and so the subject its evidence is checked
+    against, is the proposer's word."""
+    source = document.get("source") or {}
+    entries = document.get("entries") or []
+    listed = [(source.get("log_id") if isinstance(source, dict) else None,
+               e.get("cid") if isinstance(e, dict) else None)
+              for e in (entries if isinstance(entries, list) else [])]
+    if listed != [tuple(leaf) for leaf in leaves]:
+        raise EvidenceError("document", f"the proposal document lists {len(listed)} entr"
+                            f"{'y' if len(listed) == 1 else 'ies'}, not the {len(leaves)} "
+                            "leaves its calldata appends: its evidence measures something "
+                            "else")
+
+
 def proposal_evidence(rt: Any, document_cid: str | None, *, registry: Any = None,
                       check: bool = True,
-                      trusted_verifiers: frozenset[str] | set[str] = frozenset()
-                      ) -> list[Evidence]:
+                      trusted_verifiers: frozenset[str] | set[str] = frozenset(),
+                      leaves: Sequence[tuple[int, str]] | None = None) -> list[Evidence]:
     """The evidence a curation proposal's document names, each summarized and (``check``)
     verified; an evaluation that is not this proposal's evidence comes back ``verified``
-    False with the reason. [] for a proposal without a document or without evidence."""
+    False with the reason. [] for a proposal without a document or without evidence.
+    ``leaves``: the calldata's ``(source log id, entry CID)`` pairs, which the document must
+    list (``check_document_leaves``)."""
     if document_cid is None:
         return []
     document = read_document(rt.content, document_cid)
     cids = document.get("evidence") or []
     try:
+        if leaves is not None and cids:
+            check_document_leaves(document, leaves)
         checked = check_document_evidence(rt.content, document)
     except EvidenceError as exc:
         return [Evidence(str(cid), None, [], False, f"FAILS ({exc.reason}): {exc}")

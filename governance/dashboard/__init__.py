@@ -15,8 +15,12 @@
   unlocked accounts through the same EIP-1193 calls.
 - ``names``: addresses as a voter reads them: the DAO's contracts by name, on the devnet
   Anvil's accounts as ``dev account N``, any other address shortened (``0x1234…abcd``).
+- ``evidence``: the evaluations a curation proposal cites, checked against its calldata and
+  re-verified from the chain and the content store (``governance.evidence``), each outcome
+  kept per evaluation CID for a while (``VerificationCache``).
 - ``views``: what a page shows of a proposal: state, quorum, next step, what an account may do
-  on it (``voter_status``), the proposer's reason as paragraphs, the evidence it carries.
+  on it (``voter_status``), the proposer's reason as paragraphs, the evidence it carries
+  (verdict line, badge, figures per seed, command).
 - ``security``: Host and Origin checks, CSRF tokens bound to the session cookie, CSP.
 - ``app``, ``pages``, ``api``: the FastAPI application (``create_app``, imported from
   ``governance.dashboard.app``: it needs Jinja2, which nothing else here does, so ``gym`` starts

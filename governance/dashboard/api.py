@@ -1,8 +1,10 @@
 """The JSON API the page's script calls, and the devnet's ``/rpc`` proxy.
 
-Reads: ``/health``, ``/api/proposals[/{id}]``, ``/api/committee`` (verifiers and the latest
-challenges of the VerifierCommittee), ``/api/proposals/{id}/verify`` (422 when a
-proposed leaf fails), ``/api/proposals/{id}/ballot`` (typed data to sign),
+Reads: ``/health``, ``/api/proposals[/{id}]`` (one proposal with its ``evidence``: each
+evaluation's cid, verdict, verdict line, summary, verified, badge, detail and command),
+``/api/committee`` (verifiers and the latest challenges of the VerifierCommittee),
+``/api/proposals/{id}/verify`` (422 when a proposed leaf fails),
+``/api/proposals/{id}/ballot`` (typed data to sign),
 ``/api/proposals/{id}/voters/{address}`` (whether the account can vote, why not, or how it
 voted: what the page shows the vote buttons by), ``/api/accounts/{address}``. A proposal is
 named by its id or by its number in `gym gov list`. Writes, each behind the Origin and CSRF checks:
@@ -45,7 +47,14 @@ from governance.dashboard.transactions import (
     propose_curation_tx,
     queue_tx,
 )
-from governance.dashboard.views import proposal_json, proposal_view, voter_json, voter_status
+from governance.dashboard.views import (
+    evidence_json,
+    proposal_evidence,
+    proposal_json,
+    proposal_view,
+    voter_json,
+    voter_status,
+)
 from governance.devnet_time import DEVNET_CHAIN_ID, NotDevnetError, advance_time
 
 router = APIRouter(route_class=JSONBodyRoute)
@@ -81,8 +90,10 @@ def proposals(rt: Runtime) -> dict:
 
 @router.get("/api/proposals/{proposal_id}")
 def proposal(rt: Runtime, proposal_id: str) -> dict:
+    """The proposal with its actions, its leaves verified and its measured evidence."""
     view = proposal_view(rt, indexed_proposal(rt, proposal_id), rt.client.now(), verify=True)
-    return proposal_json(view)
+    return {**proposal_json(view),
+            "evidence": [evidence_json(item) for item in proposal_evidence(rt, view)]}
 
 
 @router.get("/api/proposals/{proposal_id}/verify")

@@ -28,11 +28,16 @@ def dashboard(
     no_relay: Annotated[bool, typer.Option(
         "--no-relay", help="Relay no signed ballots (voters then send their votes themselves).")
     ] = False,
+    verifier: Annotated[list[str] | None, typer.Option(
+        help="Run this verifier when a proposal's evidence names it, to re-check its figures "
+             "(python:module:function is code: only math and exact run unless named). "
+             "Repeatable.")] = None,
 ) -> None:
     """Serve the DAO dashboard: proposals with state, tallies, quorum and timeline from the
     governor's events; each proposal's entries verified independently (entry re-hashed, proof
-    checked against the root anchored on chain); delegate, vote by EIP-712 ballot, queue and
-    execute from the browser's wallet.
+    checked against the root anchored on chain) and its evidence re-checked (every receipt and
+    figure of each evaluation it cites); delegate, vote by EIP-712 ballot, queue and execute
+    from the browser's wallet.
 
     Ballots are signed in the browser and relayed with castVoteBySig by GYM_PUBLISHER_KEY,
     which pays the gas and cannot change a vote. On the devnet, without a wallet extension, the
@@ -54,7 +59,8 @@ def dashboard(
     runtime = DashboardRuntime(
         client=client, content=rt.ledger.content, rpc_url=chain.rpc_url,
         origins=served_origins(host, port, origin or []),
-        relayer_key=None if no_relay else _relayer_key(rt.ledger), store=rt.ledger.store)
+        relayer_key=None if no_relay else _relayer_key(rt.ledger), store=rt.ledger.store,
+        trusted_verifiers=frozenset(verifier or ()))
     with console.status("indexing the governor's events"):
         head = runtime.indexer.sync()
     count = len(runtime.indexer.proposals())

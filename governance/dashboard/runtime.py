@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from governance.client import GovernanceClient
+from governance.dashboard.evidence import VerificationCache
 from governance.dashboard.indexer import GovernorIndexer
 from governance.dashboard.names import AddressBook, address_book
 from governance.dashboard.security import CsrfTokens
@@ -29,7 +30,11 @@ class DashboardRuntime:
     origins: tuple[str, ...]  # the origins this server is served under
     relayer_key: str | None = None  # pays the gas of relayed ballots; None: no relaying
     store: LogStore | None = None  # local publisher logs, for proposing from the page
+    # verifiers that are code (python:module:function) run when an evaluation names them;
+    # math and exact always run
+    trusted_verifiers: frozenset[str] = frozenset()
     csrf: CsrfTokens = field(default_factory=CsrfTokens)
+    evidence_cache: VerificationCache = field(default_factory=VerificationCache)
     indexer: GovernorIndexer = field(init=False)
 
     def __post_init__(self) -> None:

@@ -2,7 +2,7 @@
 knows now (state, quorum, the clock), and the proposal's actions decoded and verified; what
 one account may do on a proposal (``voter_status``: vote, or why not, or how it voted); the
 proposer's reason as paragraphs (``reason_paragraphs``); and the proposal's measured evidence
-(``proposal_evidence``, none yet)."""
+(``proposal_evidence``: each evaluation's verdict, figures per seed, badge and command)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,13 @@ from eth_utils import to_checksum_address
 
 from contracts.gym_token import format_gym
 from governance.client import ProposalState, VoteType
+from governance.curation import document_cid_of
 from governance.dashboard.curation import LeafCheck, ProposedAction, check_leaf, decode_action
+from governance.dashboard.evidence import LedgerReader, read_evidence
 from governance.dashboard.indexer import IndexedProposal, IndexedVote
 from governance.dashboard.runtime import DashboardRuntime
+from governance.evidence import Evidence, task_line
+from ledger.evaluations import effect
 
 
 @dataclass
@@ -231,7 +235,7 @@ def voter_json(status: VoterStatus) -> dict:
 
 # -- the proposer's reason, and the evidence ----------------------------------------------------
 
-_RECORD = re.compile(r"^(Source: publisher log |Proposal document: ipfs://)")
+_RECORD = re.compile(r"^(Source: publisher log |Evidence:|Proposal document: ipfs://)")
 
 
 def reason_paragraphs(description: str) -> tuple[list[list[str]], list[list[str]]]:
@@ -239,7 +243,8 @@ def reason_paragraphs(description: str) -> tuple[list[list[str]], list[list[str]
     line ends a paragraph, a newline is a line break; the template escapes every line, so no
     HTML from a description is ever rendered). Returned split in two: the proposer's words,
     and the record `gym gov propose-curation` writes after them (source checkpoint, entry CIDs,
-    proposal document: ``governance.curation``), which the page folds with the proofs."""
+    the evidence it names, proposal document: ``governance.curation``), which the page folds
+    with the proofs (the evidence has its own section)."""
     lines = description.strip().splitlines()
     if lines and lines[0].startswith("#"):
         lines = lines[1:]
@@ -254,9 +259,80 @@ def reason_paragraphs(description: str) -> tuple[list[list[str]], list[list[str]
     return words, [para for para in paragraphs if _RECORD.match(para[0])]
 
 
-def proposal_evidence(dash: DashboardRuntime, view: ProposalView) -> list:
-    """The measured evidence the proposal carries, for ``templates/evidence.html``: items with
-    ``cid``, ``summary_lines`` (list of str), ``verified`` (True, False, or None: not checked),
-    ``verify_detail`` and ``cli_command`` (the command that re-runs the check). None yet: the
-    one place where the evaluation entries a proposal cites will be read and checked."""
-    return []
+VERDICT_WORDS = {"helps": "the library helps", "no clear effect": "the library does not "
+                 "clearly help", "hurts": "the library hurts"}
+
+
+@dataclass(frozen=True)
+class EvidenceView:
+    """One evaluation a proposal cites, as ``templates/evidence.html`` shows it: the verdict
+    line first, then whether it verified, the figures per seed, the task, the command."""
+
+    cid: str
+    headline: str  # "Measured: the library helps — Mean@4 +0.250 ± 0.050 over 3 seeds"
+    verdict: str | None  # helps, hurts, no clear effect; None: not evidence for this proposal
+    verified: bool | None  # None: a local run (nothing to check) or not checked
+    badge: str  # verified with receipts | FAILS | unverified: a local run | not checked
+    status: str  # the item's CSS class: verified, failed, local, unchecked
+    verify_detail: str
+    cli_command: str = ""
+    metric: str = ""  # "Mean@4": what ``seeds`` compare
+    arm: str = ""
+    baseline: str = ""
+    seeds: tuple[tuple[int, float, float, float], ...] = ()  # seed, arm, baseline, difference
+    pass_line: str = ""  # the same effect on Pass@k
+    task: str = ""
+    summary_lines: tuple[str, ...] = ()  # every line `gym gov show` prints for it
+
+
+def evidence_view(evidence: Evidence) -> EvidenceView:
+    """``evidence`` (``governance.evidence.Evidence``) in the words the page uses."""
+    entry, verified = evidence.entry, evidence.verified
+    local = entry is not None and entry.receipts == "none"
+    badge, status = (("verified with receipts", "verified") if verified else
+                      ("FAILS", "failed") if verified is False else
+                      ("unverified: a local run", "local") if local else
+                      ("not checked", "unchecked"))
+    if entry is None:
+        return EvidenceView(evidence.cid, "Not measured evidence for this proposal", None,
+                            verified, badge, status, evidence.verify_detail)
+    k = entry.sampling.k
+    main = effect(entry)
+    said = "Claimed, but it does not verify" if verified is False else "Measured"
+    headline = (f"{said}: {VERDICT_WORDS[main.verdict]} \u2014 Mean@{k} {main.mean:+.3f} "
+                f"\u00b1 {main.std:.3f} over {plural(len(main.seeds), 'seed')}")
+    detail = ("a run on the evaluator's own model, without receipts: nobody else can check "
+              "these figures; re-run it to see for yourself") if local else evidence.verify_detail
+    return EvidenceView(
+        evidence.cid, headline, main.verdict, verified, badge, status, detail,
+        evidence.cli_command, f"Mean@{k}", main.arm, main.baseline,
+        tuple(zip(main.seeds, main.arm_figures, main.baseline_figures, main.differences,
+                  strict=True)),
+        effect(entry, metric="pass_at_k").summary(k), task_line(entry),
+        tuple(evidence.summary_lines))
+
+
+def proposal_evidence(dash: DashboardRuntime, view: ProposalView) -> list[EvidenceView]:
+    """The measured evidence a curation proposal carries: the evaluations its document names,
+    each checked against the leaves its calldata appends and verified from the chain and the
+    content store (``governance.dashboard.evidence``; outcomes cached per evaluation). []
+    when the proposal curates nothing or names no document; ``view`` must be verified (its
+    actions decoded)."""
+    document_cid = document_cid_of(view.indexed.description)
+    leaves = [(leaf.source_log_id, leaf.entry_cid)
+              for action in view.actions if action.is_curation for leaf in action.leaves]
+    if document_cid is None or not leaves:
+        return []
+    client = dash.client
+    reader = LedgerReader.of(dash.content, client.ledger, client.from_block)
+    return [evidence_view(e) for e in read_evidence(
+        reader, document_cid, leaves, dash.evidence_cache, registry=client.registry,
+        trusted_verifiers=dash.trusted_verifiers)]
+
+
+def evidence_json(item: EvidenceView) -> dict:
+    """One evaluation for the JSON API (``gym gov show --json``'s fields, and the verdict
+    line, the badge and the command)."""
+    return {"cid": item.cid, "verdict": item.verdict, "headline": item.headline,
+            "summary": list(item.summary_lines), "verified": item.verified,
+            "badge": item.badge, "detail": item.verify_detail, "command": item.cli_command}

@@ -31,14 +31,22 @@ from governance.client import CurationProposal
 from governance.dashboard import DashboardRuntime, decode_action
 from governance.dashboard.app import create_app
 from governance.dashboard.curation import APPEND_ONE_SIGNATURE
+from governance.dashboard.evidence import (
+    LedgerReader,
+    VerificationCache,
+    failure,
+    read_evidence,
+)
 from governance.dashboard.names import address_book
 from governance.dashboard.pages import templates
 from governance.dashboard.rpc_proxy import ALLOWED_METHODS
 from governance.dashboard.security import CsrfTokens, request_origin, served_origins
-from governance.dashboard.views import reason_paragraphs
+from governance.dashboard.views import evidence_view, reason_paragraphs
+from governance.evidence import Evidence, summarize
 from governance.proposals import ActionDecoder
 from ledger import ExperienceEntry, LocalBlockStore, LogStore, Provenance, encode_entry
 from ledger.chain import LedgerContract
+from ledger.entries import EvaluationEntry, entry_cid
 from ledger.rfc9162 import root as merkle_root
 
 ORIGIN = "http://testserver"
@@ -794,31 +802,218 @@ def test_the_proposers_reason_is_paragraphs_of_escaped_text():
     words, record = reason_paragraphs(
         "# Title\n\nFirst line.\nSecond line.\n\n\n<b>bold</b> & more\n\n"
         "Source: publisher log a/b (on-chain log 2)\nEntries:\n  leaf 0\n\n"
+        "Evidence:\n- evaluation bafy1 (with receipts): helps\n\n"
         "Proposal document: ipfs://bafy")
     assert words == [["First line.", "Second line."], ["<b>bold</b> & more"]]
     assert record == [["Source: publisher log a/b (on-chain log 2)", "Entries:", "  leaf 0"],
+                      ["Evidence:", "- evaluation bafy1 (with receipts): helps"],
                       ["Proposal document: ipfs://bafy"]]
     assert reason_paragraphs("# Only a title") == ([], [])
 
 
-def test_evidence_items_show_their_summary_badge_and_command():
-    render = templates.env.get_template("evidence.html").render
-    assert "No measured evidence: this proposal carries no evaluation." in render(evidence=[])
-    items = [
-        {"cid": "bafy-good", "summary_lines": ["Mean@4 0.61 -> 0.68", "<i>n</i> = 64"],
-         "verified": True, "verify_detail": "receipts re-checked", "cli_command": "gym eval a"},
-        {"cid": "bafy-bad", "summary_lines": [], "verified": False,
-         "verify_detail": "digest differs", "cli_command": "gym eval b"},
-        {"cid": "bafy-unchecked", "summary_lines": [], "verified": None,
-         "verify_detail": "", "cli_command": "gym eval c"}]
-    shown = render(evidence=items)
+# -- evidence ---------------------------------------------------------------------------------
+
+DIGEST = "sha256:" + "ab" * 32
+NODE = "0x" + "12" * 20
+TABLE = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def evaluation_entry(experiences: list[str], log_id: int = 3, *, library=(0.75, 1.0),
+                     baseline=(0.5, 0.25), receipts="none", verifier="math") -> EvaluationEntry:
+    """A valid evaluation of ``experiences`` (entry CIDs) of log ``log_id`` (as
+    tests/ledger/test_evaluation_entry.py's ``evaluation()``), Mean@2 per seed as given."""
+    seeds = list(range(len(library)))
+
+    def arm(means):
+        return {"per_seed": [{"seed": s, "mean_at_k": m, "pass_at_k": 1.0 if m else 0.0}
+                             for s, m in zip(seeds, means, strict=True)]}
+
+    return EvaluationEntry.model_validate({
+        "subject": {"kind": "library", "log_id": log_id, "size": max(len(experiences), 17),
+                    "root": "0x" + "cd" * 32, "entries": experiences},
+        "baseline": "baseline",
+        "task": {"dataset": entry_cid(b"dataset"), "problems": 3, "verifier": verifier,
+                 "prompt_digest": DIGEST},
+        "model_digest": DIGEST,
+        "sampling": {"k": 2, "seeds": seeds, "temperature": 0.7, "top_p": 0.95,
+                     "max_tokens": 256},
+        "arms": {"baseline": arm(baseline), "library": arm(library)},
+        "receipts": receipts})
+
+
+def checked(entry: EvaluationEntry, verified: bool | None, detail: str) -> Evidence:
+    """``entry`` summarized as `gym gov show` does, with a verification outcome."""
+    item = summarize(entry_cid(encode_entry(entry)), entry)
+    item.verified, item.verify_detail = verified, detail
+    return item
+
+
+def render_evidence(items: list[Evidence]) -> str:
+    return templates.env.get_template("evidence.html").render(
+        evidence=[evidence_view(item) for item in items])
+
+
+def parts_of(shown: str) -> list[str]:
+    return shown.split('<li class="evidence-item')[1:]
+
+
+def test_evidence_leads_with_the_verdict_then_the_badge_figures_and_command():
+    cids = [entry_cid(b"rule %d" % i) for i in range(2)]
+    with_receipts = {"node": NODE, "table": TABLE}
+    good = checked(evaluation_entry(cids, receipts=with_receipts), True,
+                   "24 receipts checked: signatures, libraries, inclusion, requests and every "
+                   "figure")
+    forged = checked(evaluation_entry(cids, receipts=with_receipts, library=(0.5, 0.25),
+                                      verifier="python:tasks:score"),
+                     False, f"FAILS (figures): seed 1 {HOSTILE}")
+    local = checked(evaluation_entry(cids, library=(0.25, 0.0)), None,
+                    "a local run: no receipts to check")
+    other = failure(HOSTILE, "subject", f"evidence {HOSTILE} evaluates log 9")
+    single = checked(evaluation_entry(cids, library=(1.0,), baseline=(0.5,)), None, "")
+    shown = render_evidence([good, forged, local, other, single])
+    good_part, forged_part, local_part, other_part, single_part = parts_of(shown)
+
+    def verdict(part: str) -> str:
+        return html.unescape(re.search(r'<p class="evidence-verdict[^"]*">([^<]*)</p>',
+                                       part).group(1))
+
+    def badge(part: str) -> str:
+        return re.search(r'<span class="badge[^"]*">([^<]+)</span>', part).group(1)
+
+    assert verdict(good_part) == ("Measured: the library helps \u2014 Mean@2 +0.500 \u00b1 "
+                                  "0.250 over 2 seeds")
+    assert verdict(forged_part) == ("Claimed, but it does not verify: the library does not "
+                                    "clearly help \u2014 Mean@2 +0.000 \u00b1 0.000 over 2 "
+                                    "seeds")
+    assert verdict(local_part) == ("Measured: the library hurts \u2014 Mean@2 -0.250 \u00b1 "
+                                   "0.000 over 2 seeds")
+    assert verdict(other_part) == "Not measured evidence for this proposal"
+    assert verdict(single_part).endswith("over 1 seed")  # singular for one
+    assert [badge(part) for part in (good_part, forged_part, local_part, other_part)] == [
+        "verified with receipts", "FAILS", "unverified: a local run", "FAILS"]
+    assert "24 receipts checked" in good_part
+    assert "evaluator's own model, without receipts" in html.unescape(local_part)
+    # the verdict line comes first, then the badge, the figures per seed, the command
+    order = [good_part.index(m) for m in ("evidence-verdict", "badge", '<table class="seeds">',
+                                          "task: 3 problems", "<pre><code>gym verify")]
+    assert order == sorted(order)
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([\d.]+)</td><td>([\d.]+)</td><td>([-+\d.]+)"
+                      r"</td></tr>", good_part)
+    assert rows == [("0", "0.750", "0.500", "+0.250"), ("1", "1.000", "0.250", "+0.750")]
+    assert f"gym verify evaluation {good.cid} --sample 8 --model MODEL_DIR</code>" in good_part
+    assert (f"gym verify evaluation {forged.cid} --sample 8 --model MODEL_DIR --verifier "
+            "python:tasks:score</code>") in forged_part
+    assert ("gym eval --dataset TASK.jsonl --limit 3 --verifier math --library-log 3 --model "
+            "MODEL_DIR -k 2 --seeds 2 --temperature 0.7 --max-new-tokens 256") in local_part
+    assert "<pre>" not in other_part  # nothing to re-run
+    assert "library vs baseline, Pass@2:" in good_part  # every line gym gov show prints
+    # hostile text from an evidence document or a verifier's message is shown, never run
+    assert "<script" not in shown and "<img" not in shown
+    assert shown.count("&lt;script&gt;alert(") == 3  # forged detail, failure's cid and reason
     assert "No measured evidence" not in shown
-    assert "<li>Mean@4 0.61 -&gt; 0.68</li>" in shown and "&lt;i&gt;n&lt;/i&gt;" in shown
-    assert [re.search(r'<span class="badge[^"]*">([^<]+)</span>', part).group(1)
-            for part in shown.split("evidence-item")[1:]] == ["verified", "unverified",
-                                                               "not checked"]
-    assert "<pre><code>gym eval a</code></pre>" in shown and "receipts re-checked" in shown
-    assert "to re-run it yourself" in shown
+    assert "No measured evidence: this proposal carries no evaluation." in render_evidence([])
+
+
+def test_verification_is_kept_per_evidence_cid_for_its_ttl_and_bounded():
+    now = [0.0]
+    cache = VerificationCache(ttl_s=300, max_items=2, clock=lambda: now[0])
+    cache.put("a", True, "ok")
+    assert cache.get("a") == (True, "ok")
+    now[0] = 299.9
+    assert cache.get("a") == (True, "ok")
+    now[0] = 300.0
+    assert cache.get("a") is None and len(cache) == 0  # a node's registration may have changed
+    for cid in "abc":
+        cache.put(cid, False, "FAILS")
+    assert cache.get("a") is None and cache.get("b") and cache.get("c")  # least recent out
+    cache.get("b")
+    cache.put("d", True, "ok")
+    assert cache.get("c") is None and cache.get("b") and cache.get("d")
+
+
+def _document(content, entries: list[tuple[str, bytes]], evidence: list, log_id: int = 3,
+              **changes) -> str:
+    document = {"type": "curation-proposal", "v": 1, "curated_log_id": 1,
+                "source": {"log": "alice/math", "log_id": log_id, "size": 17,
+                           "root": "0x" + "cd" * 32},
+                "entries": [{"index": i, "cid": cid, "entry": json.loads(data)}
+                            for i, (cid, data) in enumerate(entries)],
+                "evidence": evidence, **changes}
+    return content.add_file(json.dumps(document).encode())
+
+
+def test_evidence_is_verified_once_per_cid_and_a_bad_document_never_breaks_the_page(
+        tmp_path, monkeypatch):
+    """``read_evidence`` on a content store of its own, through a fake chain: the document
+    check, the subject check, the per-CID cache, and every hostile document shown FAILS."""
+    from types import SimpleNamespace
+
+    from governance.dashboard import evidence as dashboard_evidence
+
+    content = LocalBlockStore(tmp_path / "content")
+    rules = experiences(3)
+    leaves = [(entry_cid(data), data) for data in rules[:2]]
+    cids = [cid for cid, _ in leaves]
+    calls: list[str] = []
+    real_verify = dashboard_evidence.verify
+
+    def verify(item, reader, registry, trusted):
+        if item.entry.receipts == "none":  # nothing to check: no chain needed
+            return real_verify(item, reader, registry, trusted)
+        calls.append(item.cid)
+        if item.entry.task.verifier == "exact":
+            raise RuntimeError("a check that breaks")
+        item.verified, item.verify_detail = False, "FAILS (receipt_table): no such table"
+        return item
+
+    monkeypatch.setattr(dashboard_evidence, "verify", verify)
+    signed = evaluation_entry(cids, receipts={"node": NODE, "table": TABLE})
+    breaking = evaluation_entry(cids, receipts={"node": NODE, "table": TABLE},
+                                verifier="exact")
+    local = evaluation_entry(cids)
+    stored = [content.add_file(encode_entry(e)) for e in (signed, breaking, local)]
+    reader = LedgerReader.of(content, SimpleNamespace(), 0)
+    cache = VerificationCache()
+    calldata = [(3, cid) for cid in cids]
+
+    def read(document_cid: str, on: list = calldata) -> list[Evidence]:
+        return read_evidence(reader, document_cid, on, cache)
+
+    document = _document(content, leaves, stored)
+    first = read(document)
+    assert [(e.cid, e.verified) for e in first] == [(stored[0], False), (stored[1], None),
+                                                     (stored[2], None)]
+    assert first[1].verify_detail == "could not be checked: RuntimeError: a check that breaks"
+    assert first[2].verify_detail == "a local run: no receipts to check"
+    assert [e.verdict for e in first] == ["helps"] * 3
+    assert calls == stored[:2]
+    again = read(document)
+    assert calls == [*stored[:2], stored[1]]  # an outcome is kept; "could not be checked" not
+    assert again[0].verify_detail == "FAILS (receipt_table): no such table"
+
+    experience = content.add_file(rules[0])
+    hostile = {
+        "the calldata appends other leaves": (document, [(3, cids[0])], "document"),
+        "another log's leaves": (_document(content, leaves, stored[:1], log_id=4), None,
+                                 "document"),
+        "evidence of another library": (_document(content, leaves[:1], stored[:1]),
+                                        [(3, cids[0])], "subject"),
+        "not an evaluation": (_document(content, leaves, [experience]), None,
+                              "not_an_evaluation"),
+        "an evidence list of objects": (_document(content, leaves, [{"a": HOSTILE}]), None,
+                                        "malformed"),
+        "a source that is a list": (_document(content, leaves, stored[:1], source=[1]),
+                                    [], "document"),
+        "a document that is not JSON": (content.add_file(b"[" * 5000), None, "malformed"),
+        "a document that is not there": (entry_cid(b"nowhere"), None, "malformed"),
+    }
+    for case, (document_cid, on, reason) in hostile.items():
+        shown = read(document_cid, calldata if on is None else on)
+        assert shown and all(e.verified is False for e in shown), case
+        assert all(e.verify_detail.startswith(f"FAILS ({reason})") for e in shown), \
+            (case, [e.verify_detail for e in shown])
+        render_evidence(shown)  # and the page renders it
 
 
 @pytest.mark.anvil
@@ -844,6 +1039,41 @@ def test_the_proposal_page_leads_with_the_decision_and_folds_the_proofs(dash):
     reason = page[page.index('<section id="description">'):page.index('<section id="tally">')]
     assert "<p>Keeps units straight.<br>Both rules are general.</p>" in reason
     assert "<p>&lt;b&gt;Vote&lt;/b&gt; for them.</p>" in reason and "<b>Vote" not in page
+
+
+@pytest.mark.anvil
+def test_a_proposals_evidence_leads_its_section_and_is_listed_by_the_api(dash):
+    """A local-run evaluation of exactly the experiences proposed (leaves 0 and 2), named by
+    the proposal: the page's evidence leads with the verdict, the badge says unverified, the
+    command re-runs it; the API lists it. A proposal whose calldata appends other leaves than
+    the document it names gets that evidence shown FAILS."""
+    store, content = dash.net.store, dash.net.content
+    log_id = store.get_log("alice/math").chain_log_id
+    entry = evaluation_entry([store.leaf("alice/math", i).cid for i in (0, 2)], log_id)
+    cid = content.add_file(encode_entry(entry), pin=True)
+    plan = dash.client.build_curation(store, content, "alice/math", [0, 2],
+                                      description="Measured on three problems.", evidence=[cid])
+    proposal_id, _ = dash.client.propose(plan)
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    evidence = html.unescape(page[page.index('<section id="evidence">'):
+                                  page.index('<section id="description">')])
+    verdict = ("Measured: the library helps \u2014 Mean@2 +0.500 \u00b1 0.250 over 2 seeds")
+    assert evidence.index(verdict) < evidence.index("unverified: a local run") \
+        < evidence.index(f"--library-log {log_id} --model MODEL_DIR -k 2 --seeds 2")
+    assert "No measured evidence" not in evidence
+    listed = dash.http.get(f"/api/proposals/{proposal_id}").json()["evidence"]
+    assert [{k: item[k] for k in ("cid", "verdict", "headline", "verified", "badge")}
+            for item in listed] == [{"cid": cid, "verdict": "helps", "headline": verdict,
+                                     "verified": None, "badge": "unverified: a local run"}]
+    assert "library vs baseline, Mean@2: +0.500 ± 0.250" in listed[0]["summary"][0]
+    assert listed[0]["command"].startswith("gym eval --dataset TASK.jsonl")
+
+    other_id, _ = propose(dash, indices=(0,), description=plan.description)
+    page = html.unescape(dash.http.get(f"/proposals/{other_id}").text)
+    assert "Not measured evidence for this proposal" in page and "FAILS (document)" in page
+    assert dash.http.get(f"/api/proposals/{other_id}").json()["evidence"][0]["verified"] is False
+    plain, _ = propose(dash, indices=(1,))
+    assert dash.http.get(f"/api/proposals/{plain}").json()["evidence"] == []
 
 
 @pytest.mark.anvil

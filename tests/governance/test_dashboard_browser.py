@@ -7,7 +7,10 @@ delegates the tokens it was sent and is shown no vote buttons but why (its deleg
 after the snapshot), accounts 1, 2 and 3 vote with reasons and then see how they voted, time
 is advanced, the proposal is queued and executed, the curated library shows the new entries
 verified, and a second proposal, made from the page, is Pending: no vote buttons, and when
-voting opens.
+voting opens. A third proposal carries evidence: a local-run evaluation (`gym eval
+--library-log bob/rules --publish alice/evals` on the tiny random model, a few generations) of
+exactly the two experiences of log bob/rules it proposes; its page leads the evidence with the
+verdict line, the "unverified: a local run" badge and the command that re-runs it.
 
 On the way, what a voter sees: names, not raw addresses (the full one on hover and copied by
 its button); "Proposal 1" and /proposals/1; the page as served to a browser without a wallet
@@ -16,12 +19,14 @@ areas moves when the wallet connects (the page's calls to the wallet are held ba
 headings are measured, then let through); the decision first, "No measured evidence" in its
 place, the proofs folded in a closed <details>. A screenshot is saved at each stage under
 ``$GYM_TEST_ARTIFACTS/dashboard`` (default ``tests/.artifacts/dashboard``), among them
-``proposal-without-evidence.png``.
+``proposal-without-evidence.png`` and ``proposal-with-evidence.png``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -46,6 +51,21 @@ GYM_UNIT = 10**18
 # Anvil's dev accounts; 0..4 hold 1000 GYM each, self-delegated; 5 holds none.
 ACCOUNT = {i: Account.from_key(devnet_account_key(i)).address for i in range(6)}
 OPTION = {i: address.lower() for i, address in ACCOUNT.items()}  # as eth_accounts lists them
+
+
+# Two experiences of log bob/rules (not alice/math's, whose leaves the first proposal
+# curates), and a task of two problems the exact verifier scores.
+RULES = ["Write the units next to every number you carry.",
+         "Estimate the answer before computing it, then compare."]
+TASK = [{"problem": "What is 2 + 2?", "answer": "4"}, {"problem": "What is 3 + 4?", "answer": "7"}]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A ~100k-parameter random Llama (``trainer.backends.tiny_random_model``; no download)."""
+    from trainer.backends import tiny_random_model
+
+    return tiny_random_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture
@@ -75,7 +95,7 @@ def served_dashboard(gym_env, ledger_devnet):
         yield base, deployment, w3, gym_env
 
 
-def test_vote_queue_execute_in_the_browser(served_dashboard):
+def test_vote_queue_execute_in_the_browser(served_dashboard, tiny_model_dir, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     base, deployment, w3, gym_env = served_dashboard
@@ -258,7 +278,7 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
             shot("09-library")
 
             # A second proposal, from the page: Pending, so no vote buttons, and when voting
-            # opens (no block is mined until the test ends, so it stays Pending).
+            # opens (no block is mined before this is checked, so it stays Pending).
             page.click("nav a[href='/']")
             ready()
             page.fill("#propose [name=log]", "alice/math")
@@ -272,6 +292,36 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
                 "Voting opens with the first block after")
             expect(vote_buttons).to_have_count(0)
             shot("10-pending")
+
+            # A third proposal, with evidence: log bob/rules' two experiences, evaluated on the
+            # tiny model here (a local run: no receipts), proposed with that evaluation.
+            evidence_cid, log_id = evaluate_rules(gym_env, tiny_model_dir, tmp_path)
+            page.goto(base + "/proposals/3")
+            ready()
+            evidence = page.locator("#evidence")
+            verdict = evidence.locator(".evidence-verdict")
+            expect(verdict).to_have_text(re.compile(
+                r"^Measured: the library (helps|does not clearly help|hurts) \u2014 "
+                r"Mean@1 [+-]\d\.\d{3} \u00b1 \d\.\d{3} over 2 seeds$"))
+            expect(evidence.locator(".badge")).to_have_text("unverified: a local run")
+            expect(evidence).to_contain_text("a run on the evaluator's own model, without "
+                                             "receipts")
+            expect(evidence.locator("table.seeds tbody tr")).to_have_count(2)
+            expect(evidence).to_contain_text(f"Evaluation {evidence_cid}")
+            expect(evidence.locator("pre code")).to_have_text(
+                f"gym eval --dataset TASK.jsonl --limit 2 --verifier exact --library-log "
+                f"{log_id} --model MODEL_DIR -k 1 --seeds 2 --temperature 0.7 "
+                "--max-new-tokens 4")
+            # the verdict first: above the proposer's reason, the tally and the vote
+            top = verdict.bounding_box()["y"]
+            assert all(top < page.locator(selector).bounding_box()["y"]
+                       for selector in ("#description", "#tally", "#actions"))
+            expect(page.locator("#verification")).to_contain_text(
+                "All 2 proposed entries VERIFIED")
+            # the description's evidence record is folded with the proofs, not the reason
+            expect(page.locator("#description")).to_have_text(re.compile(
+                r"Two rules, measured on the tiny model\.\s*$"))
+            shot("proposal-with-evidence")
         finally:
             browser.close()
 
@@ -285,3 +335,36 @@ def test_vote_queue_execute_in_the_browser(served_dashboard):
     assert size == 2
     assert all(ledger.functions.isCurated(curated, h).call() for h in expected)
     assert problems == []
+
+
+def evaluate_rules(gym_env, model_dir: Path, tmp_path: Path) -> tuple[str, int]:
+    """Log bob/rules (two experiences) published, evaluated on ``model_dir`` against the
+    baseline (`gym eval --library-log bob/rules --publish alice/evals`: 2 arms x 2 seeds x 2
+    problems x k=1, 4 tokens each) and proposed with that evaluation as its evidence: the
+    evaluation's CID and bob/rules' on-chain log id."""
+    def gym(*args: str) -> str:
+        result = gym_env.run(*args, timeout=300)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result.stdout
+
+    rules = tmp_path / "rules.jsonl"
+    rules.write_text("".join(json.dumps({
+        "type": "experience", "v": 1, "op": "add", "domain": "math", "text": text,
+        "provenance": {"method": "tfgrpo", "base_model": "tiny", "step": step}}) + "\n"
+        for step, text in enumerate(RULES)))
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps(row) + "\n" for row in TASK))
+    gym("ledger", "create", "bob/rules")
+    gym("ledger", "append", "bob/rules", str(rules))
+    gym("ledger", "publish", "bob/rules")
+    out = gym("eval", "--dataset", str(task), "--verifier", "exact", "--library-log",
+              "bob/rules", "--model", str(model_dir), "-k", "1", "--seeds", "2",
+              "--max-new-tokens", "4", "--publish", "alice/evals")
+    cid = out.split("evaluation entry ")[1].split(":")[0]
+    gym("gov", "propose-curation", "--from-log", "bob/rules", "--indices", "0,1", "--evidence",
+        cid, "--description", "Two rules, measured on the tiny model.", "--account", "1")
+    store = LogStore(f"sqlite:///{gym_env.data_dir / 'ledger.sqlite'}")
+    try:
+        return cid, store.get_log("bob/rules").chain_log_id
+    finally:
+        store.engine.dispose()

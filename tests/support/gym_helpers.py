@@ -46,13 +46,13 @@ def send(w3: Web3, call, key: str):
 
 
 @contextlib.contextmanager
-def gym_dashboard(env: dict[str, str], stdout, output: Callable[[subprocess.Popen], str]
-                  ) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`gym dashboard` on a free loopback port, its output to `stdout`, once it answers /health
-    (the test fails with `output(process)` if it exits first); yields the process and its base
-    URL, and stops it when the block ends."""
+def gym_dashboard(env: dict[str, str], stdout, output: Callable[[subprocess.Popen], str],
+                  *args: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`gym dashboard [ARGS]` on a free loopback port, its output to `stdout`, once it answers
+    /health (the test fails with `output(process)` if it exits first); yields the process and
+    its base URL, and stops it when the block ends."""
     port = free_port()
-    proc = subprocess.Popen([str(GYM), "dashboard", "--port", str(port)], env=env,
+    proc = subprocess.Popen([str(GYM), "dashboard", "--port", str(port), *args], env=env,
                             stdout=stdout, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
