@@ -47,6 +47,9 @@ findings say; a checkpoint whose audit stopped on an error is retried on the nex
 once started is finished). Fetches are sequential: a node that answers slowly costs up to
 ``fetch``'s timeout per sampled receipt (``fetch_bundle``: 30 s; pass a ``functools.partial``
 with a shorter ``timeout_s``), bounded by ``max_checks``.
+
+The receipts of evaluations are audited the same way (``committee.evaluation_audits``): the
+manifest check (``checkpoint_manifest``) and step 2 (``audit_bundle``) are shared.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ from inference_node.errors import NodeError, ReceiptError
 from inference_node.receipts import receipt_hash
 from ledger.batches import BatchError, BatchManifest, fetch_batch, verify_batch
 from ledger.chain import AnchoredEvent
-from ledger.errors import NotFoundError, VerificationError
+from ledger.errors import LedgerError, NotFoundError, VerificationError
 from ledger.json_input import JSONInputError, parse_json
 
 AUDIT_DELAY_BLOCKS = 2  # the seed is the hash of the second block after the anchor's
@@ -155,7 +158,10 @@ class AuditFinding:
     """What the audit of one sampled receipt (``leaf``, ``cid``), or of a whole checkpoint or
     log (``leaf`` None), found. ``outcome``: one of the constants above; ``reason``: the
     failing check (``failed``, ``invalid bundle``) or a short code; ``challenge_id``: the
-    challenge ``open_challenge`` opened (``failed`` only)."""
+    challenge ``open_challenge`` opened (``failed`` only). An evaluation's audit
+    (``committee.evaluation_audits``) names the evaluation, the generation and its bundle's
+    CID; ``log_id``, ``checkpoint`` and ``leaf`` are then where the entry is anchored (0, 0
+    and None for one named by its CID), ``operator`` is empty."""
 
     log_id: int
     operator: str
@@ -166,6 +172,15 @@ class AuditFinding:
     reason: str = ""
     detail: str = ""
     challenge_id: int | None = None
+    evaluation: str | None = None  # an evaluation's audit (committee.evaluation_audits): its CID
+    generation: str = ""  # ... and the generation whose bundle ``cid`` is
+
+    def where(self) -> str:
+        """What was audited, for a report line."""
+        if self.evaluation is not None:
+            return f"evaluation {self.evaluation}" + (f" ({self.generation})"
+                                                      if self.generation else "")
+        return f"log {self.log_id}" + (f" leaf {self.leaf}" if self.leaf is not None else "")
 
 
 @dataclass(frozen=True)
@@ -202,15 +217,20 @@ class LogCursor:
 
 @dataclass
 class AuditCursor:
-    """Per receipt log id, its ``LogCursor``; ``to_json``/``from_json`` for a service to keep
-    it across restarts."""
+    """Per log id, its ``LogCursor``; ``evaluations``: the evaluations audited by their CID
+    (``committee.evaluation_audits``), each with the block whose hash drew its sample;
+    ``to_json``/``from_json`` for a service to keep it across restarts."""
 
     logs: dict[int, LogCursor] = field(default_factory=dict)
+    evaluations: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"type": "audit-cursor", "v": 1,
-                "logs": {str(log_id): {"size": c.size, "block": c.block}
-                         for log_id, c in sorted(self.logs.items())}}
+        doc: dict = {"type": "audit-cursor", "v": 1,
+                     "logs": {str(log_id): {"size": c.size, "block": c.block}
+                              for log_id, c in sorted(self.logs.items())}}
+        if self.evaluations:
+            doc["evaluations"] = dict(sorted(self.evaluations.items()))
+        return doc
 
     @classmethod
     def from_json(cls, data: bytes) -> AuditCursor:
@@ -230,7 +250,12 @@ class AuditCursor:
                     or type(block) is not int or block < 0:
                 raise ValueError(f"audit cursor: bad entry for log {key[:20]!r}")
             logs[int(key)] = LogCursor(size, block)
-        return cls(logs)
+        evaluations = doc.get("evaluations", {})
+        if not isinstance(evaluations, dict) or not all(
+                isinstance(cid, str) and type(block) is int and block >= 0
+                for cid, block in evaluations.items()):
+            raise ValueError("audit cursor: bad evaluations")
+        return cls(logs, evaluations)
 
 
 Check = Callable[[dict], Any]
@@ -249,8 +274,9 @@ class Auditor:
     (``inference_node.verify.check_receipt_bundle`` with chain, content store, registry and
     model), or ``judge_evidence(evidence, receipt_hash)``: ``judge_checked`` with that
     check, run elsewhere (``gym verifier serve`` runs it in its bounded judge worker,
-    ``committee.judge_worker``); ``open_challenge(bundle, reason)``: opens a challenge with that bundle as its
-    evidence and returns its id; ``fetch(endpoint, cid)``: a node's bundle."""
+    ``committee.judge_worker``); ``open_challenge(bundle, reason)``: opens a challenge with
+    that bundle as its evidence and returns its id; ``fetch(endpoint, cid)``: a node's
+    bundle."""
 
     def __init__(self, contract: Any, registry: Any, content: Any, *, from_block: int,
                  check: Check | None = None, open_challenge: OpenChallenge,
@@ -337,34 +363,13 @@ class Auditor:
 
     def _manifest(self, node: Any, event: AnchoredEvent, old_size: int | None,
                   result: AuditPass) -> BatchManifest | None:
-        """The checkpoint's batch manifest, checked against the event (and the previous
-        checkpoint's size when known); None with an ``unauditable`` finding otherwise."""
-        def unauditable(reason: str, detail: str) -> None:
-            result.findings.append(AuditFinding(event.log_id, node.operator, event.size, None,
-                                                None, UNAUDITABLE, reason, detail[:500]))
-
-        if old_size is not None and event.size - old_size > MAX_CHECKPOINT_LEAVES:
-            unauditable("oversized", f"the checkpoint adds {event.size - old_size} leaves, "
-                        f"more than {MAX_CHECKPOINT_LEAVES}")
-            return None
-        if event.batch_cid is None:
-            unauditable("batch-invalid", f"batchCid 0x{event.batch_cid_bytes.hex()[:80]} is not "
-                        "a CID")
-            return None
+        """The checkpoint's batch manifest, or None with an ``unauditable`` finding."""
         try:
-            manifest = fetch_batch(self.content, event.batch_cid)
-            verify_batch(manifest, log_id=event.log_id,
-                         from_size=manifest.from_size if old_size is None else old_size,
-                         to_size=event.size)
-        except (NotFoundError, VerificationError, BatchError) as exc:  # missing, corrupt,
-            # invalid, mismatched (a content store that fails otherwise raises: retried)
-            unauditable("batch", f"batch manifest {event.batch_cid}: {exc}")
+            return checkpoint_manifest(self.content, event, old_size)
+        except UnauditableCheckpoint as exc:
+            result.findings.append(AuditFinding(event.log_id, node.operator, event.size, None,
+                                                None, UNAUDITABLE, exc.reason, exc.detail[:500]))
             return None
-        if event.size - manifest.from_size > MAX_CHECKPOINT_LEAVES:
-            unauditable("oversized", f"the checkpoint adds {event.size - manifest.from_size} "
-                        f"leaves, more than {MAX_CHECKPOINT_LEAVES}")
-            return None
-        return manifest
 
     def audit_receipt(self, node: Any, log_id: int, checkpoint: int, leaf: int, cid: str
                       ) -> AuditFinding:
@@ -389,26 +394,76 @@ class Auditor:
             if not isinstance(bundle, dict) or receipt_cid(bundle.get("receipt")) != cid:
                 return finding(INVALID_BUNDLE, "malformed", "the node sent the bundle of "
                                "another receipt")
-            challenged = challenged_receipt(bundle)
-            digest = receipt_hash(challenged.receipt, challenged.domain)
-            evidence = challenge_evidence("audit", digest, bundle)  # RFC 8785: may refuse it
         except (ReceiptError, NodeError) as exc:
             return finding(INVALID_BUNDLE, getattr(exc, "reason", "malformed"), str(exc))
         except Exception as exc:  # noqa: BLE001 - a bundle no parser expected
             return finding(INVALID_BUNDLE, "malformed", f"{type(exc).__name__}: {exc}")
+        return finding(*audit_bundle(bundle, self.judge_evidence, self.open_challenge))
+
+
+class UnauditableCheckpoint(LedgerError):
+    """A checkpoint whose leaves cannot be audited: ``reason`` (``batch-invalid``, ``batch``,
+    ``oversized``) and ``detail``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def checkpoint_manifest(content: Any, event: AnchoredEvent, old_size: int | None, *,
+                        max_leaves: int = MAX_CHECKPOINT_LEAVES) -> BatchManifest:
+    """The batch manifest of the checkpoint ``event`` anchored, checked against the event
+    (and against ``old_size``, the previous checkpoint's size, when known), with at most
+    ``max_leaves`` new leaves; ``UnauditableCheckpoint`` otherwise. A content store that fails
+    otherwise than by a missing or invalid document raises its error (retried)."""
+    if old_size is not None and event.size - old_size > max_leaves:
+        raise UnauditableCheckpoint("oversized", f"the checkpoint adds {event.size - old_size} "
+                                    f"leaves, more than {max_leaves}")
+    if event.batch_cid is None:
+        raise UnauditableCheckpoint(
+            "batch-invalid", f"batchCid 0x{event.batch_cid_bytes.hex()[:80]} is not a CID")
+    try:
+        manifest = fetch_batch(content, event.batch_cid)
+        verify_batch(manifest, log_id=event.log_id,
+                     from_size=manifest.from_size if old_size is None else old_size,
+                     to_size=event.size)
+    except (NotFoundError, VerificationError, BatchError) as exc:  # missing, corrupt, invalid,
+        # mismatched
+        raise UnauditableCheckpoint("batch", f"batch manifest {event.batch_cid}: {exc}"
+                                    ) from None
+    if event.size - manifest.from_size > max_leaves:
+        raise UnauditableCheckpoint("oversized", f"the checkpoint adds "
+                                    f"{event.size - manifest.from_size} leaves, more than "
+                                    f"{max_leaves}")
+    return manifest
+
+
+def audit_bundle(bundle: dict, judge_evidence: JudgeEvidence, open_challenge: OpenChallenge
+                 ) -> tuple[str, str, str, int | None]:
+    """Step 2 of the module docstring for a bundle in hand: ``(outcome, reason, detail,
+    challenge_id)``. The bundle is judged as the evidence a challenge would carry; ``upheld``
+    opens that challenge (``open_challenge(bundle, reason)``). Never raises."""
+    try:
+        challenged = challenged_receipt(bundle)
+        digest = receipt_hash(challenged.receipt, challenged.domain)
+        evidence = challenge_evidence("audit", digest, bundle)  # RFC 8785: may refuse it
+    except (ReceiptError, NodeError) as exc:
+        return INVALID_BUNDLE, getattr(exc, "reason", "malformed"), str(exc), None
+    except Exception as exc:  # noqa: BLE001 - a bundle no parser expected
+        return INVALID_BUNDLE, "malformed", f"{type(exc).__name__}: {exc}", None
+    try:
+        judgement, checked = judge_evidence(evidence, digest)
+    except Exception as exc:  # noqa: BLE001 - judge's own failure: this verifier cannot say
+        return ABSTAINED, "", f"{type(exc).__name__}: {exc}", None
+    if judgement.outcome == UPHELD_OUTCOME:
         try:
-            judgement, checked = self.judge_evidence(evidence, digest)
-        except Exception as exc:  # noqa: BLE001 - judge's own failure: this verifier cannot say
-            return finding(ABSTAINED, "", f"{type(exc).__name__}: {exc}")
-        if judgement.outcome == UPHELD_OUTCOME:
-            try:
-                challenge_id = self.open_challenge(bundle, judgement.reason)
-            except Exception as exc:  # noqa: BLE001 - reported; the service may retry it
-                return finding(FAILED, judgement.reason, f"{judgement.detail}; could not open "
-                               f"the challenge: {type(exc).__name__}: {exc}")
-            return finding(FAILED, judgement.reason, judgement.detail, int(challenge_id))
-        if judgement.outcome == ABSTAIN_OUTCOME:
-            return finding(ABSTAINED, "", judgement.detail)
-        if checked:
-            return finding(VERIFIED, "", judgement.detail)
-        return finding(INVALID_BUNDLE, "evidence", judgement.detail)
+            challenge_id = open_challenge(bundle, judgement.reason)
+        except Exception as exc:  # noqa: BLE001 - reported; the service may retry it
+            return FAILED, judgement.reason, (f"{judgement.detail}; could not open the "
+                                              f"challenge: {type(exc).__name__}: {exc}"), None
+        return FAILED, judgement.reason, judgement.detail, int(challenge_id)
+    if judgement.outcome == ABSTAIN_OUTCOME:
+        return ABSTAINED, "", judgement.detail, None
+    if checked:
+        return VERIFIED, "", judgement.detail, None
+    return INVALID_BUNDLE, "evidence", judgement.detail, None

@@ -212,6 +212,16 @@ def serve(
         min=0, max=10_000, help="Random audits: basis points of every registered node's newly "
                                 "anchored receipts to fetch and check (0: off); a failed one "
                                 "opens a committee challenge, bonded by this account.")] = 500,
+    audit_evaluation_log: Annotated[list[str] | None, typer.Option(
+        "--audit-evaluation-log", metavar="LOG",
+        help="Also audit the receipts of every evaluation anchored on this log (its name or "
+             "on-chain id; repeat for several): --audit-rate of each evaluation's "
+             "generations, at least 1 and at most 32, fetched from the content endpoint and "
+             "re-run; a failing receipt is challenged like any.")] = None,
+    audit_evaluation: Annotated[list[str] | None, typer.Option(
+        "--audit-evaluation", metavar="CID",
+        help="Also audit this evaluation entry's receipts once (its CID, e.g. a proposal's "
+             "evidence; repeat for several).")] = None,
     judge_deadline: Annotated[float, typer.Option(
         min=1, help="Seconds one judgement (or one audit's check) may take; past it the judge "
                     "process is killed and the evidence rejected as too costly.")] = 300.0,
@@ -225,14 +235,24 @@ def serve(
     """Watch the committee's challenges; judge each with the full receipt verification
     (`gym verify receipt --model`); sign the verdict with the BLS key and send it to the
     aggregator. Also audit the nodes' anchored receipts at random (--audit-rate), with
-    randomness fixed by a block mined after each anchor. Stops on SIGINT/SIGTERM."""
+    randomness fixed by a block mined after each anchor, and the receipts of evaluations
+    (--audit-evaluation-log, --audit-evaluation). Stops on SIGINT/SIGTERM."""
     from functools import partial
 
     from committee import keyfile
     from committee.judge_worker import JudgeBounds, JudgeWorker
     from committee.service import Fanout, VerifierService, post_verdict, verifier_ops, worker_judges
+    from ledger.entries import is_content_cid
 
     rt = _runtime(ctx)
+    if (audit_evaluation_log or audit_evaluation) and not audit_rate:
+        raise typer.BadParameter("evaluations are audited at --audit-rate: it is 0",
+                                 param_hint="--audit-rate")
+    for cid in audit_evaluation or ():
+        if not is_content_cid(cid):
+            raise typer.BadParameter(f"{cid[:80]!r} is not an entry CID",
+                                     param_hint="--audit-evaluation")
+    evaluation_logs = [_log_id(rt, log) for log in audit_evaluation_log or ()]
     committee = open_committee(ctx, _key(rt, key_env, account))
     path = _bls_path(ctx, bls_key)
     sk = keyfile.load(path)
@@ -258,15 +278,22 @@ def serve(
                       f"{committee.address}; verdicts to {', '.join(aggregator)}; each "
                       f"judgement within {judge_deadline:g} s and {judge_memory} MiB",
                       highlight=False)
-        auditor = None
+        auditors = []
         if audit_rate:
-            auditor = _auditor(rt, committee, judge_evidence, audit_rate,
-                               path.with_name(f"audit-{committee.address.lower()}.json"))
+            auditors.append(_auditor(rt, committee, judge_evidence, audit_rate,
+                                     path.with_name(f"audit-{committee.address.lower()}.json")))
             console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts",
                           highlight=False)
+        if evaluation_logs or audit_evaluation:
+            auditors.append(_evaluation_auditor(
+                rt, committee, judge_evidence, audit_rate, evaluation_logs, audit_evaluation or [],
+                path.with_name(f"audit-evaluations-{committee.address.lower()}.json")))
+            console.print(f"auditing {audit_rate / 100:g}% of the generations of the "
+                          f"evaluations on logs {', '.join(map(str, evaluation_logs)) or '-'} "
+                          f"and of {len(audit_evaluation or [])} named", highlight=False)
         while not stop.is_set():
             service.tick()
-            if auditor is not None:
+            for auditor in auditors:
                 auditor.tick()
             if once or stop.wait(interval):
                 break
@@ -280,11 +307,11 @@ def serve(
 
 
 class _PersistentAuditor:
-    """``committee.audits.Auditor`` with its cursor kept in ``cursor_file``, printing every
-    finding but the verified ones."""
+    """``committee.audits.Auditor`` (or ``committee.evaluation_audits.EvaluationAuditor``)
+    with its cursor kept in ``cursor_file``, printing every finding but the verified ones."""
 
-    def __init__(self, auditor: Any, cursor_file: Path) -> None:
-        self.auditor, self.cursor_file = auditor, cursor_file
+    def __init__(self, auditor: Any, cursor_file: Path, what: str = "audit") -> None:
+        self.auditor, self.cursor_file, self.what = auditor, cursor_file, what
 
     def tick(self) -> None:
         from committee.audits import VERIFIED
@@ -294,19 +321,25 @@ class _PersistentAuditor:
         for f in result.findings:
             if f.outcome != VERIFIED:
                 opened = f" -> challenge {f.challenge_id}" if f.challenge_id else ""
-                console.print(f"audit of log {f.log_id} leaf {f.leaf}: {f.outcome} "
-                              f"{f.reason} {f.detail[:200]}{opened}", highlight=False,
-                              markup=False)
+                console.print(f"{self.what} of {f.where()}: {f.outcome} {f.reason} "
+                              f"{f.detail[:200]}{opened}", highlight=False, markup=False)
         if checked:
-            console.print(f"audit: {checked} sampled receipts verified", highlight=False)
+            console.print(f"{self.what}: {checked} sampled receipts verified", highlight=False)
         tmp = self.cursor_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.auditor.cursor.to_json()))
         tmp.replace(self.cursor_file)
 
 
-def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bps: int,
-             cursor_file: Path) -> _PersistentAuditor:
-    from committee.audits import AuditCursor, Auditor
+def _log_id(rt: Any, name: str) -> int:
+    from ledger.chain import resolve_log_id
+
+    return resolve_log_id(rt.contract, name, from_block=rt.chain.deployment_block,
+                          curated_log_id=rt.chain.curated_log_id)
+
+
+def _audit_challenger(rt: Any, committee: VerifierCommittee) -> tuple[Any, Callable[..., int]]:
+    """The deployment's NodeRegistry, and ``open_challenge(bundle, reason)`` for the audits:
+    a committee challenge against the node that signed the bundle, bonded by this verifier."""
     from committee.challenges import open_committee_challenge
     from inference_node.challenges import challenged_receipt
     from inference_node.receipts import ReceiptDomain
@@ -321,20 +354,44 @@ def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bp
                                         committee=committee, registry=registry,
                                         content=rt.content, domain=here).id
 
-    cursor = (AuditCursor.from_json(cursor_file.read_bytes()) if cursor_file.exists()
-              else None)
+    return registry, open_challenge
+
+
+def _read_cursor(cursor_file: Path) -> Any:
+    from committee.audits import AuditCursor
+
+    return AuditCursor.from_json(cursor_file.read_bytes()) if cursor_file.exists() else None
+
+
+def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bps: int,
+             cursor_file: Path) -> _PersistentAuditor:
     from functools import partial
 
+    from committee.audits import Auditor
     from inference_node.bundle_sources import fetch_bundle
 
+    registry, open_challenge = _audit_challenger(rt, committee)
     # nodes serve their users' bundles to registered verifiers, who sign their reads
     return _PersistentAuditor(Auditor(rt.contract, registry, rt.content,
                                       from_block=rt.chain.deployment_block,
                                       judge_evidence=judge_evidence,
                                       open_challenge=open_challenge, rate_bps=rate_bps,
-                                      cursor=cursor,
+                                      cursor=_read_cursor(cursor_file),
                                       fetch=partial(fetch_bundle, account=committee.account)),
                               cursor_file)
+
+
+def _evaluation_auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any,
+                        rate_bps: int, logs: list[int], named: list[str], cursor_file: Path
+                        ) -> _PersistentAuditor:
+    from committee.evaluation_audits import EvaluationAuditor
+
+    _, open_challenge = _audit_challenger(rt, committee)
+    auditor = EvaluationAuditor(rt.contract, rt.content, from_block=rt.chain.deployment_block,
+                                logs=logs, named=named, judge_evidence=judge_evidence,
+                                open_challenge=open_challenge, rate_bps=rate_bps,
+                                cursor=_read_cursor(cursor_file))
+    return _PersistentAuditor(auditor, cursor_file, "evaluation audit")
 
 
 @app.command()
