@@ -384,7 +384,8 @@ def show(ctx: typer.Context, proposal: ProposalArgument,
         with err_console.status("checking the proposal's evidence"):
             evidence = proposal_evidence(rt.ledger, p.document_cid, check=check,
                                          registry=getattr(client, "registry", None),
-                                         trusted_verifiers=set(verifier or ()))
+                                         trusted_verifiers=set(verifier or ()),
+                                         leaves=_curated_leaves(client, p))
     except EvidenceError as exc:
         evidence, evidence_error = [], str(exc)
     else:
@@ -413,6 +414,18 @@ def show(ctx: typer.Context, proposal: ProposalArgument,
                   f"snapshot {_when(p.snapshot, now)}\ndeadline {_when(p.deadline, now)}"
                   + (f"\neta {_when(p.eta, now)}" if p.eta else ""), highlight=False)
     _print_status(client, p.proposal_id)
+
+
+def _curated_leaves(client: GovernanceClient, p) -> list[tuple[int, str]]:
+    """``(source log id, entry CID)`` of every leaf the proposal's calldata appends: what its
+    document, and so its evidence, must be about (``governance.evidence``)."""
+    from governance.dashboard.curation import decode_action
+
+    leaves = []
+    for target, calldata in zip(p.targets, p.calldatas, strict=True):
+        action = decode_action(target, calldata, client.ledger.address, client.decoder)
+        leaves += [(leaf.source_log_id, leaf.entry_cid) for leaf in action.leaves or ()]
+    return leaves
 
 
 def _print_evidence(p, evidence: list, error: str | None) -> None:

@@ -12,6 +12,7 @@ names it, like ``gym verify receipt``'s reasons):
 | the dataset holds the entry's problems; the verifier is one this verifier trusts | ``dataset``, ``verifier`` |
 | each bundle: ``verify_receipt_bundle`` (signature under the deployment's domain, digests, the signer registered and active for the model, library root and state, inclusion in its receipt log and anchoring) | ``receipt`` (the detail names the receipt's own reason) |
 | each receipt is the entry's node and model, and no receipt stands for two generations | ``other_node``, ``other_model``, ``duplicate_generation`` |
+| no receipt was slashed for (an upheld challenge, ``NodeRegistry.receiptRecord``: a committee audit found it false) | ``slashed`` |
 | each request is the one the entry says: the rollout prompt (objective by its digest, the problem's text), sampling, and the seed of its (seed, problem, sample) | ``other_request`` |
 | each receipt's library is its arm's: none for the baseline, the subject (log, size, root, live experiences) for the library arm | ``other_library`` |
 | every per-seed Mean@k and Pass@k, recomputed by scoring the signed answers with the named verifier (``ledger.evaluations.seed_figures``, bit for bit) | ``figures`` |
@@ -54,7 +55,7 @@ from ledger.json_input import JSONInputError, parse_json
 MAX_DATASET_BYTES = 64 * 1024 * 1024
 SAFE_VERIFIERS = frozenset({"math", "exact"})
 REASONS = ("not_an_evaluation", "unverified", "receipt_table", "missing_generation", "dataset",
-           "verifier", "receipt", "other_node", "other_model", "duplicate_generation",
+           "verifier", "receipt", "other_node", "other_model", "duplicate_generation", "slashed",
            "other_request", "other_library", "figures", "rerun")
 
 
@@ -219,6 +220,8 @@ def verify_evaluation(cid: str, *, content: Any, contract: Any = None, registry:
     for generation, bundle_cid in zip(generations(entry), _flat(table, entry), strict=True):
         bundle = _read_bundle(content, bundle_cid, generation)
         try:
+            if registry is not None:  # first: a slashed node fails its registration check too
+                _check_not_slashed(registry, bundle, generation)
             receipt_checks = verify_receipt_bundle(
                 bundle, domain=domain, contract=contract, content=content,
                 from_block=from_block, registry=registry, library_cache=library_cache)
@@ -283,6 +286,23 @@ def verify_evaluation(cid: str, *, content: Any, contract: Any = None, registry:
     else:
         checks.append(ReceiptCheck("re-run", None, "none sampled (--sample N --model DIR)"))
     return report
+
+
+def _check_not_slashed(registry: Any, bundle: dict, generation: Generation) -> None:
+    """``EvaluationRefused`` (slashed) when the NodeRegistry slashed the node for this
+    generation's receipt; ``ReceiptError`` for a bundle too malformed to tell."""
+    from inference_node.receipts import ReceiptDomain, receipt_hash
+
+    receipt = _parse_receipt(bundle.get("receipt"))
+    operator = registry.operator_of_signer(receipt.node)
+    if operator is None:
+        return  # verify_receipt_bundle refuses it (not_registered)
+    digest = receipt_hash(receipt, ReceiptDomain.from_json(bundle.get("domain")))
+    challenge = registry._registry.slashed_for(operator, digest)
+    if challenge:
+        raise EvaluationRefused("slashed", f"{generation}: the node was slashed for this "
+                                f"receipt (challenge {challenge} upheld): the generation is "
+                                "proven false")
 
 
 def _subject_text(entry: EvaluationEntry) -> str:

@@ -159,7 +159,8 @@ def verify_receipt_bundle(bundle: Any, *, domain: ReceiptDomain | None = None,
                 library_cache[key] = texts
         checks.append(ReceiptCheck("library", True, f"log {receipt.library.log_id} at size "
                                    f"{receipt.library.size}: root anchored, "
-                                   f"{len(texts)} experiences are its active set"))
+                                   f"{len(texts)} experience{'' if len(texts) == 1 else 's'} "
+                                   f"{'is' if len(texts) == 1 else 'are'} its active set"))
     else:
         checks.append(ReceiptCheck("library", None, "needs the chain and content store"))
 

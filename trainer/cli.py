@@ -174,6 +174,9 @@ def eval_library(
     ] = "OPENAI_API_KEY",
     verifier: Annotated[str | None, typer.Option(
         help="math | exact | python:module:function (default: --config's, else math)")] = None,
+    objective: Annotated[str | None, typer.Option(
+        help="The rollout objective (system prompt) every arm is asked under; default: "
+             "--config's agent_objective, else the math solver's.")] = None,
     limit: Annotated[int, typer.Option(help="Use only the first N problems (0 = all).")] = 0,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.7,
     max_new_tokens: Annotated[int, typer.Option(help="Completion length cap.")] = 256,
@@ -236,6 +239,10 @@ def eval_library(
         if not dataset.is_file():
             raise TrainerError(f"{config}: eval_path {dataset} is not a file")
     verifier = verifier or "math"
+    if objective is not None:
+        if not objective.strip():
+            raise TrainerError("--objective is empty")
+        agent_objective = objective
     if dataset is None:
         raise TrainerError("which problems? give --dataset, or --config with an eval_path")
     if base_url and adapter:

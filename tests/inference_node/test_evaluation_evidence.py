@@ -2,22 +2,27 @@
 as an `evaluation` entry (`gym eval --publish`), and `gym verify evaluation` re-checking it
 from an empty data directory with only the chain and the content endpoint; the same entry with
 one per-seed figure changed, one generation's receipt swapped for another request's, and one
-generation dropped, each refused by its name.
+generation dropped, each refused by its name. A proposal names it; `gym gov show` and
+`gym dashboard` (page and API) show it verified with its receipts, the verdict first.
 
 The task is one the code has not seen: its own JSONL and its own verifier (a module written
 here, trusted by `--verifier`)."""
 
 from __future__ import annotations
 
+import html
 import json
 import signal
 import sys
 from pathlib import Path
 
 import gym_forkserver
+import httpx
 import pytest
+from gym_helpers import gym_dashboard
 from node_helpers import MODEL_NAME, NODE_KEY, free_port, wait_for_health
 
+from governance.dashboard.views import VERDICT_WORDS
 from ledger.content import open_content_store
 from ledger.entries import EvaluationEntry, decode_entry, encode_entry
 from ledger.evaluations import ReceiptTable, decode_receipt_table, encode_receipt_table
@@ -105,7 +110,7 @@ def _publish_altered(endpoint: str, tmp_path: Path, cid: str, *, entry_change=No
 
 @pytest.mark.slow
 def test_a_published_evaluation_verifies_from_chain_and_endpoint_alone(
-        published_evaluation, tiny_model_dir, tmp_path):
+        published_evaluation, ledger_devnet, tiny_model_dir, tmp_path):
     cid, endpoint, party, run, out = published_evaluation
     assert "library vs baseline, Mean@2:" in out, out
     auditor = party("auditor", PYTHONPATH=str(tmp_path / "task"))
@@ -159,3 +164,30 @@ def test_a_published_evaluation_verifies_from_chain_and_endpoint_alone(
     unchecked = run(holder, "gov", "show", "1").stdout  # the verifier is code it did not name
     assert "does NOT verify; FAILS (verifier)" in unchecked, unchecked
     assert "evidence: none." in run(holder, "gov", "show", "2").stdout
+
+    # The dashboard shows it the same: verified with its receipts (the verifier trusted by
+    # --verifier), the verdict first; without --verifier it FAILS (verifier), the verdict kept.
+    env = {**ledger_devnet.gym.env, **holder}
+    log = tmp_path / "dashboard.log"
+    with log.open("wb") as out, gym_dashboard(env, out, lambda _: log.read_text(), "--verifier",
+                                              VERIFIER) as (_, base):
+        page = html.unescape(httpx.get(f"{base}/proposals/1", timeout=120).text)
+        listed = httpx.get(f"{base}/api/proposals/1", timeout=120).json()["evidence"]
+    section = page[page.index('<section id="evidence">'):page.index('<section id="description">')]
+    headline = next(line for line in shown.splitlines() if "library vs baseline, Mean@2:" in line)
+    verdict = headline.rsplit(": ", 1)[1]  # helps, hurts or no clear effect, as gym gov show says
+    words = VERDICT_WORDS[verdict]
+    assert f"Measured: {words} \u2014 Mean@2 " in section, section
+    assert section.index("Measured: ") < section.index("verified with receipts") \
+        < section.index("24 receipts checked: signatures, libraries, inclusion, requests and "
+                        "every figure")
+    assert "registration not checked" not in section  # the deployment's NodeRegistry was read
+    assert (f"gym verify evaluation {cid} --sample 8 --model MODEL_DIR --verifier {VERIFIER}"
+            in section)
+    assert [(e["cid"], e["verified"], e["verdict"], e["badge"]) for e in listed] == [
+        (cid, True, verdict, "verified with receipts")]
+    with log.open("ab") as out, gym_dashboard(env, out, lambda _: log.read_text()) as (_, base):
+        listed = httpx.get(f"{base}/api/proposals/1", timeout=120).json()["evidence"]
+    assert listed[0]["verified"] is False and listed[0]["verdict"] == verdict
+    assert listed[0]["detail"].startswith("FAILS (verifier): "), listed
+    assert listed[0]["headline"].startswith(f"Claimed, but it does not verify: {words}")
