@@ -475,25 +475,28 @@ def demo(
                                        "ask it a question, verify the receipt and catch a "
                                        "forged one.")] = True,
 ) -> None:
-    """Run the whole flow on embedded defaults: devnet, publish, train, audit, curate, tear down.
+    """Run the whole flow on embedded defaults: devnet, publish, train, audit, measure, curate
+    by evidence, serve, verify, judge, tear down.
 
     Starts Anvil and deploys the contracts; publishes the sample experiences to a log in two
     anchored checkpoints and audits it from chain events and the content store alone; runs a
     short Training-Free GRPO on the bundled math set with SmolLM2-135M-Instruct (its stage-2
     answers constrained to the operations' JSON schema), prints what it learned, publishes the
     run and its experiences, and audits that log too; with --sft, trains a short LoRA SFT
-    adapter through TRL + PEFT and publishes it (adapter files on IPFS, `run` and `adapter`
-    entries anchored); has the DAO curate the experiences the run learned (the samples when
-    it learned none, and says so: propose, three votes, one an EIP-712 signature relayed by
-    another account, voting period and timelock delay skipped on the devnet, queue, execute)
-    and checks the curated library's on-chain root; starts an inference node that registers
-    in the NodeRegistry and serves the curated library, asks it a question through the openai
-    SDK, says whether the answer is right, and verifies the receipt (signature, registration, library root, log inclusion, anchoring,
-    activations, termination, sampling); then plays a dishonest node whose forged answer fails
-    verification by name and is challenged in the NodeRegistry; stops the devnet it started
-    (unless --keep). Each party (researcher, auditor, node operator, verifiers) keeps its own
-    data directory and database under <GYM_DATA_DIR>/parties/ and shares only the chain and
-    the content endpoint.
+    adapter through TRL + PEFT and publishes it. Then starts an inference node that registers
+    in the NodeRegistry and signs receipts, and measures through it, before any vote, what the
+    run learned (the samples when it learned none) and a farmer's one experience against the
+    base model on a small benchmark (every generation's receipt published with the
+    evaluation, which is then verified); the DAO votes on each by its evidence: a library that
+    does not beat the baseline beyond its spread is voted down, one that does is queued and
+    executed (three votes, one an EIP-712 signature relayed by another account, voting period
+    and timelock delay skipped on the devnet). The node then serves the new curated library:
+    it answers a question through the openai SDK, the receipt is verified (signature,
+    registration, library root, log inclusion, anchoring, activations, termination,
+    sampling), a dishonest node's forged answer fails verification by name and is challenged,
+    and the verifier committee judges it. Stops the devnet it started (unless --keep). Each
+    party keeps its own data directory and database under <GYM_DATA_DIR>/parties/ and shares
+    only the chain and the content endpoint. With --no-node the DAO curates without evidence.
     """
     from devnet.demo import run_demo
     from devnet.settings import GymSettings

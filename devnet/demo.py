@@ -12,14 +12,24 @@ that owns that hop (named in its heading), and the printing:
    operations' JSON schema), publish the run and its experiences, audit that log
    (``trainer.tfgrpo_trainer``, ``trainer.publish``, ``ledger.audit``);
 4b. with ``--sft``, LoRA SFT: train a short adapter and publish it (``trainer.gradient.demo``);
-5. DAO curation: propose the experiences step 4 learned (the samples when it learned none),
-   vote, queue, execute, and check the curated library's on-chain root
-   (``governance.devnet_curation``);
-6. inference node: serve the curated library, ask it a question, grade the answer, verify the
-   receipt, forge one and challenge it before the verifier committee (``inference_node.demo``);
-7. verifier committee: three verifiers judge that challenge and one against the honest
+5. inference node: start a registered node that signs receipts and follows the curated library
+   (``inference_node.demo.running_node``);
+6. evidence: measure, through that node, the experiences step 4 learned (the samples when it
+   learned none) and a farmer's one experience against the base model on a small benchmark,
+   publish each evaluation with its receipts, and verify them (``devnet.demo_evidence``);
+7. DAO curation by evidence: propose each with its evaluation; the voters vote by the
+   measured effect: a library that does not beat the baseline beyond its spread is voted
+   down, one that does is queued and executed, and the curated library's on-chain root is
+   checked (``governance.devnet_curation``);
+8. inference node answers: once it follows the new curated library, ask it a question, grade
+   the answer, verify the receipt, forge one and challenge it before the verifier committee
+   (``inference_node.demo``);
+9. verifier committee: three verifiers judge that challenge and one against the honest
    receipt; one aggregate signature settles each on chain, the appeal window passes, the
    node's stake and the bonds move (``committee.demo``);
+
+With ``node`` off (`gym demo --no-node`) there is no node to measure through: step 5 is the
+DAO curating the learned experiences without evidence.
 
 then stop the devnet it started (unless ``keep``).
 
@@ -54,7 +64,7 @@ NODE_KEY = ANVIL_DEV_KEYS[4]  # not the demo's publisher (account 0) nor its vot
 def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, train: bool = True,
              sft: bool = False, node: bool = True) -> None:
     """Run every step (see the module docstring); ``train``, ``sft`` and ``node`` switch steps
-    4, 4b and 6-7; ``keep`` leaves the devnet running."""
+    4, 4b and 5-9; ``keep`` leaves the devnet running."""
     console.rule("1. devnet")
     with console.status("starting Anvil and deploying the contracts"):
         up = devnet_up(settings)
@@ -93,11 +103,11 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
             console.rule("4b. LoRA SFT")
             demo_sft(rt, runs_dir, console, log_name=f"demo/sft-{_stamp()}")
 
-        console.rule("5. DAO curation")
-        curate(governance_runtime(settings, rt), console, curate_log, up.deployment.governance,
-               description=curate_what)
-
-        if node:
+        if not node:
+            console.rule("5. DAO curation")
+            curate(governance_runtime(settings, rt), console, curate_log,
+                   up.deployment.governance, description=curate_what)
+        else:
             from eth_account import Account
 
             from committee.demo import (
@@ -105,22 +115,42 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
                 demo_committee,
                 register_demo_verifiers,
             )
+            from devnet import demo_evidence
             from governance.devnet_time import advance_time
-            from inference_node.demo import demo_node
+            from inference_node.demo import demo_node, running_node
             from trainer.backends import default_model_dir
 
-            console.rule("6. inference node")
+            console.rule("5. inference node")
             committee = up.deployment.contracts["VerifierCommittee"].address
             operator, verifiers = party(settings, "node", endpoint), party(settings, "verifiers",
                                                                             endpoint)
             operator_rt, verifiers_rt = ledger_runtime(operator), ledger_runtime(verifiers)
             # the committee that will judge the node's challenges is the one of their opening
             register_demo_verifiers(verifiers, verifiers_rt, console, committee)
-            outcome = demo_node(operator, operator_rt, console,
-                                library_log_id=up.deployment.curated_log_id, curated=True,
-                                model_dir=default_model_dir(), node_key=NODE_KEY,
-                                challenger=committee_challenger(committee))
-            console.rule("7. verifier committee")
+            gov = governance_runtime(settings, rt)
+            with running_node(operator, operator_rt, console,
+                              library_log_id=up.deployment.curated_log_id, curated=True,
+                              model_dir=default_model_dir(), node_key=NODE_KEY) as served:
+                console.rule("6. evidence")
+                candidates = {"learned" if curate_log != log_name else "samples": curate_log,
+                              "farm rules": demo_evidence.publish_farm_rules(rt, console)}
+                measured = demo_evidence.measure(rt, console, served.url, served.model,
+                                                 candidates)
+                demo_evidence.check(auditor_rt, console, measured, served.registry)
+
+                console.rule("7. DAO curation by evidence")
+                demo_evidence.decide(
+                    gov, console, measured, up.deployment.governance,
+                    indices_of=lambda log: _uncurated_experiences(gov, log),
+                    descriptions={measured[0].name: curate_what,
+                                  "farm rules": "What the Gym farm's crates and trays hold."})
+
+                console.rule("8. inference node answers")
+                outcome = demo_node(operator, operator_rt, console,
+                                    library_log_id=up.deployment.curated_log_id, curated=True,
+                                    model_dir=default_model_dir(), node_key=NODE_KEY,
+                                    challenger=committee_challenger(committee), node=served)
+            console.rule("9. verifier committee")
             demo_committee(verifiers, verifiers_rt, console, outcome=outcome,
                            model_dir=default_model_dir(), committee_address=committee,
                            node_operator=Account.from_key(NODE_KEY).address,
@@ -239,6 +269,15 @@ def experience_indices(rt: LedgerRuntime, log_name: str) -> list[int]:
 
     return [leaf.index for leaf in rt.store.leaves(log_name)
             if isinstance(decode_entry(rt.content.cat(leaf.cid)), ExperienceEntry)]
+
+
+def _uncurated_experiences(gov: GovernanceRuntime, log_name: str) -> list[int]:
+    """The experience leaves of ``log_name`` the curated library does not hold yet."""
+    from governance.devnet_curation import uncurated_indices
+
+    experiences = set(experience_indices(gov.ledger, log_name))
+    return [i for i in uncurated_indices(gov.client(), gov.ledger.store, log_name)
+            if i in experiences]
 
 
 def curate(gov: GovernanceRuntime, console: Console, log_name: str,

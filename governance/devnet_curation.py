@@ -16,6 +16,7 @@ devnet that curated them before already holds them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,8 +41,12 @@ class DevnetCuration:
     plan: CurationProposal
     proposal_id: int
     tally: Proposal  # the proposal as read after the three votes
-    library: LogState  # the curated log after execution
-    leaves_root: bytes  # RFC 9162 root of the leaves its LeafAppended events name
+    library: LogState | None  # the curated log after execution; None: voted down
+    leaves_root: bytes | None  # RFC 9162 root of the leaves its LeafAppended events name
+
+    @property
+    def executed(self) -> bool:
+        return self.library is not None
 
 
 def uncurated_indices(client: GovernanceClient, store: LogStore, log_name: str) -> list[int]:
@@ -52,20 +57,26 @@ def uncurated_indices(client: GovernanceClient, store: LogStore, log_name: str) 
 
 def curate_on_devnet(client: GovernanceClient, store: LogStore, content: ContentStore,
                      log_name: str, indices: list[int], description: str, *,
-                     voting_period: int, timelock_delay: int) -> DevnetCuration:
-    """Propose, vote (for, abstain, for by relayed signature), queue and execute the curation
-    of leaves ``indices`` of ``log_name``; ``voting_period`` and ``timelock_delay`` (seconds)
-    are skipped on the devnet's clock."""
-    plan = client.build_curation(store, content, log_name, indices, description)
+                     voting_period: int, timelock_delay: int, evidence: Sequence[str] = (),
+                     support: str = "for", reason: str = "clear and general"
+                     ) -> DevnetCuration:
+    """Propose (naming ``evidence``, evaluation CIDs), vote (``support`` with ``reason``,
+    abstain, ``support`` by relayed signature), and for a proposal voted "for" queue and
+    execute the curation of leaves ``indices`` of ``log_name``; ``voting_period`` and
+    ``timelock_delay`` (seconds) are skipped on the devnet's clock. Voted "against", the
+    proposal is left Defeated (``library`` None)."""
+    plan = client.build_curation(store, content, log_name, indices, description, evidence)
     proposal_id, _ = client.propose(plan, key=PROPOSER_KEY)
-    client.vote(proposal_id, "for", "clear and general", key=FOR_KEY)
+    client.vote(proposal_id, support, reason, key=FOR_KEY)
     client.vote(proposal_id, "abstain", key=ABSTAIN_KEY)
     voter = Account.from_key(BALLOT_KEY)
-    typed = client.ballot_typed_data(proposal_id, "for", voter.address)
+    typed = client.ballot_typed_data(proposal_id, support, voter.address)
     signature = Account.sign_typed_data(voter.key, full_message=typed).signature
-    client.cast_vote_by_sig(proposal_id, "for", voter.address, signature, key=RELAYER_KEY)
+    client.cast_vote_by_sig(proposal_id, support, voter.address, signature, key=RELAYER_KEY)
     tally = client.proposal(proposal_id)
     client.advance_time(voting_period + 1)
+    if support != "for":
+        return DevnetCuration(plan, proposal_id, tally, None, None)
     client.queue(proposal_id, key=PROPOSER_KEY)
     client.advance_time(timelock_delay + 1)
     client.execute(proposal_id, key=PROPOSER_KEY)

@@ -39,7 +39,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ QUESTION = ("A farmer has 12 apples and buys 3 boxes with 7 apples in each. How 
 ANSWER = "33"  # 12 + 3 * 7
 MAX_TOKENS = 320  # room for SmolLM2's whole worked answer (64 cut it mid-sentence)
 ANCHOR_INTERVAL_S = 2
+POLL_S = 2  # the node checks the curated library for new checkpoints this often
 CHALLENGER_KEY = devnet_account_key(5)  # a public devnet key: the auditor who challenges
 
 
@@ -115,6 +116,10 @@ def _dishonest_node(bundle: dict, receipt: Any, settings: Any, ledger_rt: Any, c
     return caught
 
 
+def _experiences(n: int) -> str:
+    return f"{n} experience{'' if n == 1 else 's'}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -157,25 +162,28 @@ def _wait_health(proc: subprocess.Popen, url: str, log_file: Path, until, timeou
     raise NodeError(f"timed out after {timeout_s:.0f} s {what}; last /health: {health}")
 
 
-def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: int,
-              curated: bool, model_dir: str | Path, node_key: str,
-              challenger: Callable[[Any, str], Any] | None = None) -> DemoOutcome:
-    """Serve log ``library_log_id`` with the model in ``model_dir``, ask, verify, stop (see the
-    module docstring). ``settings``: the devnet's settings (``data_dir``, ``deployment_file``,
-    ``rpc_url``, ``db_url``, ``ipfs_api``); ``ledger_rt``: the ``ledger.runtime.LedgerRuntime``
-    built from them; ``node_key``: the node's signing key (hex), holding GYM to stake;
-    ``challenger(ledger_rt, registry_address)``: what the forged receipt's challenge is opened
-    through (anything with ``operator_of_signer`` and ``challenge``, e.g. the committee's
-    ``CommitteeChallenger``); default: the NodeRegistry, from Anvil account 5."""
+@dataclass
+class DemoNode:
+    """A `gym node serve` the demo started (``running_node``)."""
+
+    url: str  # http://127.0.0.1:PORT
+    proc: subprocess.Popen
+    log_file: Path
+    address: str  # the signing key's address
+    registry: str  # the NodeRegistry it registered in
+    library_log_id: int
+    model: str = ""  # the served model's name
+
+
+@contextlib.contextmanager
+def running_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: int,
+                 curated: bool, model_dir: str | Path, node_key: str) -> Iterator[DemoNode]:
+    """Steps 1-2 and 7 of the module docstring: the node started, registered and serving
+    log ``library_log_id`` verified at its on-chain size; on leaving, stopped with SIGTERM
+    (graceful: ``NodeError`` unless it exits 0), or killed if the block failed."""
     from eth_account import Account
-    from openai import OpenAI
 
-    from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
-    from inference_node.verify import check_receipt_bundle, checks_table
-    from ledger.tables import print_table
-
-    key = node_key
-    address = Account.from_key(key).address
+    address = Account.from_key(node_key).address
     registry = _registry_address(Path(settings.deployment_file))
     expected_size = ledger_rt.contract.log_info(library_log_id).size
     port = free_port()
@@ -185,12 +193,13 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
     command = [sys.executable, "-m", "devnet.cli", "node", "serve", "--model", str(model_dir),
                "--follow-log", str(library_log_id), "--key-env", "GYM_NODE_KEY", "--register",
                "--port", str(port), "--anchor-interval", str(ANCHOR_INTERVAL_S),
-               "--engine", "transformers"]
+               "--poll", str(POLL_S), "--engine", "transformers"]
     if curated:
         command.append("--curated")
     with open(log_file, "wb") as log:
-        proc = subprocess.Popen(command, env=gym_env(settings, GYM_NODE_KEY=key, GYM_NODE_REGISTRY=registry), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command, env=gym_env(settings, GYM_NODE_KEY=node_key,
+                                                     GYM_NODE_REGISTRY=registry),
+                                stdout=log, stderr=subprocess.STDOUT)
     try:
         with console.status(f"starting `gym node serve` on {url} (node key {address})"):
             health = _wait_health(
@@ -200,53 +209,9 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
         console.print(f"node {address} registered and serving {health['model']} "
                       f"({health['engine']} engine): library log {library_log_id} verified at "
                       f"size {health['library']['size']}, "
-                      f"{health['library']['experiences']} active experiences (log {log_file})",
+                      f"{_experiences(health['library']['experiences'])} active (log {log_file})",
                       highlight=False)
-
-        client = OpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0, timeout=600)
-        request = {"model": health["model"], "temperature": 0, "seed": 0, "max_tokens": MAX_TOKENS,
-                   "messages": [{"role": "user", "content": QUESTION}]}
-        with console.status("asking through the openai SDK"):
-            reply = client.chat.completions.create(**request)
-        extra = reply.model_extra or {}
-        if "receipt" not in extra:
-            raise NodeError("the answer came without a receipt")
-        receipt, evidence = parse_receipt(extra["receipt"]), extra["receipt_evidence"]
-        answer = reply.choices[0].message.content
-        console.print(f"[bold]Q:[/] {QUESTION}\n[bold]A:[/] {answer}")
-        console.print(_graded(answer, reply.choices[0].finish_reason), highlight=False)
-        console.print(f"injected {len(receipt.experience_ids)} experiences; receipt "
-                      f"{evidence['receipt_cid']} signed by {receipt.node}", highlight=False)
-
-        with console.status("waiting for the node to anchor its receipt log"):
-            _wait_health(proc, url, log_file, lambda h: h["receipts"]["log"]["pending"] == 0,
-                         timeout_s=120, what="waiting for the receipt log to be anchored")
-        proof = httpx.get(f"{url}/v1/receipts/{evidence['receipt_cid']}/proof", timeout=30)
-        if proof.status_code != 200:
-            raise NodeError(f"the node has no proof for its receipt: {proof.text}")
-        bundle = bundle_json(receipt, ReceiptDomain.from_json(evidence["domain"]), route="chat",
-                             request=request, text=reply.choices[0].message.content,
-                             completion_token_ids=evidence["completion_token_ids"],
-                             inclusion=proof.json())
-        bundle_file = Path(settings.data_dir) / "receipts" / f"{evidence['receipt_cid']}.json"
-        bundle_file.parent.mkdir(parents=True, exist_ok=True)
-        bundle_file.write_text(json.dumps(bundle, indent=1))
-        console.print(f"wrote the receipt bundle to {bundle_file}", highlight=False)
-
-        with console.status("verifying the receipt (gym verify receipt --model)"):
-            try:
-                checks = check_receipt_bundle(bundle, ledger_rt, registry=registry,
-                                              model_dir=Path(model_dir))
-            except ReceiptError as exc:
-                raise NodeError(f"the demo receipt FAILS verification ({exc.reason}): "
-                                f"{exc}") from None
-        print_table(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
-                                         f"{Path(model_dir).name}"), console)
-        console.print("[green]receipt verified[/green]")
-        caught = _dishonest_node(bundle, receipt, settings, ledger_rt, console,
-                                 registry=registry, model_dir=Path(model_dir), node_key=key,
-                                 challenger=challenger)
-
+        yield DemoNode(url, proc, log_file, address, registry, library_log_id, health["model"])
         with console.status("stopping the node (SIGTERM)"):
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=120)
@@ -255,8 +220,94 @@ def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: in
                             + log_file.read_text(errors="replace")[-2000:])
         console.print("node stopped gracefully: in-flight requests answered, receipt log "
                       "anchored")
-        return DemoOutcome(bundle, caught)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def demo_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id: int,
+              curated: bool, model_dir: str | Path, node_key: str,
+              challenger: Callable[[Any, str], Any] | None = None,
+              node: DemoNode | None = None) -> DemoOutcome:
+    """Serve log ``library_log_id`` with the model in ``model_dir``, ask, verify, stop (see the
+    module docstring). ``settings``: the devnet's settings (``data_dir``, ``deployment_file``,
+    ``rpc_url``, ``db_url``, ``ipfs_api``); ``ledger_rt``: the ``ledger.runtime.LedgerRuntime``
+    built from them; ``node_key``: the node's signing key (hex), holding GYM to stake;
+    ``challenger(ledger_rt, registry_address)``: what the forged receipt's challenge is opened
+    through (anything with ``operator_of_signer`` and ``challenge``, e.g. the committee's
+    ``CommitteeChallenger``); default: the NodeRegistry, from Anvil account 5. ``node``: a
+    node ``running_node`` already started (it keeps running; the caller stops it), which is
+    first waited for to serve the log at its on-chain size."""
+    if node is None:
+        with running_node(settings, ledger_rt, console, library_log_id=library_log_id,
+                          curated=curated, model_dir=model_dir, node_key=node_key) as started:
+            return _ask_and_verify(settings, ledger_rt, console, started, model_dir, node_key,
+                                   challenger)
+    expected_size = ledger_rt.contract.log_info(library_log_id).size
+    with console.status(f"waiting for the node to serve library log {library_log_id} at size "
+                        f"{expected_size}"):
+        health = _wait_health(node.proc, node.url, node.log_file,
+                              lambda h: (h["library"]["error"] is None
+                                         and h["library"]["size"] == expected_size),
+                              timeout_s=120, what="waiting for the new library to verify")
+    console.print(f"the node follows the curated library: size {health['library']['size']}, "
+                  f"{_experiences(health['library']['experiences'])} active", highlight=False)
+    return _ask_and_verify(settings, ledger_rt, console, node, model_dir, node_key, challenger)
+
+
+def _ask_and_verify(settings: Any, ledger_rt: Any, console: Any, node: DemoNode,
+                    model_dir: str | Path, key: str,
+                    challenger: Callable[[Any, str], Any] | None) -> DemoOutcome:
+    """Steps 3-6 of the module docstring."""
+    from openai import OpenAI
+
+    from inference_node.receipts import ReceiptDomain, bundle_json, parse_receipt
+    from inference_node.verify import check_receipt_bundle, checks_table
+    from ledger.tables import print_table
+
+    url, proc, log_file, registry = node.url, node.proc, node.log_file, node.registry
+    client = OpenAI(base_url=f"{url}/v1", api_key="demo", max_retries=0, timeout=600)
+    request = {"model": node.model, "temperature": 0, "seed": 0, "max_tokens": MAX_TOKENS,
+               "messages": [{"role": "user", "content": QUESTION}]}
+    with console.status("asking through the openai SDK"):
+        reply = client.chat.completions.create(**request)
+    extra = reply.model_extra or {}
+    if "receipt" not in extra:
+        raise NodeError("the answer came without a receipt")
+    receipt, evidence = parse_receipt(extra["receipt"]), extra["receipt_evidence"]
+    answer = reply.choices[0].message.content
+    console.print(f"[bold]Q:[/] {QUESTION}\n[bold]A:[/] {answer}")
+    console.print(_graded(answer, reply.choices[0].finish_reason), highlight=False)
+    console.print(f"injected {_experiences(len(receipt.experience_ids))}; receipt "
+                  f"{evidence['receipt_cid']} signed by {receipt.node}", highlight=False)
+
+    with console.status("waiting for the node to anchor its receipt log"):
+        _wait_health(proc, url, log_file, lambda h: h["receipts"]["log"]["pending"] == 0,
+                     timeout_s=120, what="waiting for the receipt log to be anchored")
+    proof = httpx.get(f"{url}/v1/receipts/{evidence['receipt_cid']}/proof", timeout=30)
+    if proof.status_code != 200:
+        raise NodeError(f"the node has no proof for its receipt: {proof.text}")
+    bundle = bundle_json(receipt, ReceiptDomain.from_json(evidence["domain"]), route="chat",
+                         request=request, text=reply.choices[0].message.content,
+                         completion_token_ids=evidence["completion_token_ids"],
+                         inclusion=proof.json())
+    bundle_file = Path(settings.data_dir) / "receipts" / f"{evidence['receipt_cid']}.json"
+    bundle_file.parent.mkdir(parents=True, exist_ok=True)
+    bundle_file.write_text(json.dumps(bundle, indent=1))
+    console.print(f"wrote the receipt bundle to {bundle_file}", highlight=False)
+
+    with console.status("verifying the receipt (gym verify receipt --model)"):
+        try:
+            checks = check_receipt_bundle(bundle, ledger_rt, registry=registry,
+                                          model_dir=Path(model_dir))
+        except ReceiptError as exc:
+            raise NodeError(f"the demo receipt FAILS verification ({exc.reason}): "
+                            f"{exc}") from None
+    print_table(checks_table(checks, f"gym verify receipt {bundle_file.name} --model "
+                                     f"{Path(model_dir).name}"), console)
+    console.print("[green]receipt verified[/green]")
+    caught = _dishonest_node(bundle, receipt, settings, ledger_rt, console,
+                             registry=registry, model_dir=Path(model_dir), node_key=key,
+                             challenger=challenger)
+    return DemoOutcome(bundle, caught)

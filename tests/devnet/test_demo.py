@@ -1,7 +1,9 @@
 """`gym demo` runs the flow on embedded defaults (devnet, two anchored checkpoints, an audit,
-a Training-Free GRPO run published and audited, a DAO curation, an inference node answering
-from the curated library with a verified receipt, a forged receipt slashed and a false
-challenge rejected by the verifier committee) and leaves nothing running."""
+a Training-Free GRPO run published and audited, a registered node through which two candidate
+libraries are measured before the vote, a DAO that votes one down and passes the other by their
+evidence, the node answering from the curated library with a verified receipt, a forged
+receipt slashed and a false challenge rejected by the verifier committee) and leaves nothing
+running."""
 
 import re
 
@@ -24,25 +26,31 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert "audit clean: 2 checkpoints, 5 entries" in result.stdout
     assert "4. Training-Free GRPO" in result.stdout and "published run bafkrei" in result.stdout
     assert result.stdout.count("audit clean:") == 2  # the training log audits clean too
-    assert "5. DAO curation" in result.stdout
-    assert "on-chain root matches the RFC 9162 root of the curated leaves" in result.stdout
-    # the DAO curates what the run learned (the samples when it learned nothing), and the node
-    # injects the whole curated library
+    assert "5. inference node" in result.stdout and "6. evidence" in result.stdout
+    # both candidates measured through the node, each evaluation published and verified
     learned = int(re.search(r"learned (\d+) experiences", result.stdout).group(1))
-    curated = int(re.search(r"executed: curated library 'gym/curated' size (\d+)",
-                            result.stdout).group(1))
-    if learned:
-        assert "proposed curating" in result.stdout and "demo/tfgrpo-" in result.stdout
-        assert curated >= learned
-    else:
-        assert "nothing was learned: the DAO curates the sample experiences" in result.stdout
-        assert curated == 5
-    assert "6. inference node" in result.stdout
-    assert f"injected {curated} experiences" in result.stdout
+    first = "learned" if learned else "samples"
+    for name in (first, "farm rules"):
+        assert re.search(rf"{name} \(log demo/[^)]+\): evaluation bafkrei\w+, leaf \d+ of "
+                         r"demo/evaluations-", result.stdout), result.stdout
+        assert f"verified {name}: 32 receipts" in result.stdout, result.stdout
+    assert result.stdout.count("library vs baseline, Mean@2: ") >= 2
+    # the DAO decides by the evidence: the farm rules pass (the base model cannot know what a
+    # crate holds), what the run learned does not beat the baseline beyond its spread
+    assert "7. DAO curation by evidence" in result.stdout
+    assert re.search(r"passed on its evidence: proposal \d+ \(farm rules\): library vs "
+                     r"baseline, Mean@2: \+[\d.]+ ± [\d.]+ .*: helps; executed, curated "
+                     r"library size \d+", result.stdout), result.stdout
+    assert re.search(rf"voted down on its evidence: proposal \d+ \({first}\): library vs "
+                     r"baseline, Mean@2: .*: (no clear effect|hurts)", result.stdout), result.stdout
+    curated = int(re.search(r"executed, curated library size (\d+)", result.stdout).group(1))
+    assert curated == 1  # only the farm rule entered the library
+    assert "8. inference node answers" in result.stdout
+    assert f"injected {curated} experience;" in result.stdout  # one: singular
     assert re.search(r"(right|wrong): the (answer is 33|final answer reads)", result.stdout)
     assert "receipt verified" in result.stdout
     assert "node stopped gracefully" in result.stdout
-    assert "7. verifier committee" in result.stdout
+    assert "9. verifier committee" in result.stdout
     assert re.search(r"challenge 1 settled upheld: sampling, signed by verifiers \[", result.stdout)
     assert "challenge 2 settled rejected" in result.stdout
     assert "(slashed)" in result.stdout and "settled on chain" in result.stdout

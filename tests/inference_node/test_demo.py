@@ -42,7 +42,7 @@ def test_demo_node_serves_answers_and_verifies(ledger_devnet, tiny_model_dir):
     demo_node(settings, rt, console, library_log_id=log_id, curated=True,
               model_dir=tiny_model_dir, node_key=NODE_KEY)
     text = console.export_text()
-    assert "library log" in text and "verified at size 2, 2 active experiences" in text
+    assert "library log" in text and "verified at size 2, 2 experiences active" in text
     assert "injected 2 experiences" in text and "A:" in text
     assert "receipt verified" in text and "node stopped gracefully" in text
 
