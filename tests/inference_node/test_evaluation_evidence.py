@@ -137,9 +137,16 @@ def test_a_published_evaluation_verifies_from_chain_and_endpoint_alone(
     def dropped(arms: dict) -> None:
         arms["baseline"].pop()
 
+    mallory = open_content_store(endpoint, tmp_path / "mallory")
+
+    def duplicated(arms: dict) -> None:  # generation 0's receipt again, in other bytes
+        bundle = json.loads(mallory.cat(arms["library"][0]))
+        arms["library"][1] = mallory.add_file(json.dumps(bundle, indent=2).encode(), pin=True)
+
     for alteration, reason in (({"entry_change": changed_figure}, "figures"),
                                ({"table_change": swapped}, "other_request"),
-                               ({"table_change": dropped}, "missing_generation")):
+                               ({"table_change": dropped}, "missing_generation"),
+                               ({"table_change": duplicated}, "duplicate_generation")):
         altered = _publish_altered(endpoint, tmp_path, cid, **alteration)
         result = run(auditor, "verify", "evaluation", altered, "--verifier", VERIFIER, ok=False)
         assert result.returncode == 1, (reason, result.stdout)
