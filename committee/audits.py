@@ -324,26 +324,9 @@ class Auditor:
         return result
 
     def _audit_log(self, node: Any, log_id: int, head: int, result: AuditPass) -> None:
-        cursor = self.cursor.logs.get(log_id) or LogCursor(None, self.from_block)
-        checks = 0
-        for event in self.contract.anchored(log_id, cursor.block, head):
-            if cursor.size is not None and event.size <= cursor.size:
-                continue  # audited (the cursor's block is read again)
-            if checks >= self.max_checks:
-                return
-            seed = checkpoint_seed(self.contract.w3, event, head=head,
-                                   delay_blocks=self.delay_blocks,
-                                   confirmations=self.confirmations)
-            if seed is None:
-                result.findings.append(AuditFinding(
-                    log_id, node.operator, event.size, None, None, PENDING, "",
-                    f"anchored in block {event.block_number}: its seed is the hash of block "
-                    f"{seed_block(event.block_number, self.delay_blocks)}, not mined yet "
-                    f"(head {head})"))
-                return
-            checks += self._audit_checkpoint(node, event, cursor.size, seed, result)
-            cursor = LogCursor(event.size, event.block_number)
-            self.cursor.logs[log_id] = cursor
+        audit_new_checkpoints(
+            self, log_id, node.operator, head, result,
+            lambda event, old, seed: self._audit_checkpoint(node, event, old, seed, result))
 
     def _audit_checkpoint(self, node: Any, event: AnchoredEvent, old_size: int | None,
                           seed: bytes, result: AuditPass) -> int:
@@ -467,3 +450,34 @@ def audit_bundle(bundle: dict, judge_evidence: JudgeEvidence, open_challenge: Op
     if checked:
         return VERIFIED, "", judgement.detail, None
     return INVALID_BUNDLE, "evidence", judgement.detail, None
+
+
+def audit_new_checkpoints(auditor: Any, log_id: int, operator: str, head: int,
+                          result: AuditPass,
+                          audit: Callable[[AnchoredEvent, int | None, bytes], int]) -> None:
+    """Audit log ``log_id``'s checkpoints anchored since ``auditor.cursor`` (its ``contract``,
+    ``from_block``, ``max_checks``, ``delay_blocks``, ``confirmations``), oldest first:
+    ``audit(event, old size, seed)`` each, which says how many bundles it fetched, until
+    ``max_checks`` are spent or a checkpoint's seed block is not mined yet (a ``pending``
+    finding); the cursor moves past each checkpoint audited. What receipt-log audits and
+    evaluation audits (``committee.evaluation_audits``) share."""
+    cursor = auditor.cursor.logs.get(log_id) or LogCursor(None, auditor.from_block)
+    checks = 0
+    for event in auditor.contract.anchored(log_id, cursor.block, head):
+        if cursor.size is not None and event.size <= cursor.size:
+            continue  # audited (the cursor's block is read again)
+        if checks >= auditor.max_checks:
+            return
+        seed = checkpoint_seed(auditor.contract.w3, event, head=head,
+                               delay_blocks=auditor.delay_blocks,
+                               confirmations=auditor.confirmations)
+        if seed is None:
+            result.findings.append(AuditFinding(
+                log_id, operator, event.size, None, None, PENDING, "",
+                f"anchored in block {event.block_number}: its seed is the hash of block "
+                f"{seed_block(event.block_number, auditor.delay_blocks)}, not mined yet "
+                f"(head {head})"))
+            return
+        checks += audit(event, cursor.size, seed)
+        cursor = LogCursor(event.size, event.block_number)
+        auditor.cursor.logs[log_id] = cursor

@@ -63,7 +63,6 @@ from committee.audits import (
     ERROR,
     INVALID_BUNDLE,
     MAX_RATE_BPS,
-    PENDING,
     UNAUDITABLE,
     AuditCursor,
     AuditedCheckpoint,
@@ -71,12 +70,11 @@ from committee.audits import (
     AuditPass,
     Check,
     JudgeEvidence,
-    LogCursor,
     OpenChallenge,
     UnauditableCheckpoint,
     audit_bundle,
+    audit_new_checkpoints,
     checkpoint_manifest,
-    checkpoint_seed,
     judge_checked,
     sample_threshold,
     seed_block,
@@ -212,26 +210,9 @@ class EvaluationAuditor:
         return result
 
     def _audit_log(self, log_id: int, head: int, result: AuditPass) -> None:
-        cursor = self.cursor.logs.get(log_id) or LogCursor(None, self.from_block)
-        checks = 0
-        for event in self.contract.anchored(log_id, cursor.block, head):
-            if cursor.size is not None and event.size <= cursor.size:
-                continue  # audited (the cursor's block is read again)
-            if checks >= self.max_checks:
-                return
-            seed = checkpoint_seed(self.contract.w3, event, head=head,
-                                   delay_blocks=self.delay_blocks,
-                                   confirmations=self.confirmations)
-            if seed is None:
-                result.findings.append(AuditFinding(
-                    log_id, "", event.size, None, None, PENDING, "",
-                    f"anchored in block {event.block_number}: its seed is the hash of block "
-                    f"{seed_block(event.block_number, self.delay_blocks)}, not mined yet "
-                    f"(head {head})"))
-                return
-            checks += self._audit_checkpoint(event, cursor.size, seed, result)
-            cursor = LogCursor(event.size, event.block_number)
-            self.cursor.logs[log_id] = cursor
+        audit_new_checkpoints(
+            self, log_id, "", head, result,
+            lambda event, old, seed: self._audit_checkpoint(event, old, seed, result))
 
     def _audit_checkpoint(self, event: AnchoredEvent, old_size: int | None, seed: bytes,
                           result: AuditPass) -> int:
