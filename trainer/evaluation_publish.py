@@ -85,8 +85,9 @@ def fetch_bundles(base_url: str, evidence: list[dict | None], *, wait_s: float,
                   on_fetched: Callable[[int], None] | None = None,
                   on_wait: Callable[[str], None] | None = None) -> list[bytes]:
     """The bundle bytes of every generation (``evidence``: its receipt CID and bundle token),
-    each with its receipt-log inclusion proof: refetched every 2 s for up to ``wait_s``
-    seconds while the node has not yet anchored it."""
+    each with its receipt-log inclusion proof at an anchored checkpoint (the proof's
+    ``anchor``): refetched every 2 s for up to ``wait_s`` seconds while the node has not yet
+    anchored it (its proof is then at the log's unanchored size)."""
     import httpx
 
     base = base_url.rstrip("/").removesuffix("/v1")
@@ -102,8 +103,9 @@ def fetch_bundles(base_url: str, evidence: list[dict | None], *, wait_s: float,
             while True:
                 data = _get(client, f"{base}/v1/receipts/{cid}", signed["bundle_token"])
                 bundle = _parse(data, cid)
-                if bundle.get("inclusion") is not None:
-                    break
+                inclusion = bundle.get("inclusion")
+                if isinstance(inclusion, dict) and inclusion.get("anchor"):
+                    break  # a proof at an anchored checkpoint (before: at the log's size)
                 if time.monotonic() > deadline:
                     raise EvaluationPublishError(
                         f"the node has not anchored receipt {cid} after {wait_s:g} s: wait "
