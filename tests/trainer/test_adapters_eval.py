@@ -53,4 +53,4 @@ def test_eval_command_with_an_adapter(gym_env, run_dir, tmp_path):
     nothing = gym_env.run("eval", *common)
     assert nothing.returncode == 1
     assert nothing.stderr.strip().splitlines()[-1] == (
-        "error: nothing to compare: give --library, --adapter or both")
+        "error: nothing to compare: give --library, --library-log, --adapter or both")
