@@ -249,8 +249,9 @@ def train_tfgrpo(rt: LedgerRuntime, console: Console, runs_dir: Path) -> str:
         report = read_json_file(tfgrpo.train(
             on_step_end=lambda row: bar.update(task, completed=row["global_step"] + 1)))
     counters = ", ".join(f"{k} {v}" for k, v in report["counters"].items() if v)
-    console.print(f"learned {report['library_size']} experiences from "
-                  f"{report['operations_applied']} operations ({counters})", highlight=False)
+    size, ops = report["library_size"], report["operations_applied"]
+    console.print(f"learned {size} experience{'' if size == 1 else 's'} from {ops} "
+                  f"operation{'' if ops == 1 else 's'} ({counters})", highlight=False)
     library = read_json_file(Path(config.output_dir) / "library.json")
     for experience in library["experiences"]:
         console.print(f"  [{experience['prompt_id']}] {experience['text']}", highlight=False,

@@ -28,7 +28,7 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert result.stdout.count("audit clean:") == 2  # the training log audits clean too
     assert "5. inference node" in result.stdout and "6. evidence" in result.stdout
     # both candidates measured through the node, each evaluation published and verified
-    learned = int(re.search(r"learned (\d+) experiences", result.stdout).group(1))
+    learned = int(re.search(r"learned (\d+) experiences? from", result.stdout).group(1))
     first = "learned" if learned else "samples"
     for name in (first, "farm rules"):
         assert re.search(rf"{name} \(log demo/[^)]+\): evaluation bafkrei\w+, leaf \d+ of "
