@@ -82,7 +82,7 @@ def measure(rt: Any, console: Console, node_url: str, model: str,
 
     def backend(library: str) -> OpenAIBackend:
         return OpenAIBackend(f"{node_url}/v1", model, max_concurrency=8,
-                             headers={"X-Gym-Library": library})
+                             headers={ep.LIBRARY_HEADER: library})
 
     arms = {"baseline": (backend("none"), [])}
     arms.update({name: (backend(str(log_id)), []) for name, log_id in log_ids.items()})
@@ -103,28 +103,20 @@ def measure(rt: Any, console: Console, node_url: str, model: str,
         baseline = ep.fetch_bundles(node_url, flat("baseline"), wait_s=WAIT_S)
         bundles = {name: ep.fetch_bundles(node_url, flat(name), wait_s=WAIT_S)
                    for name in candidates}
-    content = rt.content
-    dataset = content.add_file(FARM_TASK.read_bytes(), pin=True)
     log = f"demo/evaluations-{time.strftime('%Y%m%d-%H%M%S')}"
     measured = []
     for name, log_name in candidates.items():
-        arms_bundles = {"baseline": baseline, "library": bundles[name]}
-        subject, model_digest, node = ep.subject_from_receipts(arms_bundles, "library")
         with console.status(f"storing the {name} evaluation's receipt bundles on the "
                             "content endpoint"):
-            table = ep.store_table(content, arms_bundles)
-        entry = ep.build_entry(
-            subject=subject, baseline="baseline", dataset_cid=dataset, problems=len(problems),
-            verifier=VERIFIER, agent_objective=OBJECTIVE, model_digest=model_digest, k=K,
-            seeds=list(SEEDS), temperature=TEMPERATURE, top_p=TOP_P, max_tokens=MAX_TOKENS,
-            results={"arms": ["baseline", "library"], "baseline": results["baseline"],
-                     "library": results[name]},
-            receipts={"node": node, "table": table})
-        cid, leaf = ep.append_and_anchor(rt, log, entry)
-        measured.append(Measured(name, log_name, log_ids[name], cid, entry))
-        console.print(f"{name} (log {log_name}): evaluation {cid}, leaf {leaf} of {log}",
-                      highlight=False)
-        console.print(f"  {effect(entry).summary(K)}", highlight=False)
+            published = ep.publish_from_node(
+                rt, log, {"baseline": baseline, "library": bundles[name]},
+                {**results, "arms": ["baseline", "library"], "library": results[name]},
+                dataset=FARM_TASK, problems=len(problems), verifier=VERIFIER,
+                agent_objective=OBJECTIVE, k=K, seeds=list(SEEDS), max_tokens=MAX_TOKENS)
+        measured.append(Measured(name, log_name, log_ids[name], published.cid, published.entry))
+        console.print(f"{name} (log {log_name}): evaluation {published.cid}, leaf "
+                      f"{published.leaf} of {log}", highlight=False)
+        console.print(f"  {effect(published.entry).summary(K)}", highlight=False)
     return measured
 
 

@@ -266,7 +266,7 @@ def eval_library(
     if library_log is not None:
         from ledger.chain import resolve_log_id
         from ledger.runtime import runtime_of
-        from trainer.evaluation_publish import library_texts
+        from trainer.evaluation_publish import LIBRARY_HEADER, library_texts
         from trainer.tfgrpo_prompts import Experience
 
         rt = runtime_of(ctx)
@@ -279,11 +279,11 @@ def eval_library(
     if base_url:
         backend = OpenAIBackend(base_url, model, os.environ.get(api_key_env),
                                 max_concurrency=batch_size,
-                                headers=None if log_id is None else {"X-Gym-Library": "none"})
+                                headers=None if log_id is None else {LIBRARY_HEADER: "none"})
         if log_id is not None:
             node_library = OpenAIBackend(base_url, model, os.environ.get(api_key_env),
                                          max_concurrency=batch_size,
-                                         headers={"X-Gym-Library": str(log_id)})
+                                         headers={LIBRARY_HEADER: str(log_id)})
     else:
         from trainer.gradient.progress import quiet_library_output
 
@@ -361,61 +361,62 @@ def eval_library(
     if publish is not None:
         _publish_evaluation(rt, publish, dataset=dataset, problems=len(problems),
                             verifier=verifier, agent_objective=results["agent_objective"],
-                            k=k, seeds=list(range(seeds)), temperature=temperature,
-                            max_tokens=max_new_tokens, results=results, evidence=evidence,
-                            base_url=base_url, subject=subject,
-                            local_model=None if base_url else (model or None), wait=wait)
+                            k=k, seeds=list(range(seeds)), max_tokens=max_new_tokens,
+                            results=results, evidence=evidence, base_url=base_url,
+                            subject=subject, local_model=None if base_url else (model or None),
+                            wait=wait)
 
 
 def _publish_evaluation(rt, log: str, *, dataset: Path, problems: int, verifier: str,
-                        agent_objective: str, k: int, seeds: list[int], temperature: float,
-                        max_tokens: int, results: dict, evidence: dict, base_url: str,
-                        subject: dict | None, local_model: str | None, wait: float) -> None:
-    """`gym eval --publish`: the bundles and table stored, the entry appended and anchored."""
+                        agent_objective: str, k: int, seeds: list[int], max_tokens: int,
+                        results: dict, evidence: dict, base_url: str, subject: dict | None,
+                        local_model: str | None, wait: float) -> None:
+    """`gym eval --publish`: through a node, the bundles and table stored, the entry appended
+    and anchored (``trainer.evaluation_publish``); locally, an entry without receipts."""
+    from ledger.evaluations import effect
     from trainer import evaluation_publish as ep
     from trainer.reports import step_progress
 
-    content = rt.content
-    receipts: object = "none"
+    task = {"dataset": dataset, "problems": problems, "verifier": verifier,
+            "agent_objective": agent_objective, "k": k, "seeds": seeds,
+            "max_tokens": max_tokens}
     if base_url:
-        bundles: dict[str, list[bytes]] = {}
+        bundles: dict[str, list] = {}
         total = len(results["arms"]) * len(seeds) * problems * k
         with step_progress(progress_console) as bar:
-            task = bar.add_task("fetching the receipt bundles from the node", total=total)
+            job = bar.add_task("fetching the receipt bundles from the node", total=total)
             for arm in results["arms"]:
                 flat = [e for seed in seeds for row in evidence[(arm, seed)] for e in row]
                 bundles[arm] = ep.fetch_bundles(
                     base_url, flat, wait_s=wait,
-                    on_fetched=lambda n: bar.update(task, advance=n),
+                    on_fetched=lambda n: bar.update(job, advance=n),
                     on_wait=lambda cid: bar.update(
-                        task, description="waiting for the node to anchor its receipt log"))
-        subject, model_digest, node = ep.subject_from_receipts(bundles, "library")
+                        job, description="waiting for the node to anchor its receipt log"))
         with progress_console.status(f"storing {total} receipt bundles on the content "
-                                     "endpoint"):
-            table = ep.store_table(content, bundles)
-        receipts = {"node": node, "table": table}
+                                     f"endpoint, appending the evaluation to {log}"):
+            published = ep.publish_from_node(rt, log, bundles, results, **task)
     else:
         from ledger.entries import weights_digest
         from trainer.backends import default_model_dir
 
-        table = None
-        model_digest = weights_digest(local_model or default_model_dir())
-    entry = ep.build_entry(
-        subject=subject, baseline="baseline", dataset_cid=ep.dataset_cid(content, dataset),
-        problems=problems, verifier=verifier, agent_objective=agent_objective,
-        model_digest=model_digest, k=k, seeds=seeds, temperature=temperature, top_p=0.95,
-        max_tokens=max_tokens, results=results, receipts=receipts)
-    with progress_console.status(f"appending the evaluation to {log} and anchoring it"):
-        cid, leaf = ep.append_and_anchor(rt, log, entry)
-    from ledger.evaluations import effect
-
-    console.print(f"evaluation entry {cid}: leaf {leaf} of {log}, anchored", highlight=False)
-    console.print("  " + effect(entry).summary(k), highlight=False)
-    if table is None:
+        entry = ep.build_entry(
+            subject=subject, baseline="baseline",
+            dataset_cid=rt.content.add_file(dataset.read_bytes(), pin=True),
+            problems=problems, verifier=verifier, agent_objective=agent_objective,
+            model_digest=weights_digest(local_model or default_model_dir()), k=k, seeds=seeds,
+            temperature=results["temperature"], top_p=results["top_p"], max_tokens=max_tokens,
+            results=results, receipts="none")
+        with progress_console.status(f"appending the evaluation to {log} and anchoring it"):
+            cid, leaf = ep.append_and_anchor(rt, log, entry)
+        published = ep.PublishedEvaluation(cid, leaf, entry, None)
+    console.print(f"evaluation entry {published.cid}: leaf {published.leaf} of {log}, anchored",
+                  highlight=False)
+    console.print("  " + effect(published.entry).summary(k), highlight=False)
+    if published.table is None:
         console.print("  receipts: none (a local model): unverified evidence", highlight=False)
     else:
-        console.print(f"  receipt table {table}; check it: gym verify evaluation {cid}",
-                      highlight=False)
+        console.print(f"  receipt table {published.table}; check it: gym verify evaluation "
+                      f"{published.cid}", highlight=False)
 
 
 def main() -> None:  # `python -m trainer.cli train ...` until the root CLI mounts these

@@ -100,7 +100,8 @@ def evaluate_arms(arms: dict[str, tuple[Backend, list[Experience]]], problems: l
                 on_progress(len(problems) * k - done, label)
     return {"k": k, "seeds": list(seeds), "problems": len(problems),
             "library_size": max((len(lib) for _, lib in arms.values()), default=0),
-            "temperature": temperature, "max_new_tokens": max_new_tokens, "arms": list(arms),
+            "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens,
+            "arms": list(arms),
             **{arm: {metric: spread(values) for metric, values in metrics.items()}
                for arm, metrics in per_seed.items()}}
 

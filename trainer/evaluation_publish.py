@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from ledger.canonical_json import canonical_bytes
-from ledger.entries import EvaluationEntry, encode_entry, entry_cid
+from ledger.entries import (
+    EntryError,
+    EvaluationEntry,
+    ReceiptEntry,
+    decode_entry,
+    encode_entry,
+    entry_cid,
+)
 from ledger.errors import NotFoundError
 from ledger.evaluations import ReceiptTable, encode_receipt_table
 from ledger.json_input import JSONInputError, parse_json
@@ -46,13 +53,19 @@ class EvaluationPublishError(TrainerError):
 
 
 @dataclass(frozen=True)
+class Fetched:
+    """One generation's receipt bundle as the node sent it, and its receipt, decoded."""
+
+    data: bytes
+    receipt: ReceiptEntry
+
+
+@dataclass(frozen=True)
 class PublishedEvaluation:
     cid: str  # the evaluation entry
+    leaf: int  # its leaf in the log it was appended to
+    entry: EvaluationEntry
     table: str | None  # the receipt table, None for a local run
-    dataset: str
-    log: str
-    leaf: int
-    generations: int
 
 
 def prompt_digest(agent_objective: str) -> str:
@@ -83,7 +96,7 @@ def library_texts(rt: Any, log_id: int) -> tuple[dict, list[tuple[str, str]]]:
 
 def fetch_bundles(base_url: str, evidence: list[dict | None], *, wait_s: float,
                   on_fetched: Callable[[int], None] | None = None,
-                  on_wait: Callable[[str], None] | None = None) -> list[bytes]:
+                  on_wait: Callable[[str], None] | None = None) -> list[Fetched]:
     """The bundle bytes of every generation (``evidence``: its receipt CID and bundle token),
     each with its receipt-log inclusion proof at an anchored checkpoint (the proof's
     ``anchor``): refetched every 2 s for up to ``wait_s`` seconds while the node has not yet
@@ -91,7 +104,7 @@ def fetch_bundles(base_url: str, evidence: list[dict | None], *, wait_s: float,
     import httpx
 
     base = base_url.rstrip("/").removesuffix("/v1")
-    out: list[bytes] = []
+    out: list[Fetched] = []
     deadline = time.monotonic() + wait_s
     with httpx.Client(timeout=30.0, follow_redirects=False) as client:
         for position, signed in enumerate(evidence):
@@ -102,7 +115,7 @@ def fetch_bundles(base_url: str, evidence: list[dict | None], *, wait_s: float,
             cid = signed["receipt_cid"]
             while True:
                 data = _get(client, f"{base}/v1/receipts/{cid}", signed["bundle_token"])
-                bundle = _parse(data, cid)
+                bundle, receipt = _parse(data, cid)
                 inclusion = bundle.get("inclusion")
                 if isinstance(inclusion, dict) and inclusion.get("anchor"):
                     break  # a proof at an anchored checkpoint (before: at the log's size)
@@ -113,7 +126,7 @@ def fetch_bundles(base_url: str, evidence: list[dict | None], *, wait_s: float,
                 if on_wait is not None:
                     on_wait(cid)
                 time.sleep(POLL_S)
-            out.append(data)
+            out.append(Fetched(data, receipt))
             if on_fetched is not None:
                 on_fetched(1)
     return out
@@ -137,7 +150,8 @@ def _get(client: Any, url: str, token: str) -> bytes:
     return bytes(data)
 
 
-def _parse(data: bytes, cid: str) -> dict:
+def _parse(data: bytes, cid: str) -> tuple[dict, ReceiptEntry]:
+    """The bundle and its receipt, which must be a valid receipt entry whose CID is ``cid``."""
     try:
         bundle = parse_json(data, max_bytes=MAX_BUNDLE_BYTES, what="receipt bundle")
     except JSONInputError as exc:
@@ -145,31 +159,30 @@ def _parse(data: bytes, cid: str) -> dict:
                                      ) from None
     receipt = bundle.get("receipt") if isinstance(bundle, dict) else None
     try:
-        got = entry_cid(canonical_bytes(receipt)) if isinstance(receipt, dict) else None
-    except ValueError:
-        got = None
-    if got != cid:
-        raise EvaluationPublishError(f"the node sent another receipt's bundle for {cid}")
-    return bundle
+        encoded = canonical_bytes(receipt)
+        entry = decode_entry(encoded) if entry_cid(encoded) == cid else None
+    except (ValueError, EntryError):
+        entry = None
+    if not isinstance(entry, ReceiptEntry):
+        raise EvaluationPublishError(f"the node sent no valid bundle of receipt {cid}")
+    return bundle, entry
 
 
-def subject_from_receipts(bundles: dict[str, list[bytes]], library_arm: str | None
+def subject_from_receipts(bundles: dict[str, list[Fetched]], library_arm: str | None
                           ) -> tuple[dict | None, str, str]:
     """(subject, model digest, node) read from the receipts, which must agree: one node, one
     model, no library in the baseline, one library in ``library_arm``."""
     nodes, models, libraries = set(), set(), set()
-    for arm, datas in bundles.items():
-        for data in datas:
-            receipt = parse_json(data, max_bytes=MAX_BUNDLE_BYTES)["receipt"]
-            nodes.add(receipt["node"])
-            models.add(receipt["model_digest"])
+    for arm, fetched in bundles.items():
+        for receipt in (f.receipt for f in fetched):
+            nodes.add(receipt.node)
+            models.add(receipt.model_digest)
+            lib = receipt.library
             if arm == library_arm:
-                lib = receipt["library"]
-                libraries.add((lib["log_id"], lib["size"], lib["root"],
-                               tuple(receipt["experience_ids"])))
-            elif receipt["library"]["log_id"] != 0:
-                raise EvaluationPublishError(f"arm {arm!r} ran with library log "
-                                             f"{receipt['library']['log_id']}, not none")
+                libraries.add((lib.log_id, lib.size, lib.root, tuple(receipt.experience_ids)))
+            elif lib.log_id != 0:
+                raise EvaluationPublishError(f"arm {arm!r} ran with library log {lib.log_id}, "
+                                             "not none")
     if len(nodes) != 1 or len(models) != 1:
         raise EvaluationPublishError(f"the receipts name {len(nodes)} nodes and {len(models)} "
                                      "models: one node serving one model must sign them all")
@@ -206,10 +219,10 @@ def build_entry(*, subject: dict, baseline: str, dataset_cid: str, problems: int
         arms=arms, receipts=receipts)
 
 
-def store_table(content: Any, bundles: dict[str, list[bytes]]) -> str:
+def store_table(content: Any, bundles: dict[str, list[Fetched]]) -> str:
     """Each bundle stored on the content endpoint, and the receipt table naming them."""
-    arms = {arm: [content.add_file(data, pin=True) for data in datas]
-            for arm, datas in bundles.items()}
+    arms = {arm: [content.add_file(f.data, pin=True) for f in fetched]
+            for arm, fetched in bundles.items()}
     return content.add_file(encode_receipt_table(ReceiptTable(arms)), pin=True)
 
 
@@ -228,8 +241,22 @@ def append_and_anchor(rt: Any, log: str, entry: EvaluationEntry) -> tuple[str, i
     return appended.cids[0], appended.old_size
 
 
-def dataset_cid(content: Any, path: Path) -> str:
-    if path.suffix != ".jsonl":
-        raise EvaluationPublishError(f"{path}: --publish needs a JSONL dataset (what `gym "
-                                     "verify evaluation` reads back from its CID)")
-    return content.add_file(path.read_bytes(), pin=True)
+def publish_from_node(rt: Any, log: str, bundles: dict[str, list[Fetched]], results: dict, *,
+                      dataset: Path, problems: int, verifier: str, agent_objective: str,
+                      k: int, seeds: list[int], max_tokens: int) -> PublishedEvaluation:
+    """An evaluation run through a signing node, published: ``bundles`` (arm -> its
+    generations' bundles, ``fetch_bundles``; "baseline" and "library") stored with their
+    table and the dataset on ``rt``'s content endpoint, the entry built from ``results``
+    (``trainer.evaluate.evaluate_arms``'s, for those arms) and the receipts, appended to
+    ``log`` and anchored."""
+    content = rt.content
+    subject, model_digest, node = subject_from_receipts(bundles, "library")
+    table = store_table(content, bundles)
+    entry = build_entry(
+        subject=subject, baseline="baseline",
+        dataset_cid=content.add_file(dataset.read_bytes(), pin=True), problems=problems,
+        verifier=verifier, agent_objective=agent_objective, model_digest=model_digest, k=k,
+        seeds=seeds, temperature=results["temperature"], top_p=results["top_p"],
+        max_tokens=max_tokens, results=results, receipts={"node": node, "table": table})
+    cid, leaf = append_and_anchor(rt, log, entry)
+    return PublishedEvaluation(cid, leaf, entry, table)
