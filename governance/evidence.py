@@ -29,7 +29,6 @@ from ledger.entries import (
     EvaluationEntry,
     ExperienceEntry,
     decode_entry,
-    encode_entry,
     fold_library,
 )
 from ledger.errors import LedgerError
@@ -113,8 +112,7 @@ def check_document_evidence(content: Any, document: dict) -> list[tuple[str, Eva
     if not isinstance(source, dict):
         raise EvidenceError("malformed", "the document's source is not an object")
     try:
-        leaves = [(e["cid"], encode_entry(decode_entry(_canonical(e["entry"]))))
-                  for e in document.get("entries") or []]
+        leaves = [(e["cid"], _canonical(e["entry"])) for e in document.get("entries") or []]
         experiences = added_experiences(leaves)
     except (EntryError, KeyError, TypeError, ValueError) as exc:
         raise EvidenceError("malformed", f"the document's entries cannot be read: {exc}"

@@ -298,7 +298,7 @@ def _check_not_slashed(registry: Any, bundle: dict, generation: Generation) -> N
     if operator is None:
         return  # verify_receipt_bundle refuses it (not_registered)
     digest = receipt_hash(receipt, ReceiptDomain.from_json(bundle.get("domain")))
-    challenge = registry._registry.slashed_for(operator, digest)
+    challenge = registry.slashed_for(operator, digest)
     if challenge:
         raise EvaluationRefused("slashed", f"{generation}: the node was slashed for this "
                                 f"receipt (challenge {challenge} upheld): the generation is "

@@ -101,7 +101,7 @@ class LibraryChoices:
         return self._log_snapshot(choice)
 
     def _log_snapshot(self, log_id: int) -> LibrarySnapshot:
-        from inference_node.sync import ChainLibrarySource
+        from inference_node.sync import REJECTED, ChainLibrarySource
         from ledger.errors import LedgerError
 
         with self._lock:
@@ -138,7 +138,7 @@ class LibraryChoices:
                 source.refresh()
                 self._synced[log_id] = time.monotonic()
         snapshot, status = source.current(), source.status()
-        if snapshot.version == "rejected":  # failed verification: nothing of it is served
+        if snapshot.version == REJECTED:  # failed verification: nothing of it is served
             self._synced.pop(log_id, None)  # verified again from the start next time
             raise LibraryChoiceError(409, "library_unverified", f"log {log_id} does not verify "
                                      f"from chain + content store: {status.error}")

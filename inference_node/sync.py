@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+REJECTED = "rejected"  # the version of the empty snapshot a log that failed verification serves
+
+
 class LibrarySyncError(InferenceNodeError, VerificationError):
     """A followed log does not verify; ``leaf`` is the offending leaf index when there is one."""
 
@@ -137,7 +140,7 @@ class ChainLibrarySource:
         log.error("library log %d failed verification; serving nothing from it: %s",
                   self.log_id, exc)
         self._replica = _Replica(next_block=self.from_block)  # next refresh starts over
-        self._snapshot = LibrarySnapshot(version="rejected", log_id=str(self.log_id), size=0,
+        self._snapshot = LibrarySnapshot(version=REJECTED, log_id=str(self.log_id), size=0,
                                          root="", experiences=())
         reason = f"log {self.log_id} failed verification, serving no experiences: {exc}"
         self._status = LibraryStatus(last_sync=self._status.last_sync, error=reason)
