@@ -38,7 +38,7 @@ from node_helpers import (
     stop_node,
     wait_for_health,
 )
-from test_tools_auto import HERMES, prompt_ids
+from test_tools_auto import HERMES, teach
 
 from devnet.anvil import free_port
 from inference_node import verify
@@ -369,19 +369,7 @@ def agent_model_dir(smol_dir, tmp_path_factory):
     tokenizer.chat_template = SHIPPED_TEXT
     torch.manual_seed(0)
     model = LlamaForCausalLM.from_pretrained(directory)
-    examples = []
-    for body, answer in agent_turns(AGENT_TOOL) + agent_turns(PLAIN_TOOL):
-        prompt = prompt_ids(tokenizer, body)
-        completion = tokenizer(answer, add_special_tokens=False)["input_ids"] + [
-            tokenizer.eos_token_id]
-        examples.append((torch.tensor([prompt + completion]),
-                         torch.tensor([[-100] * len(prompt) + completion])))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(150):
-        loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels in examples)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    teach(model, tokenizer, agent_turns(AGENT_TOOL) + agent_turns(PLAIN_TOOL), steps=150)
     model.save_pretrained(directory)
     return directory
 

@@ -92,21 +92,27 @@ def hermes_model_dir(json_model_dir, tmp_path_factory):
     tokenizer.save_pretrained(directory)
     torch.manual_seed(0)
     model = LlamaForCausalLM.from_pretrained(directory)
+    teach(model, tokenizer, [(body_for(q), a) for q, a in TAUGHT.items()], steps=110)
+    model.save_pretrained(directory)
+    return directory
+
+
+def teach(model, tokenizer, turns: list[tuple[dict, str]], *, steps: int) -> None:
+    """Fit ``model`` (Adam, lr 1e-2, ``steps`` full-batch steps) to answer each request body
+    of ``turns`` with its text then EOS, the loss on the answer only."""
     examples = []
-    for question, answer in TAUGHT.items():
-        prompt = prompt_ids(tokenizer, body_for(question))
+    for body, answer in turns:
+        prompt = prompt_ids(tokenizer, body)
         completion = tokenizer(answer, add_special_tokens=False)["input_ids"] + [
             tokenizer.eos_token_id]
         examples.append((torch.tensor([prompt + completion]),
                          torch.tensor([[-100] * len(prompt) + completion])))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(110):
+    for _ in range(steps):
         loss = sum(model(input_ids=ids, labels=labels).loss for ids, labels in examples)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    model.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")
