@@ -19,6 +19,15 @@ DiLoCo-style local steps (`--local-steps H`, uncompressed: parameters averaged, 
         [--local-steps 4]
 
 Prints each run and the ratios (swarm / 1 process, the baseline; bytes per round / adapter).
+
+The robust round (docs/swarm.md "Hostile peers": an all-gather with signed commitments, an
+echo, the boundary and CenteredClip) against hivemind's plain butterfly all-reduce, the
+baseline, in the same run: ``--peers`` averagers on loopback, each holding a LoRA adapter's
+worth of float32 (``--floats``, SmolLM2's r-8 adapter by default) plus Adam's two moments, as
+the state averager does, for ``--averaging-rounds`` rounds each; seconds per round (from the
+trigger to the result, matchmaking excluded) and loopback bytes per round.
+
+    .venv/bin/python benchmarks/bench_swarm.py --averaging-only [--peers 3]
 """
 
 from __future__ import annotations
@@ -103,6 +112,71 @@ def swarm(config: Path, out: Path, rounds: int, target: int, compression: str,
             "bytes_per_round": moved / rounds, "adapter_bytes": adapter}
 
 
+def averaging_rounds(robust: bool, floats: int, peers: int, rounds: int) -> dict:
+    """Seconds and loopback bytes per averaging round of ``peers`` averagers on loopback."""
+    import hivemind
+    import torch
+    from hivemind.p2p import P2P
+    from hivemind.proto import crypto_pb2
+
+    sys.path.insert(0, str(REPO))
+    from trainer.swarm.gather import GymRound, RobustAveraging
+
+    kind = type("BenchRobustAverager", (RobustAveraging, hivemind.DecentralizedAverager), {}) \
+        if robust else hivemind.DecentralizedAverager
+    with tempfile.TemporaryDirectory() as tmp:
+        dhts, averagers = [], []
+        try:
+            for i in range(peers):
+                identity = Path(tmp) / f"id{i}.key"
+                P2P.generate_identity(str(identity))
+                initial = [str(m) for m in dhts[0].get_visible_maddrs()] if dhts else []
+                dhts.append(hivemind.DHT(start=True, identity_path=str(identity),
+                                         initial_peers=initial,
+                                         host_maddrs=["/ip4/127.0.0.1/tcp/0"]))
+                tensors = [torch.randn(floats) * 0.01 for _ in range(3)]  # params, 2 moments
+                extra = {"gym": GymRound(
+                    run="bench", averager="state", evidence_dir=Path(tmp) / f"ev{i}",
+                    identity=crypto_pb2.PrivateKey.FromString(identity.read_bytes()).data)} \
+                    if robust else {}
+                averagers.append(kind(tensors, dht=dhts[-1], prefix="bench", start=True,
+                                      target_group_size=peers, min_matchmaking_time=2.0,
+                                      request_timeout=1.0, **extra))
+            time.sleep(1.0)
+            seconds, moved = [], 0
+            for _ in range(rounds):
+                controls = [a.step(wait=False, require_trigger=True, timeout=60)
+                            for a in averagers]
+                while not all(c.stage.name == "AWAITING_TRIGGER" for c in controls):
+                    time.sleep(0.01)  # matchmaking done: the group waits for its trigger
+                before, start = loopback_bytes(), time.perf_counter()
+                for control in controls:
+                    control.allow_allreduce()
+                for control in controls:
+                    control.result()
+                seconds.append(time.perf_counter() - start)
+                moved += loopback_bytes() - before
+        finally:
+            for averager in averagers:
+                averager.shutdown()
+            for dht in dhts:
+                dht.shutdown()
+    return {"seconds": sorted(seconds)[len(seconds) // 2], "bytes": moved / rounds}
+
+
+def compare_averaging(floats: int, peers: int, rounds: int) -> None:
+    plain = averaging_rounds(False, floats, peers, rounds)
+    robust = averaging_rounds(True, floats, peers, rounds)
+    size = 3 * floats * 4
+    print(f"averaging rounds, {peers} peers on loopback, {size / 1e6:.2f} MB of state each "
+          f"(median of {rounds}):")
+    for name, arm in (("hivemind all-reduce (baseline)", plain), ("robust all-gather", robust)):
+        print(f"  {name}: {arm['seconds']:.3f} s per round, {arm['bytes'] / 1e6:.2f} MB per "
+              f"round on loopback ({arm['bytes'] / size:.2f} x one peer's state)")
+    print(f"  robust / baseline: time {robust['seconds'] / plain['seconds']:.2f}, bytes "
+          f"{robust['bytes'] / plain['bytes']:.2f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="", help="local model dir, or tiny-random "
@@ -110,7 +184,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="collaborative steps per arm")
     parser.add_argument("--target", type=int, default=16, help="samples per collaborative step")
     parser.add_argument("--local-steps", type=int, default=4, help="H of the local-steps arm")
+    parser.add_argument("--averaging-only", action="store_true",
+                        help="only the robust round against hivemind's all-reduce")
+    parser.add_argument("--peers", type=int, default=3, help="averagers of the round arms")
+    parser.add_argument("--floats", type=int, default=921_600,
+                        help="floats of one adapter (SmolLM2-135M, r 8, q/k/v/o: 3.7 MB)")
+    parser.add_argument("--averaging-rounds", type=int, default=5)
     args = parser.parse_args()
+    compare_averaging(args.floats, args.peers, args.averaging_rounds)
+    if args.averaging_only:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "sft.yaml"
         config.write_text(config_text(args.model))

@@ -27,11 +27,13 @@ def popen(command: list[str], **options) -> subprocess.Popen:
 # the `gym` console script's entry point (as installed), run once a line arrives on stdin, in
 # an interpreter that has already imported what `gym train --swarm` imports: a peer started
 # ahead joins at the moment asked (importing these takes a loaded CI machine most of a minute)
+# ``{prelude}``: code run before `gym` (a test's hostile peer patches the project's classes)
 WARM = """
 import sys
 from importlib.metadata import entry_points
 import hivemind, peft, torch, transformers, trl  # noqa: E401
 import trainer.gradient.train, trainer.swarm.peer  # noqa: E401
+{prelude}
 (gym,) = entry_points(group="console_scripts", name="gym")
 sys.stdin.readline()
 sys.argv = ["gym", *sys.argv[1:]]
@@ -42,10 +44,11 @@ sys.exit(gym.load()())
 class Peer:
     """One `gym train sft --swarm` process; its stdout lines and its stderr collected as they
     come (an undrained pipe fills, and a peer writing its progress bar to it then blocks).
-    ``warm``: the process starts now with its imports done, and runs `gym` at `go`."""
+    ``warm``: the process starts now with its imports done, and runs `gym` at `go`;
+    ``prelude``: Python run in a warm peer before `gym` (a hostile peer's patches)."""
 
     def __init__(self, name: str, tmp_path: Path, env: dict, config: Path, *extra: str,
-                 warm: bool = False) -> None:
+                 warm: bool = False, prelude: str = "") -> None:
         self.name, self.run_dir = name, tmp_path / name
         self.lines: list[str] = []
         self._stderr: list[str] = []
@@ -53,7 +56,8 @@ class Peer:
                    str(self.run_dir), "--host-maddrs", "/ip4/127.0.0.1/tcp/0",
                    "--matchmaking-time", "2", *extra]
         self.process = popen(
-            [sys.executable, "-c", WARM, *command] if warm else [str(GYM), *command],
+            [sys.executable, "-c", WARM.format(prelude=prelude), *command] if warm
+            else [str(GYM), *command],
             env={**env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, stdin=subprocess.PIPE if warm else subprocess.DEVNULL,
             text=True,

@@ -310,3 +310,40 @@ def test_accepted_records_become_contribution_entries_and_bad_rows_are_refused(t
     path.write_text("[1, 2]")
     with pytest.raises(AdapterRunError, match="not a list of accepted records"):
         contribution_entries(tmp_path, run_cid)
+
+
+def test_a_banned_peer_s_records_are_refused_and_the_watcher_counts_its_bans(libp2p_keys):
+    from types import SimpleNamespace
+
+    from trainer.swarm.peer import _peer_rows
+
+    alice_spec = _spec(libp2p_keys[0])
+    bob_spec = _spec(libp2p_keys[1], address=BOB.address.lower())
+    witness = Witness("arith-1", DIGEST, batch_size_per_step=2, target_batch_size=8, epoch=3)
+    witness.rounds[1] = RoundSeen(1, frozenset({alice_spec.peer_id, bob_spec.peer_id}), {})
+    witness.banned = {bob_spec.peer_id: "non_finite"}
+
+    def value(spec, account):
+        record = _record(account=account, peer=spec.peer_id, rounds=((1, 4),), steps=4)
+        return {"spec": spec.to_json(), "contribution": sign_contribution(record, account.key)
+                .to_json(), "_owner": spec.dht_owner}
+
+    contributors, refused, _ = judge_records([value(alice_spec, ALICE), value(bob_spec, BOB)],
+                                             witness)
+    assert [c["peer_id"] for c in contributors] == [alice_spec.peer_id]
+    assert refused == [{"peer_id": bob_spec.peer_id,
+                        "reason": "banned from the run: non_finite"}]
+
+    # the watcher: Alice lists Bob (and a peer that is not in the run) as banned; a value
+    # beside a copy of Bob's spec, under another owner key, listing Alice speaks for nobody
+    def item(spec, banned, owner=None):
+        data = {"spec": spec.to_json(), "banned": banned}
+        return bytes.fromhex(owner or spec.dht_owner), SimpleNamespace(
+            value=data, expiration_time=1000.0 + 24 * 3600)
+
+    found = SimpleNamespace(value=dict([
+        item(alice_spec, [bob_spec.peer_id, "QmNobody"]), item(bob_spec, []),
+        item(bob_spec, [alice_spec.peer_id], owner="ab" * 32)]))
+    rows = {r["peer_id"]: r for r in _peer_rows(found, None, now=1000.0)}
+    assert rows[bob_spec.peer_id]["banned_by"] == 1
+    assert rows[alice_spec.peer_id]["banned_by"] == 0  # the copy under another owner is nobody

@@ -33,8 +33,10 @@ def peers(
 ) -> None:
     """List the peers of a run as the swarm's DHT holds them: each peer's address, the
     collaborative step and samples of its latest contribution record, its samples per second,
-    how long ago it republished, and whether it is training, done or silent (no record for
-    15 s: stopped or unreachable). Joins as a client: trains nothing, serves nothing."""
+    how long ago it republished, how many of the run's peers banned it (signed evidence of a
+    poisoned or equivocated update: docs/swarm.md "Hostile peers"; its records are refused),
+    and whether it is training, done or silent (no record for 15 s: stopped or unreachable).
+    Joins as a client: trains nothing, serves nothing."""
     import time
 
     from trainer.swarm.peer import SwarmWatcher
@@ -90,12 +92,16 @@ def _watch(watcher, run: str, rows: list[dict], every: float) -> None:
 
 def peers_table(run: str, rows: list[dict]) -> Table:
     table = Table(title=f"swarm {run}: {len(rows)} peers")
-    for name in ("peer", "address", "step", "samples", "samples/s", "seen", "state"):
+    for name in ("peer", "address", "step", "samples", "samples/s", "seen", "banned by",
+                 "state"):
         table.add_column(name, justify="right" if name in ("step", "samples", "samples/s",
                                                          "seen") else "left")
     for row in rows:
         rate = row["samples_per_s"]
+        banned = row.get("banned_by", 0)
         table.add_row(row["peer_id"], row["address"], f"{row['step']}/{row['max_steps']}",
                       str(row["samples"]), "-" if rate is None else f"{rate:.1f}",
-                      f"{row['seen_s_ago']:.0f} s ago", row["state"])
+                      f"{row['seen_s_ago']:.0f} s ago",
+                      f"{banned} peer{'s' if banned != 1 else ''}" if banned else "-",
+                      row["state"])
     return table

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -62,6 +63,9 @@ RECORD_INTERVAL_S = 5.0
 RECORD_TTL_S = 24 * 3600.0
 COMPRESSIONS = ("none", "float16", "8bit")
 MAX_DHT_RECORDS = 1024  # peer records read from the DHT at once; more are ignored
+MAX_BANNED_SHOWN = 64  # peer ids a peer lists as banned in its DHT value
+EVIDENCE_DIR = "swarm_evidence"  # in the run dir: bans.jsonl and the payloads they cite
+CONVERGE_GRACE_S = 10.0  # at the end, how long the majority waits for a peer that differs
 
 
 class SwarmError(TrainerError, RuntimeError):
@@ -159,6 +163,9 @@ class SwarmSession:
         self._handle_stop_signals()
         identity = Path(self.config.output_dir) / ".swarm" / "identity.key"
         identity.parent.mkdir(parents=True, exist_ok=True)
+        evidence = self.evidence_dir()
+        if evidence.is_dir():  # an earlier run's bans are not this run's
+            shutil.rmtree(evidence)
         identity.unlink(missing_ok=True)
         P2P.generate_identity(str(identity))  # mode 0400
         self._identity_der = crypto_pb2.PrivateKey.FromString(identity.read_bytes()).data
@@ -174,6 +181,28 @@ class SwarmSession:
         if self.console is not None:
             self.console.print("swarm peer: " + " ".join(maddrs), highlight=False, soft_wrap=True)
         return maddrs
+
+    def evidence_dir(self):
+        """Where this peer's averagers write the peers they banned and the evidence
+        (trainer.swarm.gather), beside run.json."""
+        from pathlib import Path
+
+        return Path(self.config.output_dir) / EVIDENCE_DIR
+
+    def gym_round(self, averager: str):
+        """What this peer's ``averager`` ("grad" or "state") needs for robust rounds."""
+        from trainer.swarm.gather import GymRound
+
+        return GymRound(run=self.options.run, averager=averager, identity=self._identity_der,
+                        evidence_dir=self.evidence_dir(),
+                        wait_s=max(5.0, min(30.0, self.options.averaging_timeout / 4)),
+                        codec=self.options.compression)
+
+    def banned(self) -> dict[str, dict]:
+        """peer id -> the ban line (reason, evidence) of each peer this peer's averagers banned."""
+        from trainer.swarm.gather import read_bans
+
+        return read_bans(self.evidence_dir())
 
     def _records(self) -> dict[bytes, dict]:
         """The run's peer records in the DHT: subkey -> {"spec", "contribution", ...}, each
@@ -208,6 +237,9 @@ class SwarmSession:
             value["contribution"] = record.to_json()
         if self._final_digest is not None:
             value["final_weights"] = self._final_digest
+        banned = sorted(self.banned())[:MAX_BANNED_SHOWN]
+        if banned:
+            value["banned"] = banned
         self.dht.store(_peers_key(self.options.run), subkey=self._subkey, value=value,
                        expiration_time=get_dht_time() + RECORD_TTL_S)
 
@@ -310,9 +342,13 @@ class SwarmSession:
             self.local.pending += int(ids.shape[0])
 
     def _make_optimizer(self, trainer):
+        from functools import partial
+
         import torch
         from hivemind import compression
         from transformers import get_scheduler
+
+        from trainer.swarm.gather import GymGradAverager
 
         t = self.config.training
         params = [p for p in trainer.model.parameters() if p.requires_grad]
@@ -337,6 +373,8 @@ class SwarmSession:
             # MB, and a download that has not finished in two round times has stalled
             load_state_timeout=max(60.0, 2 * self.options.averaging_timeout),
             use_local_updates=self.options.local_steps > 0,
+            grad_averager_factory=None if self.options.local_steps else partial(
+                GymGradAverager, gym=self.gym_round("grad")),
             delay_state_averaging=False, average_opt_statistics=("exp_avg", "exp_avg_sq"),
             grad_compression=codec, state_averaging_compression=codec)
 
@@ -379,10 +417,12 @@ class SwarmSession:
         ``run.hardware.swarm`` section."""
         self.maybe_publish_record(force=True)
         self._linger()
-        final = self._converge(trainer.model)
+        final, converged = self._converge(trainer.model)
         # the run reached at least the step this peer holds (a step it caught up to by
         # loading the others' state ended no round of its own)
         self.witness.epoch = max(self.witness.epoch, self.optimizer.local_epoch)
+        banned = self.banned()
+        self.witness.banned = {peer: line.get("reason", "") for peer, line in banned.items()}
         contributors, refused, accepted = judge_records(list(self._records().values()),
                                                         self.witness)
         write_accepted_records(self.config.output_dir, contributors, accepted)
@@ -391,11 +431,15 @@ class SwarmSession:
             "target_batch_size": self.target, "local_steps": self.options.local_steps,
             "collaborative_steps": self.optimizer.local_epoch,
             "compression": self.options.compression, "final_weights_digest": final,
+            "converged": converged,
             "local": {"samples": self.local.samples, "steps": self.local.steps,
                       "rounds": len(self.local.rounds),
                       "first_round": self.local.rounds[0].epoch if self.local.rounds else None,
                       "averaging_s": round(self.local.averaging_s, 3)},
-            "contributors": contributors, "refused": refused}
+            "contributors": contributors, "refused": refused,
+            "banned": [{"peer_id": peer, "reason": line.get("reason"),
+                        "averager": line.get("averager"), "group": line.get("group"),
+                        "evidence": line.get("evidence")} for peer, line in banned.items()]}
 
     def _live(self) -> dict[str, dict]:
         """The run's peers whose record was republished within three intervals, by peer id:
@@ -418,41 +462,58 @@ class SwarmSession:
                 return
             self.sleep(1.0)
 
-    def _converge(self, model) -> str:
-        """End every live peer on the same weights: the live peer with the smallest peer id
-        shares its state (alone, at a priority above the others'), the others download it until
-        their weights digest is the one it published (a step where the peers' groups split or
-        a round failed left them apart). No peer ends before every live peer has published its
-        final digest: until then a peer still finishing, with a smaller id, could become the
-        one the others follow. The digest this peer ends with."""
+    def _converge(self, model) -> tuple[str, bool]:
+        """End the live peers on the weights a majority of them hold, never on one peer's say:
+        each publishes the digest of its parameters (`parameters_digest`); a digest held by a
+        strict majority of the live, unbanned peers that finished is the run's, and a peer that
+        holds another downloads it from the holders, taking only a state with that digest
+        (its own hyperparameters kept). With no majority (the peers' last groups split) the
+        live peers run one more robust state round together (trainer.swarm.gather), after
+        which the honest ones hold the same bits, and compare again. A majority holder stays until every live peer holds the digest,
+        or ``CONVERGE_GRACE_S`` after every live peer finished (a peer that keeps another
+        digest is not waited for). (weights digest of the model, whether the live peers
+        agreed)"""
+        from collections import Counter
+
         from trainer.gradient.ranks import weights_digest
+        from trainer.swarm.gather import parameters_digest
 
         averager = self.optimizer.state_averager
         deadline = time.monotonic() + self.options.linger_s
+        agreed_since = None
         while True:
-            self._final_digest = weights_digest(model)
+            mine = parameters_digest(averager.main_parameters)
+            self._final_digest = mine
             self.maybe_publish_record(force=True)
-            everyone = self._live()
-            live = {peer: value for peer, value in everyone.items()
-                    if isinstance(value.get("final_weights"), str)}
-            live[self.spec.peer_id] = {"final_weights": self._final_digest}
-            canonical = min(live)  # among the peers that finished
-            all_finished = everyone.keys() <= live.keys()
-            if canonical == self.spec.peer_id:
-                averager.state_sharing_priority = float(self.max_steps + 1)
-                others = [v.get("final_weights") for p, v in live.items() if p != canonical]
-                # a live peer still finishing will want this state too
-                if all(d == self._final_digest for d in others) and all_finished:
-                    return self._final_digest
-            else:
-                averager.allow_state_sharing = False  # only the canonical peer serves
-                if live[canonical]["final_weights"] == self._final_digest:
+            bans = self.banned()
+            everyone = {peer: value for peer, value in self._live().items()
+                        if peer not in bans}
+            finished = {peer: value["final_weights"] for peer, value in everyone.items()
+                        if isinstance(value.get("final_weights"), str)}
+            finished[self.spec.peer_id] = mine
+            all_finished = everyone.keys() <= finished.keys()
+            digest, held = Counter(finished.values()).most_common(1)[0]
+            if 2 * held > len(finished):  # a strict majority holds ``digest``
+                if mine == digest:
+                    if all_finished and all(d == digest for d in finished.values()):
+                        return weights_digest(model), True
                     if all_finished:
-                        return self._final_digest
+                        agreed_since = agreed_since or time.monotonic()
+                        if time.monotonic() - agreed_since > CONVERGE_GRACE_S:
+                            return weights_digest(model), True
                 else:
-                    averager.load_state_from_peers(timeout=self.options.averaging_timeout)
+                    holders = [peer for peer, d in finished.items() if d == digest]
+                    averager.load_state_from_peers(peers=holders, digest=digest,
+                                                   timeout=self.options.averaging_timeout)
+            elif all_finished and len(finished) > 1:
+                # no majority (the last groups split): one more robust state round among the
+                # live peers leaves the honest ones with the same bits
+                averager.step(averaging_round=True, delay_averaging=False,
+                              averaging_opts={"timeout": self.options.averaging_timeout})
             if time.monotonic() > deadline:
-                return self._final_digest
+                mine = parameters_digest(averager.main_parameters)
+                return weights_digest(model), sum(d == mine for d in finished.values()) * 2 > \
+                    len(finished)
             self.sleep(1.0)
 
     def close(self) -> None:
@@ -521,11 +582,24 @@ def _optimizer_class():
 
         def step(self, closure=None, batch_size=None, grad_scaler=None):
             local = self.session.local
-            samples = local.pending or self.batch_size_per_step
+            samples = local.pending  # the forwards that ran: a step without one earns nothing
             local.pending = 0
             local.samples += samples
             local.steps += 1
             return super().step(closure, batch_size=samples, grad_scaler=grad_scaler)
+
+        def _make_state_averager(self, **kwargs):
+            """hivemind's state averager, robust (trainer.swarm.gather), with hivemind's
+            settings for it."""
+            from trainer.swarm.gather import GymStateAverager
+
+            return GymStateAverager(
+                gym=self.session.gym_round("state"), dht=self.dht,
+                prefix=f"{self.run_id}_state_averager", min_matchmaking_time=self.matchmaking_time,
+                allreduce_timeout=self.allreduce_timeout, shutdown_timeout=self.shutdown_timeout,
+                offload_optimizer=self.offload_optimizer, custom_gradients=self.offload_optimizer,
+                status_loglevel=self.status_loglevel, next_chunk_timeout=self.next_chunk_timeout,
+                client_mode=self.client_mode, auxiliary=self.auxiliary, start=True, **kwargs)
 
         def _announced(self, epoch: int) -> dict[str, int]:
             found = self.dht.get(f"{self.run_id}_progress", latest=True)
@@ -741,8 +815,9 @@ class SwarmWatcher:
 
     def rows(self) -> list[dict]:
         """For each valid spec of the run: its peer id, address, the step and samples of its
-        latest record, its samples per second from the run's progress records, and the
-        seconds since it last republished. Sorted by step, then samples (largest first)."""
+        latest record, its samples per second from the run's progress records, the seconds
+        since it last republished, and how many of the run's other peers banned it. Sorted by
+        step, then samples (largest first)."""
         from hivemind.utils import get_dht_time
 
         found = self.dht.get(_peers_key(self.run), latest=True)
@@ -764,6 +839,7 @@ def _peer_rows(found, progress, now: float) -> list[dict]:
             if peer is not None and isinstance(rate, float):
                 rates[peer] = rate
     rows = []
+    banned_by: dict[str, set[str]] = {}  # peer id -> the peers that banned it
     for subkey, item in list(found.value.items())[:MAX_DHT_RECORDS] if found and isinstance(
             found.value, dict) else ():
         value = getattr(item, "value", None)
@@ -771,6 +847,10 @@ def _peer_rows(found, progress, now: float) -> list[dict]:
         spec = _owned_spec(value)
         if spec is None:
             continue
+        listed = value.get("banned")
+        for peer in listed[:MAX_BANNED_SHOWN] if isinstance(listed, list) else ():
+            if isinstance(peer, str) and peer != spec.peer_id:
+                banned_by.setdefault(peer, set()).add(spec.peer_id)
         record = value.get("contribution") if isinstance(value.get("contribution"), dict) else {}
         seen = now - (getattr(item, "expiration_time", now) - RECORD_TTL_S)
         rows.append({"peer_id": spec.peer_id, "address": spec.address,
@@ -785,4 +865,6 @@ def _peer_rows(found, progress, now: float) -> list[dict]:
         if row["peer_id"] not in latest or row["seen_s_ago"] < latest[row["peer_id"]][
                 "seen_s_ago"]:
             latest[row["peer_id"]] = row
+    for row in latest.values():  # banned by live peers of the run, not by anyone's say
+        row["banned_by"] = len(banned_by.get(row["peer_id"], set()) & latest.keys())
     return sorted(latest.values(), key=lambda r: (-r["step"], -r["samples"]))

@@ -110,41 +110,58 @@ def libp2p_peer_id(public_key_der: bytes) -> str:
     return base58.b58encode(b"\x12\x20" + hashlib.sha256(encoded).digest()).decode()
 
 
-def sign_binding(private_key_der: bytes, run: str, address: str, dht_owner: str
-                 ) -> tuple[str, str]:
-    """(libp2p_key, binding) for a spec: the public key and its signature of the binding."""
+def sign_with_libp2p_key(private_key_der: bytes, message: bytes) -> tuple[str, str]:
+    """(public key, signature), hex: ``message`` signed by a libp2p RSA private key (DER),
+    PKCS#1 v1.5 over SHA-256."""
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding
 
     key = serialization.load_der_private_key(private_key_der, password=None)
     public = key.public_key().public_bytes(serialization.Encoding.DER,
                                            serialization.PublicFormat.SubjectPublicKeyInfo)
-    signature = key.sign(bind_message(run, address, dht_owner), padding.PKCS1v15(),
-                         hashes.SHA256())
-    return public.hex(), signature.hex()
+    return public.hex(), key.sign(message, padding.PKCS1v15(), hashes.SHA256()).hex()
 
 
-def verify_binding(spec: PeerSpec) -> None:
-    """`SwarmRecordError` unless the spec's key is its peer id's and signed its address."""
+def verify_libp2p_signature(key_hex: str, peer_id: str, message: bytes, signature_hex: str,
+                            what: str) -> None:
+    """`SwarmRecordError` (``what``: the field named) unless ``key_hex`` is an RSA key of 2048
+    to 4096 bits whose multihash is ``peer_id`` and it signed ``message``."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
     try:
-        der, signature = bytes.fromhex(spec.libp2p_key), bytes.fromhex(spec.binding)
+        der, signature = bytes.fromhex(key_hex), bytes.fromhex(signature_hex)
         key = serialization.load_der_public_key(der)
     except ValueError:
-        raise SwarmRecordError("peer spec.libp2p_key: not a hex DER public key") from None
+        raise SwarmRecordError(f"{what}: not a hex DER public key and signature") from None
     if not isinstance(key, rsa.RSAPublicKey) or not 2048 <= key.key_size <= 4096:
-        raise SwarmRecordError("peer spec.libp2p_key: not an RSA key of 2048 to 4096 bits")
-    if libp2p_peer_id(der) != spec.peer_id:
-        raise SwarmRecordError(f"peer spec.libp2p_key: not the key of peer {spec.peer_id}")
+        raise SwarmRecordError(f"{what}: not an RSA key of 2048 to 4096 bits")
+    if libp2p_peer_id(der) != peer_id:
+        raise SwarmRecordError(f"{what}: not the key of peer {peer_id}")
     try:
-        key.verify(signature, bind_message(spec.run, spec.address, spec.dht_owner),
-                   padding.PKCS1v15(), hashes.SHA256())
+        key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
     except InvalidSignature:
-        raise SwarmRecordError(f"peer spec.binding: peer {spec.peer_id}'s key did not sign "
-                               f"{spec.address} and its DHT owner key") from None
+        raise SwarmRecordError(f"{what}: peer {peer_id}'s key did not sign it") from None
+
+
+def sign_binding(private_key_der: bytes, run: str, address: str, dht_owner: str
+                 ) -> tuple[str, str]:
+    """(libp2p_key, binding) for a spec: the public key and its signature of the binding."""
+    return sign_with_libp2p_key(private_key_der, bind_message(run, address, dht_owner))
+
+
+def verify_binding(spec: PeerSpec) -> None:
+    """`SwarmRecordError` unless the spec's key is its peer id's and signed its address."""
+    try:
+        verify_libp2p_signature(spec.libp2p_key, spec.peer_id,
+                                bind_message(spec.run, spec.address, spec.dht_owner),
+                                spec.binding, "peer spec.libp2p_key")
+    except SwarmRecordError as exc:
+        if "did not sign" in str(exc):
+            raise SwarmRecordError(f"peer spec.binding: peer {spec.peer_id}'s key did not "
+                                   f"sign {spec.address} and its DHT owner key") from None
+        raise
 
 
 # The fields a joiner must share with the run, in the order differences are reported.

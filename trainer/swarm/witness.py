@@ -6,8 +6,11 @@ completed by averaging gradients (with local steps: parameters) it keeps a `Roun
 peers of its averaging group (from hivemind's all-gather), and the samples each peer had
 announced for that step in the run's progress records (hivemind's ProgressTracker, signed in
 the DHT by each peer's RSA key) just before the round. From the peers' `PeerSpec` records it
-keeps which address each peer id joined with. `check_contribution` then accepts a record only when:
+keeps which address each peer id joined with, and from its averagers which peers it banned
+(trainer.swarm.gather: signed evidence of a poisoned or equivocated update). `check_contribution`
+then accepts a record only when:
 
+0. its peer is not banned;
 1. its EIP-712 signature recovers to its contributor;
 2. run id and config digest are the witness's;
 3. the contributor is the address the peer id joined with;
@@ -63,6 +66,7 @@ class Witness:
     epoch: int = 0  # the last collaborative step the witness reached
     rounds: dict[int, RoundSeen] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)  # peer id -> address it joined with
+    banned: dict[str, str] = field(default_factory=dict)  # peer id -> why (trainer.swarm.gather)
 
     def bind(self, peer_id: str, address: str) -> None:
         """Remember the address ``peer_id`` joined with (the first one seen stays)."""
@@ -84,6 +88,8 @@ def check_contribution(record: Contribution, witness: Witness) -> Verdict:
         verify_contribution(record)
     except SwarmRecordError as exc:
         return Verdict(record, False, str(exc))
+    if record.peer_id in witness.banned:
+        return Verdict(record, False, f"banned from the run: {witness.banned[record.peer_id]}")
     if record.run != witness.run or record.config_digest != witness.config_digest:
         return Verdict(record, False, f"run {record.run} / {record.config_digest} is not this "
                                       f"run ({witness.run} / {witness.config_digest})")

@@ -1,0 +1,129 @@
+"""A hostile volunteer in a real `gym train sft --swarm` run on loopback (docs/swarm.md
+"Hostile peers"): it sends NaN gradients, serves a poisoned state (every weight 7.0, a far
+later epoch) at the highest priority, and its own records claim its work. The honest peers ban
+it with the signed evidence, refuse its records, and end with identical, finite weights whose
+loss is within 2 % of an honest-only run of the same length. The modes this run does not show
+(scaling, sign flips, ALIE, equivocation, a poisoned state for a late joiner) are shown on
+hivemind's averagers directly, in tests/trainer/test_swarm_robust.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from swarm_peers import Peer
+from tiny_sft import REPO, write_sft_config
+
+from contracts.devnet_accounts import devnet_account_key
+
+STEPS = 6
+
+HOSTILE = """
+import torch
+import trainer.swarm.gather as gather
+import trainer.swarm.peer as peer
+
+gather.GymGradAverager._gym_prepare = lambda self, tensors: [t * float("nan") for t in tensors]
+honest_state = gather.GymStateAverager.get_current_state
+
+def poisoned_state(self):
+    metadata, tensors, infos = honest_state(self)
+    return {**metadata, "epoch": 10**9}, [torch.full_like(t, 7.0) for t in tensors], infos
+
+gather.GymStateAverager.get_current_state = poisoned_state
+honest_converge = peer.SwarmSession._converge
+
+def converge(self, model):
+    self.optimizer.state_averager.state_sharing_priority = 1e9
+    return honest_converge(self, model)
+
+peer.SwarmSession._converge = converge
+"""
+
+
+def run(tmp_path, names: str, hostile: str = "") -> dict[str, Peer]:
+    tmp_path.mkdir()
+    config = write_sft_config(tmp_path, STEPS)
+    shared = ("--target-batch-size", "16", "--averaging-timeout", "20", "--min-peers",
+              str(len(names)))
+    peers: dict[str, Peer] = {}
+    maddr = None
+    try:
+        for i, name in enumerate(names):
+            env = {**_env(tmp_path), "GYM_PUBLISHER_KEY": devnet_account_key(i)}
+            extra = ("--initial-peers", maddr) if maddr else ()
+            if name == hostile:
+                peers[name] = Peer(name, tmp_path, env, config, *shared, *extra, warm=True,
+                                   prelude=HOSTILE)
+                peers[name].go()
+            else:
+                peers[name] = Peer(name, tmp_path, env, config, *shared, *extra)
+            if i == 0:
+                maddr = peers[name].wait_for("swarm peer: ").split()[2]
+        for peer in peers.values():
+            peer.finish(300)
+    finally:
+        for peer in peers.values():
+            peer.kill()
+    return peers
+
+
+def _env(tmp_path) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GYM_")}
+    env.update(GYM_DATA_DIR=str(tmp_path / "data"), COLUMNS="200", NO_COLOR="1",
+               OMP_NUM_THREADS="1")
+    return env
+
+
+def loss(peer: Peer) -> float:
+    """The adapter's mean causal-LM loss over the run's 16 training rows (prompt and answer)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(peer.run_dir / "base"),
+                                      peer.run_dir / "adapter").eval()
+    tokenizer = AutoTokenizer.from_pretrained(peer.run_dir / "base")
+    rows = [json.loads(line) for line in
+            (REPO / "trainer/data/sft_arith_alpaca.jsonl").read_text().splitlines()[:16]]
+    total = 0.0
+    with torch.no_grad():
+        for row in rows:
+            ids = tokenizer("\n".join((row["instruction"], row["input"], row["output"])),
+                            return_tensors="pt").input_ids
+            total += float(model(input_ids=ids, labels=ids).loss)
+    return total / len(rows)
+
+
+@pytest.mark.slow
+def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp_path):
+    from trainer.swarm.commitments import decode_commitment, non_finite_evidence
+
+    honest_only = run(tmp_path / "honest", "xy")
+    baseline = loss(honest_only["x"])
+    peers = run(tmp_path / "hostile", "abh", hostile="h")
+    swarm = {name: p.manifest()["run"]["hardware"]["swarm"] for name, p in peers.items()}
+    hostile_id = swarm["h"]["peer_id"]
+    for name in "ab":
+        s = swarm[name]
+        assert s["collaborative_steps"] == STEPS and s["converged"], s
+        banned = {b["peer_id"]: b for b in s["banned"]}
+        assert banned[hostile_id]["reason"] == "non_finite", s["banned"]
+        evidence = banned[hostile_id]["evidence"]
+        payload = (peers[name].run_dir / "swarm_evidence" / evidence["payload"]).read_bytes()
+        assert non_finite_evidence(decode_commitment(evidence["commitment"]), payload,
+                                   evidence["shapes"], evidence["codec"]) == hostile_id
+        assert hostile_id not in {c["peer_id"] for c in s["contributors"]}
+        assert any(r["peer_id"] == hostile_id and r["reason"].startswith("banned from the run")
+                   for r in s["refused"]), s["refused"]
+    adapters = {(peers[n].run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
+                for n in "ab"}
+    assert len(adapters) == 1  # the honest peers end with the same bits, not the 7.0 state
+    assert swarm["a"]["final_weights_digest"] == swarm["b"]["final_weights_digest"]
+    spoiled = loss(peers["a"])
+    assert math.isfinite(spoiled)
+    assert abs(spoiled - baseline) <= 0.02 * baseline, (spoiled, baseline)
+    print(f"\neval loss: honest-only {baseline:.4f}, with the hostile peer {spoiled:.4f}")

@@ -1,0 +1,393 @@
+"""Robust swarm averaging: the aggregator, the update commitments, and hivemind averagers on
+loopback with one hostile peer in each mode (trainer.swarm.robust, .commitments, .gather)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from pathlib import Path
+from statistics import NormalDist
+
+import pytest
+import torch
+
+from trainer.swarm.commitments import (
+    decode_commitment,
+    equivocation,
+    non_finite_evidence,
+    sign_commitment,
+    update_payload,
+    verify_commitment,
+)
+from trainer.swarm.records import SwarmRecordError
+from trainer.swarm.robust import aggregate, boundary, centered_clip
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def honest_updates(n: int, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    center = torch.randn(64, generator=g)
+    return [center + 0.1 * torch.randn(64, generator=g) for _ in range(n)]
+
+
+def alie(honest: list[torch.Tensor], n: int, f: int) -> torch.Tensor:
+    """"A Little Is Enough" (Baruch et al. 2019) as ByzFL's ALIE attack: the honest mean minus
+    z standard deviations, z from the count of peers the attacker needs on its side."""
+    s = math.floor(n / 2 + 1) - f
+    z = NormalDist().inv_cdf((n - s) / n)
+    stacked = torch.stack(honest)
+    return stacked.mean(0) - z * stacked.std(0)
+
+
+# ----------------------------------------------------------------------------- the aggregator
+
+
+def test_centered_clip_is_the_mean_of_agreeing_parts_and_bounds_an_outlier():
+    parts = honest_updates(3)
+    assert torch.allclose(centered_clip(parts), torch.stack(parts).mean(0), atol=0.08)
+    mean = torch.stack(parts).mean(0)
+    spread = max(float(torch.linalg.vector_norm(p - mean)) for p in parts)
+    for hostile in (-1e6 * parts[0], torch.full((64,), 7.0), -parts[0] * 50):
+        result = centered_clip([*parts, hostile])
+        # a hostile part moves the result by less than the honest spread, whatever its norm
+        assert float(torch.linalg.vector_norm(result - mean)) < spread
+        plain = torch.stack([*parts, hostile]).mean(0)
+        assert float(torch.linalg.vector_norm(plain - mean)) > spread
+    # two identical honest parts and one other: the honest value itself
+    assert torch.equal(centered_clip([parts[0], parts[0], torch.zeros(64)]), parts[0])
+
+
+def test_centered_clip_is_the_same_bits_for_the_same_parts_in_peer_order():
+    parts = honest_updates(4, seed=3)
+    updates = {f"peer{i}": [p.reshape(8, 8)] for i, p in enumerate(parts)}
+    first = aggregate(updates)[0]
+    again = aggregate(dict(reversed(list(updates.items()))))[0]
+    assert torch.equal(first, again) and first.shape == (8, 8)
+
+
+def test_the_boundary_refuses_non_finite_and_out_of_bound_parts_only():
+    parts = honest_updates(3)
+    updates = {"a": [parts[0]], "b": [parts[1]], "c": [parts[2]]}
+    assert boundary(updates) == {}
+    assert boundary({**updates, "x": [parts[0] * float("nan")]}) == {"x": "non_finite"}
+    assert boundary({**updates, "x": [parts[0] * 1e6]}) == {"x": "out_of_bound"}
+    assert boundary({**updates, "x": [-parts[0]]}) == {}  # sign flips pass: clipped instead
+    # zero-initialised tensors (LoRA's B) that one peer already moved are not out of bound
+    zeros = {"a": [torch.zeros(64)], "b": [torch.zeros(64)], "c": [0.01 * parts[0]]}
+    assert boundary(zeros) == {}
+
+
+# ----------------------------------------------------------------------------- commitments
+
+
+@pytest.mark.parametrize("codec, tolerance", [("none", 0), ("float16", 1e-3), ("8bit", 0.02)])
+def test_an_update_round_trips_through_each_codec(codec, tolerance):
+    from trainer.swarm.commitments import decode_payload, payload_size
+
+    tensors = [torch.linspace(-1, 1, 12).reshape(3, 4), torch.zeros(5), torch.tensor(2.5)]
+    shapes = [t.shape for t in tensors]
+    payload = update_payload(tensors, codec)
+    assert len(payload) == payload_size(shapes, codec)
+    decoded = decode_payload(payload, shapes, codec)
+    assert all(torch.allclose(a, b, atol=tolerance, rtol=0) for a, b in zip(
+        decoded, tensors, strict=True))
+    with pytest.raises(SwarmRecordError, match="bytes, not"):
+        decode_payload(payload + b"\0", shapes, codec)
+    poisoned = decode_payload(update_payload([tensors[0] * float("nan")], codec), shapes[:1],
+                              codec)
+    assert not bool(torch.isfinite(poisoned[0]).all())
+
+
+@pytest.fixture(scope="module")
+def identities(tmp_path_factory):
+    from hivemind.p2p import P2P
+    from hivemind.proto import crypto_pb2
+
+    from trainer.swarm.records import libp2p_peer_id, sign_with_libp2p_key
+
+    out = []
+    for i in range(4):
+        path = tmp_path_factory.mktemp("ids") / f"id{i}.key"
+        P2P.generate_identity(str(path))
+        der = crypto_pb2.PrivateKey.FromString(path.read_bytes()).data
+        key, _ = sign_with_libp2p_key(der, b"")
+        out.append((path, der, libp2p_peer_id(bytes.fromhex(key))))
+    return out
+
+
+def test_a_commitment_verifies_and_proves_equivocation_and_poison(identities):
+    _, der, peer = identities[0]
+    one = update_payload([torch.ones(3)])
+    two = update_payload([torch.full((3,), 2.0)])
+    a = sign_commitment(der, peer, "run-1", "grad", b"\x01\x02", one)
+    b = sign_commitment(der, peer, "run-1", "grad", b"\x01\x02", two)
+    assert verify_commitment(decode_commitment(a.encode()), run="run-1", averager="grad",
+                             group=b"\x01\x02", peer_id=peer) == a
+    assert equivocation(a, b) == peer
+    with pytest.raises(SwarmRecordError, match="same update"):
+        equivocation(a, a)
+    other_round = sign_commitment(der, peer, "run-1", "grad", b"\x03", two)
+    with pytest.raises(SwarmRecordError, match="different rounds"):
+        equivocation(a, other_round)
+    with pytest.raises(SwarmRecordError, match="this round's"):
+        verify_commitment(a, group=b"\x03")
+    # another peer's key cannot sign for this peer id
+    _, der2, _ = identities[1]
+    forged = sign_commitment(der2, peer, "run-1", "grad", b"\x01\x02", two)
+    with pytest.raises(SwarmRecordError, match="not the key of peer"):
+        verify_commitment(forged)
+    changed = json.loads(a.encode())
+    changed["digest"] = "sha256:" + "0" * 64
+    with pytest.raises(SwarmRecordError, match="did not sign"):
+        verify_commitment(decode_commitment(json.dumps(changed)))
+    poison = update_payload([torch.tensor([1.0, float("nan")])])
+    bad = sign_commitment(der, peer, "run-1", "grad", b"\x09", poison)
+    assert non_finite_evidence(bad, poison, [(2,)]) == peer
+    with pytest.raises(SwarmRecordError, match="finite"):
+        non_finite_evidence(a, one, [(3,)])
+    with pytest.raises(SwarmRecordError, match="not the payload"):
+        non_finite_evidence(bad, one, [(3,)])
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", "exactly the fields"), ("x" * 5000, "at most 4096"), ("{", "not JSON"),
+    (b"\xff", "UTF-8")])
+def test_a_malformed_commitment_is_one_clear_error(text, message):
+    with pytest.raises(SwarmRecordError, match=message):
+        decode_commitment(text)
+
+
+# ----------------------------------------------------------------------------- on loopback
+
+
+@pytest.fixture(scope="module")
+def swarm(identities):
+    """Four DHT nodes on loopback, each under its libp2p identity."""
+    import hivemind
+
+    dhts = []
+    for path, _, _ in identities:
+        initial = [str(m) for m in dhts[0].get_visible_maddrs()] if dhts else []
+        dhts.append(hivemind.DHT(start=True, identity_path=str(path), initial_peers=initial,
+                                 host_maddrs=["/ip4/127.0.0.1/tcp/0"]))
+    yield dhts
+    for dht in dhts:
+        dht.shutdown()
+
+
+_prefixes = itertools.count()
+
+
+def averagers(swarm, identities, tmp_path, tensors, hostile=None, cls=None):
+    """One averager per DHT node, the last one ``hostile`` (a dict of methods) if given."""
+    import hivemind
+
+    from trainer.swarm.gather import GymRound, RobustAveraging
+
+    base = cls or type("GymTestAverager", (RobustAveraging, hivemind.DecentralizedAverager), {})
+    prefix = f"robust{next(_prefixes)}"
+    out = []
+    for i, (dht, (_, der, _), values) in enumerate(zip(swarm, identities, tensors,
+                                                        strict=True)):
+        kind = base if hostile is None or i < len(swarm) - 1 else type(
+            base.__name__, (base,), hostile)  # hivemind's handler names are the class name's
+        out.append(kind([v.clone() for v in values], dht=dht, prefix=prefix,
+                        target_group_size=len(swarm), min_matchmaking_time=2.0,
+                        request_timeout=1.0, start=True,
+                        gym=GymRound(run="robust", averager="state" if cls else "grad",
+                                     identity=der,
+                                     evidence_dir=tmp_path / f"peer{i}", wait_s=5.0)))
+    time.sleep(1.0)  # every averager announced in the DHT before the round
+    return out
+
+
+def one_round(group, weights=None):
+    controls = [a.step(wait=False, timeout=30, weight=(weights or {}).get(i, 1.0))
+                for i, a in enumerate(group)]
+    results = []
+    for control in controls:
+        try:
+            results.append({p.to_base58() for p in control.result()})
+        except Exception:  # noqa: BLE001 (a hostile peer's own round may fail)
+            results.append(None)
+    tensors = []
+    for a in group:
+        with a.get_tensors() as held:
+            tensors.append([t.clone() for t in held])
+    return results, tensors
+
+
+def shutdown(group):
+    for a in group:
+        a.shutdown()
+
+
+def scaled(factor):
+    return {"_gym_prepare": lambda self, ts: [t * factor for t in ts]}
+
+
+def flipped():
+    return {"_gym_prepare": lambda self, ts: [-10 * t for t in ts]}
+
+
+def alie_update(honest):
+    value = alie(honest, n=4, f=1)
+    return {"_gym_prepare": lambda self, ts: [value.clone()]}
+
+
+def equivocating():
+    from trainer.swarm.commitments import sign_commitment as sign
+
+    def outgoing(self, served, requester):
+        local = torch.frombuffer(bytearray(served.payload), dtype=torch.float32)
+        payload = update_payload([local * (1 + (hash(requester) % 7))])
+        commitment = sign(self.gym.identity, self._gym_me(), self.gym.run, self.gym.averager,
+                          bytes.fromhex(served.commitment.group), payload)
+        return commitment, payload
+    return {"_gym_outgoing": outgoing}
+
+
+ATTACKS = {
+    "nan": (lambda honest: scaled(float("nan")), "non_finite"),
+    "times_1e6": (lambda honest: scaled(1e6), "out_of_bound"),
+    "sign_flip_inflated_weight": (lambda honest: flipped(), None),
+    "a_little_is_enough": (alie_update, None),
+    "equivocation": (lambda honest: equivocating(), "equivocation"),
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_one_hostile_peer_of_four_cannot_spoil_the_honest_peers_average(swarm, identities,
+                                                                        tmp_path, attack):
+    from trainer.swarm.gather import read_bans
+
+    honest = honest_updates(3, seed=7)
+    make, banned_for = ATTACKS[attack]
+    group = averagers(swarm, identities, tmp_path, [[h] for h in honest] + [[honest[0]]],
+                      hostile=make(honest))
+    try:
+        results, tensors = one_round(group, weights={3: 1e6})  # the hostile's declared weight
+    finally:
+        shutdown(group)
+    hostile_id = identities[3][2]
+    honest_mean = torch.stack(honest).mean(0)
+    spread = max(float(torch.linalg.vector_norm(h - honest_mean)) for h in honest)
+    first = tensors[0][0]
+    for i in range(3):
+        assert torch.equal(tensors[i][0], first), f"honest peer {i} ends elsewhere"
+        assert results[i] is not None and len(results[i]) >= 3
+    assert bool(torch.isfinite(first).all())
+    assert float(torch.linalg.vector_norm(first - honest_mean)) < spread
+    if banned_for is not None:
+        for i in range(3):
+            bans = read_bans(tmp_path / f"peer{i}")
+            assert bans[hostile_id]["reason"] == banned_for, bans
+            assert hostile_id not in results[i]  # not credited with the round
+        if banned_for == "non_finite":
+            line = read_bans(tmp_path / "peer0")[hostile_id]
+            payload = (tmp_path / "peer0" / line["evidence"]["payload"]).read_bytes()
+            assert non_finite_evidence(decode_commitment(line["evidence"]["commitment"]),
+                                       payload, line["evidence"]["shapes"],
+                                       line["evidence"]["codec"]) == hostile_id
+        if banned_for == "equivocation":
+            line = read_bans(tmp_path / "peer1")[hostile_id]
+            a, b = (decode_commitment(c) for c in line["evidence"]["commitments"])
+            assert equivocation(a, b) == hostile_id
+    else:
+        assert all(read_bans(tmp_path / f"peer{i}") == {} for i in range(3))
+    if attack == "sign_flip_inflated_weight":  # plain averaging of the same parts, to compare
+        plain = torch.stack([*honest, -10 * honest[0]]).mean(0)
+        assert float(torch.linalg.vector_norm(plain - honest_mean)) > 10 * spread
+
+
+def state_averager_class():
+    import hivemind
+
+    from trainer.swarm.gather import RobustAveraging
+
+    class GymStateTest(RobustAveraging, hivemind.DecentralizedAverager):
+        main_parameters = (None,)  # one parameter tensor, then the rest of the state
+
+        def get_current_state(self):
+            with self.get_tensors() as tensors:
+                return {"epoch": 3, "lr": 1e-3}, [t.clone() for t in tensors], None
+
+    return GymStateTest
+
+
+def test_a_late_joiner_does_not_load_a_poisoned_state_served_at_the_highest_priority(
+        swarm, identities, tmp_path):
+    from trainer.swarm.gather import parameters_digest
+
+    good = [torch.full((4,), 0.5), torch.ones(2)]
+    poison = {"get_current_state": lambda self: ({"epoch": 10**9, "lr": 1e9},
+                                                 [torch.full((4,), 7.0), torch.ones(2)], None)}
+    joiner_state = [torch.zeros(4), torch.zeros(2)]
+    group = averagers(swarm, identities, tmp_path,
+                      [joiner_state, good, good, good], hostile=poison,
+                      cls=state_averager_class())
+    try:
+        group[3].state_sharing_priority = 1e9
+        group[0].allow_state_sharing = False
+        time.sleep(2.0)  # priorities reach the DHT
+        metadata, tensors = group[0].load_state_from_peers(timeout=20)
+        assert metadata["epoch"] == 3 and metadata["lr"] == 1e-3  # never the hostile's
+        assert torch.equal(tensors[0], good[0])
+        # asked for a digest, only a source holding it is taken
+        metadata, tensors = group[0].load_state_from_peers(
+            digest=parameters_digest(good[:1]), timeout=20)
+        assert torch.equal(tensors[0], good[0])
+        assert group[0].load_state_from_peers(digest=parameters_digest([torch.ones(4)]),
+                                              timeout=20) is None
+    finally:
+        shutdown(group)
+
+
+def test_a_poisoned_state_is_outvoted_by_a_median_when_the_sources_disagree(
+        swarm, identities, tmp_path):
+    values = [torch.zeros(3), torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.1, 2.1, 3.1]),
+              torch.full((3,), 7.0)]
+    group = averagers(swarm, identities, tmp_path, [[v] for v in values],
+                      cls=state_averager_class())
+    try:
+        group[0].allow_state_sharing = False
+        time.sleep(2.0)
+        _, tensors = group[0].load_state_from_peers(timeout=20)
+        assert torch.equal(tensors[0], values[2])  # the median of the three sources
+    finally:
+        shutdown(group)
+
+
+def test_of_two_sources_that_disagree_the_one_nearest_this_peer_is_taken():
+    from trainer.swarm.gather import _choose_state
+
+    own = [torch.zeros(3)]
+    near, far = [torch.full((3,), 0.1), torch.ones(2)], [torch.full((3,), 7.0), torch.ones(2)]
+    assert _choose_state([(5, far), (4, near)], own, None) == (4, near)
+    assert _choose_state([(5, far)], own, None) == (5, far)  # the only source there is
+    assert _choose_state([], own, None) is None
+
+
+def test_a_state_larger_than_this_run_s_is_refused(swarm, identities, tmp_path):
+    big = {"get_current_state": lambda self: ({"epoch": 3}, [torch.zeros(10**6)], None)}
+    group = averagers(swarm, identities, tmp_path, [[torch.zeros(3)]] * 4, hostile=big,
+                      cls=state_averager_class())
+    try:
+        for a in group[:3]:
+            a.allow_state_sharing = False
+        time.sleep(2.0)
+        assert group[0].load_state_from_peers(timeout=20) is None
+    finally:
+        shutdown(group)
+
+
+def test_bans_are_read_back_and_a_torn_line_is_skipped(tmp_path):
+    from trainer.swarm.gather import BANS, read_bans
+
+    (tmp_path / BANS).write_text(json.dumps({"peer_id": "QmA", "reason": "equivocation"})
+                                 + "\n{\"peer_id\": \"Qm")
+    assert read_bans(tmp_path) == {"QmA": {"peer_id": "QmA", "reason": "equivocation"}}
+    assert read_bans(Path(tmp_path) / "none") == {}
