@@ -28,6 +28,13 @@ the state averager does, for ``--averaging-rounds`` rounds each; seconds per rou
 trigger to the result, matchmaking excluded) and loopback bytes per round.
 
     .venv/bin/python benchmarks/bench_swarm.py --averaging-only [--peers 3]
+
+The work checks (docs/swarm.md "Work checks") against the local step itself, the baseline,
+on the same trainer: a local step (forward and backward of the local batch, clipping), the
+claim every step makes (the gradient sketch and the parameters' digest), and one check (the
+re-computed step and its sketch), each the median of ``--work-steps`` repetitions.
+
+    .venv/bin/python benchmarks/bench_swarm.py --work-only [--model tiny-random]
 """
 
 from __future__ import annotations
@@ -177,6 +184,52 @@ def compare_averaging(floats: int, peers: int, rounds: int) -> None:
           f"{robust['bytes'] / plain['bytes']:.2f}", flush=True)
 
 
+def work_checks(model: str, repetitions: int) -> None:
+    """Seconds of a local step, of a claim, and of a check, on one trainer."""
+    import statistics
+
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from trainer.gradient.config import load_config
+    from trainer.gradient.train import build_trainer, resolve_base_model
+    from trainer.swarm.gather import parameters_digest
+    from trainer.swarm.work import AssignedRows, recompute, rows_of_step, sketch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sft.yaml"
+        path.write_text(config_text(model))
+        config = load_config(path, method="sft", output_dir=str(Path(tmp) / "run"))
+        run_dir = Path(tmp) / "run"
+        run_dir.mkdir()
+        trainer = build_trainer(config, resolve_base_model(config, run_dir), run_dir)
+        rows_total = len(trainer.train_dataset)
+        trainer._get_train_sampler = lambda *_a, **_k: AssignedRows(rows_total, 0, "bench")
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        batch = config.training.batch_size * config.training.grad_accumulation
+        step_s, claim_s, check_s = [], [], []
+        for k in range(repetitions):
+            rows = rows_of_step(rows_total, 0, "bench", k, batch)
+            start = time.perf_counter()
+            gradients = recompute(trainer, rows, config.training.batch_size)  # = a local step
+            step_s.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            sketch(gradients, "bench", "bench", k)
+            parameters_digest(params)
+            claim_s.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            sketch(recompute(trainer, rows, config.training.batch_size), "bench", "bench", k)
+            check_s.append(time.perf_counter() - start)
+        step, claim, check = (statistics.median(x) for x in (step_s, claim_s, check_s))
+        size = sum(p.numel() for p in params)
+        print(f"work checks, {model or 'SmolLM2-135M-Instruct'} ({size:,} trainable "
+              f"parameters, local batch {batch}, {torch.get_num_threads()} threads, median of "
+              f"{repetitions}):")
+        print(f"  local step (baseline) {step:.3f} s; claim per step {claim:.4f} s "
+              f"({claim / step:.3f} x); one check {check:.3f} s ({check / step:.2f} x)",
+              flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="", help="local model dir, or tiny-random "
@@ -190,7 +243,14 @@ def main() -> int:
     parser.add_argument("--floats", type=int, default=921_600,
                         help="floats of one adapter (SmolLM2-135M, r 8, q/k/v/o: 3.7 MB)")
     parser.add_argument("--averaging-rounds", type=int, default=5)
+    parser.add_argument("--work-only", action="store_true",
+                        help="only the work checks against the local step")
+    parser.add_argument("--work-steps", type=int, default=5)
     args = parser.parse_args()
+    if not args.averaging_only:
+        work_checks(args.model, args.work_steps)
+    if args.work_only:
+        return 0
     compare_averaging(args.floats, args.peers, args.averaging_rounds)
     if args.averaging_only:
         return 0

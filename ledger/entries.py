@@ -312,6 +312,20 @@ class ContributionRound(_Strict):
     samples: NonNegInt  # samples the peer brought to it
 
 
+class ContributionChecks(_Strict):
+    """What the publisher re-computed of the peer's claimed local steps (trainer.swarm.work)."""
+
+    checked: NonNegInt  # claimed local steps re-computed
+    passed: NonNegInt  # of those, within the tolerance
+    tolerance: Annotated[float, Field(ge=0, le=1)]  # relative L2 difference of the sketches
+
+    @model_validator(mode="after")
+    def _passed_of_checked(self) -> ContributionChecks:
+        if self.passed > self.checked:
+            raise _Rule("more passed than checked", "passed")
+        return self
+
+
 class ContributionEntry(_Strict):
     """A volunteer peer's signed contribution record to a swarm run (docs/design.md "3.13"),
     as the publishing peer accepted it, with what it credited. ``signature`` is the
@@ -333,6 +347,7 @@ class ContributionEntry(_Strict):
     credited_samples: NonNegInt  # of the rounds the publisher saw it average in
     credited_rounds: NonNegInt
     share: Annotated[float, Field(ge=0, le=1)]  # of all contributors' credited samples
+    checks: ContributionChecks | None = None  # absent: the publisher's own work, or unchecked
 
     @model_validator(mode="after")
     def _record_rules(self) -> ContributionEntry:

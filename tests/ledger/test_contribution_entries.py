@@ -48,6 +48,10 @@ def test_a_signed_record_round_trips_as_an_entry_and_recovers_its_contributor():
     # one contributor holds the whole run: a share of 1 is canonical "1" and decodes back
     whole = encode_entry(entry(record(), share=1.0))
     assert b'"share":1,' in whole and decode_entry(whole).share == 1
+    # the publisher's work checks of the peer's claimed steps ride along; without, no field
+    checked = entry(record(), checks={"checked": 3, "passed": 3, "tolerance": 0.001})
+    assert decode_entry(encode_entry(checked)).checks.passed == 3
+    assert b'"checks"' not in data
 
 
 @pytest.mark.parametrize(("changes", "field", "message"), [
@@ -58,6 +62,8 @@ def test_a_signed_record_round_trips_as_an_entry_and_recovers_its_contributor():
     ({"contributor": ALICE.address}, "contributor", None),  # EIP-55 spelling: not the format
     ({"run": "../x"}, "run", None),
     ({"rounds": [{"epoch": i, "samples": 1} for i in range(4097)]}, "rounds", "at most 4096"),
+    ({"checks": {"checked": 1, "passed": 2, "tolerance": 0.001}}, "checks.passed",
+     "more passed than checked"),
 ])
 def test_malformed_contribution_entries_are_refused_naming_the_field(changes, field, message):
     fields = {"run_cid": RUN_CID, **record(), "credited_samples": 14, "credited_rounds": 2,

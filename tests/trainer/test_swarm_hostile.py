@@ -41,11 +41,31 @@ def converge(self, model):
 peer.SwarmSession._converge = converge
 """
 
+# A lazy volunteer: no forward pass (a zero loss on the parameters, so hivemind still gets
+# gradients, all zero), yet it claims a full local batch for every step and signs records of it
+LAZY = """
+import trainer.swarm.peer as peer
+from trl import SFTTrainer
 
-def run(tmp_path, names: str, hostile: str = "") -> dict[str, Peer]:
+def no_forward(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
+
+SFTTrainer.compute_loss = no_forward
+honest_claim = peer.SwarmSession.claim_step
+
+def claim_step(self, samples):
+    self.local.samples += self.batch_per_step  # what its signed records will claim
+    honest_claim(self, self.batch_per_step)
+
+peer.SwarmSession.claim_step = claim_step
+"""
+
+
+def run(tmp_path, names: str, hostile: str = "", prelude: str = HOSTILE, steps: int = STEPS,
+        target: int = 16) -> dict[str, Peer]:
     tmp_path.mkdir()
-    config = write_sft_config(tmp_path, STEPS)
-    shared = ("--target-batch-size", "16", "--averaging-timeout", "20", "--min-peers",
+    config = write_sft_config(tmp_path, steps)
+    shared = ("--target-batch-size", str(target), "--averaging-timeout", "20", "--min-peers",
               str(len(names)))
     peers: dict[str, Peer] = {}
     maddr = None
@@ -55,7 +75,7 @@ def run(tmp_path, names: str, hostile: str = "") -> dict[str, Peer]:
             extra = ("--initial-peers", maddr) if maddr else ()
             if name == hostile:
                 peers[name] = Peer(name, tmp_path, env, config, *shared, *extra, warm=True,
-                                   prelude=HOSTILE)
+                                   prelude=prelude)
                 peers[name].go()
             else:
                 peers[name] = Peer(name, tmp_path, env, config, *shared, *extra)
@@ -76,6 +96,13 @@ def _env(tmp_path) -> dict:
     env.update(GYM_DATA_DIR=str(tmp_path / "data"), COLUMNS="200", NO_COLOR="1",
                OMP_NUM_THREADS="1")
     return env
+
+
+@pytest.fixture(scope="module")
+def honest_only(tmp_path_factory):
+    """Two honest peers: the run the hostile runs are compared with."""
+    peers = run(tmp_path_factory.mktemp("swarm") / "honest", "xy")
+    return peers, loss(peers["x"])
 
 
 def loss(peer: Peer) -> float:
@@ -99,11 +126,11 @@ def loss(peer: Peer) -> float:
 
 
 @pytest.mark.slow
-def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp_path):
+def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp_path,
+                                                                           honest_only):
     from trainer.swarm.commitments import decode_commitment, non_finite_evidence
 
-    honest_only = run(tmp_path / "honest", "xy")
-    baseline = loss(honest_only["x"])
+    baseline = honest_only[1]
     peers = run(tmp_path / "hostile", "abh", hostile="h")
     swarm = {name: p.manifest()["run"]["hardware"]["swarm"] for name, p in peers.items()}
     hostile_id = swarm["h"]["peer_id"]
@@ -127,3 +154,31 @@ def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp
     assert math.isfinite(spoiled)
     assert abs(spoiled - baseline) <= 0.02 * baseline, (spoiled, baseline)
     print(f"\neval loss: honest-only {baseline:.4f}, with the hostile peer {spoiled:.4f}")
+
+
+@pytest.mark.slow
+def test_a_lazy_volunteer_that_claims_work_it_never_did_is_credited_nothing(tmp_path,
+                                                                           honest_only):
+    from trainer.swarm.work import TOLERANCE
+
+    # a larger target: the tiny model's steps outrun the DHT, and only claims made at the
+    # parameters a checker holds (the peers in step) can be re-computed
+    peers = run(tmp_path / "lazy", "abl", hostile="l", prelude=LAZY, target=48)
+    swarm = {name: p.manifest()["run"]["hardware"]["swarm"] for name, p in peers.items()}
+    lazy_id = swarm["l"]["peer_id"]
+    assert swarm["l"]["local"]["samples"] > 0  # what it claims in its signed records
+    for name in "ab":
+        s = swarm[name]
+        credited = {c["peer_id"]: c for c in s["contributors"]}
+        # whatever this peer could check of it, the lazy peer is credited with nothing
+        assert credited.get(lazy_id, {"samples": 0})["samples"] == 0, s
+        banned = {b["peer_id"]: b for b in s["banned"]}
+        if lazy_id in banned:  # a check of one of its claims ran: the sketch was all zero
+            assert banned[lazy_id]["reason"] == "work_check"
+            assert banned[lazy_id]["evidence"]["difference"] > TOLERANCE
+    assert any(b["peer_id"] == lazy_id for n in "ab" for b in swarm[n]["banned"]), swarm["a"]
+    # the honest peers still end together, their loss that of the honest-only run
+    adapters = {(peers[n].run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
+                for n in "ab"}
+    assert len(adapters) == 1
+    assert abs(loss(peers["a"]) - honest_only[1]) <= 0.02 * honest_only[1]

@@ -39,12 +39,19 @@ def _record(account=ALICE, peer="peer-a", rounds=((1, 8), (2, 6)), **changes) ->
     return Contribution(**{**fields, **changes})
 
 
+def _passed(*peers: str, claimed: int = 100) -> dict:
+    """Work checks (trainer.swarm.work) of ``peers``' claims in a round: one step, passed."""
+    return {peer: {"claimed": claimed, "checked": 1, "passed": 1} for peer in peers}
+
+
 def _witness() -> Witness:
     witness = Witness("arith-1", DIGEST, batch_size_per_step=2, target_batch_size=8, epoch=3)
     members = frozenset({"peer-a", "peer-b"})
-    witness.rounds[1] = RoundSeen(1, members, {"peer-a": 8, "peer-b": 2})
-    witness.rounds[2] = RoundSeen(2, members, {"peer-a": 6, "peer-b": 4})
-    witness.rounds[3] = RoundSeen(3, frozenset({"peer-b"}), {"peer-b": 8})
+    witness.rounds[1] = RoundSeen(1, members, {"peer-a": 8, "peer-b": 2},
+                                  _passed("peer-a", "peer-b"))
+    witness.rounds[2] = RoundSeen(2, members, {"peer-a": 6, "peer-b": 4},
+                                  _passed("peer-a", "peer-b"))
+    witness.rounds[3] = RoundSeen(3, frozenset({"peer-b"}), {"peer-b": 8}, _passed("peer-b"))
     witness.bind("peer-a", ALICE.address.lower())
     witness.bind("peer-b", BOB.address.lower())
     return witness
@@ -193,6 +200,29 @@ def test_the_witness_accepts_an_honest_record_and_credits_the_rounds_it_saw():
     assert (verdict.accepted, verdict.credited_samples, verdict.credited_rounds) == (True, 14, 2)
 
 
+def test_a_round_credits_another_peer_only_what_its_re_computed_claims_hold():
+    record = sign_contribution(_record(), ALICE.key)  # rounds 1 (8 samples) and 2 (6)
+
+    def credit(checks_1, checks_2, me=""):
+        witness = _witness()
+        witness.me = me
+        witness.rounds[1] = replace(witness.rounds[1], checks=checks_1)
+        witness.rounds[2] = replace(witness.rounds[2], checks=checks_2)
+        verdict = check_contribution(record, witness)
+        return verdict.credited_samples, verdict.credited_rounds, verdict.checked, verdict.passed
+
+    assert credit(_passed("peer-a"), _passed("peer-a")) == (14, 2, 2, 2)
+    assert credit({}, _passed("peer-a")) == (6, 1, 1, 1)  # no step of round 1 re-computed
+    failed = {"peer-a": {"claimed": 8, "checked": 1, "passed": 0}}
+    assert credit(failed, _passed("peer-a")) == (6, 1, 2, 1)
+    assert credit(_passed("peer-a", claimed=4), _passed("peer-a")) == (10, 2, 2, 2)  # its claims
+    assert credit({}, {}, me="peer-a") == (14, 2, 0, 0)  # the witness's own work
+    unchecked = _witness()
+    unchecked.unchecked = True  # a local-steps run: nothing can be re-computed
+    unchecked.rounds[1] = replace(unchecked.rounds[1], checks={})
+    assert check_contribution(record, unchecked).credited_samples == 14
+
+
 @pytest.mark.parametrize(("forge", "reason"), [
     # another key signs a record in Alice's name
     (lambda: replace(sign_contribution(_record(account=MALLORY), MALLORY.key),
@@ -232,7 +262,8 @@ def test_judging_the_dht_values_ties_each_record_to_its_spec(libp2p_keys):
     bob_spec = _spec(libp2p_keys[1], address=BOB.address.lower())
     witness = Witness("arith-1", DIGEST, batch_size_per_step=2, target_batch_size=8, epoch=3)
     members = frozenset({alice_spec.peer_id, bob_spec.peer_id})
-    witness.rounds[1] = RoundSeen(1, members, {alice_spec.peer_id: 8, bob_spec.peer_id: 4})
+    witness.rounds[1] = RoundSeen(1, members, {alice_spec.peer_id: 8, bob_spec.peer_id: 4},
+                                  _passed(alice_spec.peer_id, bob_spec.peer_id))
 
     def value(spec, account, samples, steps=4, **changes):
         record = _record(account=account, peer=spec.peer_id, rounds=((1, samples),),
@@ -320,7 +351,8 @@ def test_a_banned_peer_s_records_are_refused_and_the_watcher_counts_its_bans(lib
     alice_spec = _spec(libp2p_keys[0])
     bob_spec = _spec(libp2p_keys[1], address=BOB.address.lower())
     witness = Witness("arith-1", DIGEST, batch_size_per_step=2, target_batch_size=8, epoch=3)
-    witness.rounds[1] = RoundSeen(1, frozenset({alice_spec.peer_id, bob_spec.peer_id}), {})
+    witness.rounds[1] = RoundSeen(1, frozenset({alice_spec.peer_id, bob_spec.peer_id}), {},
+                                  _passed(alice_spec.peer_id, bob_spec.peer_id))
     witness.banned = {bob_spec.peer_id: "non_finite"}
 
     def value(spec, account):

@@ -153,7 +153,7 @@ def test_a_commitment_verifies_and_proves_equivocation_and_poison(identities):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[]", "exactly the fields"), ("x" * 5000, "at most 4096"), ("{", "not JSON"),
+    ("[]", "exactly the fields"), ("x" * 600_000, "at most 524288"), ("{", "not JSON"),
     (b"\xff", "UTF-8")])
 def test_a_malformed_commitment_is_one_clear_error(text, message):
     with pytest.raises(SwarmRecordError, match=message):

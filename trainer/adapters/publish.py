@@ -155,7 +155,8 @@ def contribution_entries(run_dir: Path, run_cid: str) -> tuple[bytes, ...]:
                 raise EntryError("each row is {record, credited_samples, credited_rounds, share}")
             entry = ContributionEntry(
                 run_cid=run_cid, **row["record"], credited_samples=row.get("credited_samples"),
-                credited_rounds=row.get("credited_rounds"), share=row.get("share"))
+                credited_rounds=row.get("credited_rounds"), share=row.get("share"),
+                checks=row.get("checks"))
             recover_contributor(entry)
             entries.append(encode_entry(entry))
         except (EntryError, TypeError) as exc:

@@ -94,6 +94,11 @@ def _train_command(method: str):
             min=1, max=3600, rich_help_panel="Volunteer training (docs/swarm.md)",
             help="Seconds an averaging round may take before it is dropped (a peer that died "
                  "mid-round holds its group this long).")] = 60.0,
+        check_steps: Annotated[int, typer.Option(
+            min=0, max=64, rich_help_panel="Volunteer training (docs/swarm.md)",
+            help="Claimed local steps of each other member this peer re-computes per round; "
+                 "another peer's round is credited only when a check of it passed (0: credit "
+                 "nobody else).")] = 1,
         account: Annotated[int | None, typer.Option(
             "--account", rich_help_panel="Volunteer training (docs/swarm.md)",
             help="With --swarm: Anvil's account N signs this peer's contribution records "
@@ -121,7 +126,8 @@ def _train_command(method: str):
                        "--announce-maddrs": announce_maddrs, "--account": account is not None,
                        "--compression": compression != "none",
                        "--matchmaking-time": matchmaking_time != 5.0,
-                       "--averaging-timeout": averaging_timeout != 60.0}
+                       "--averaging-timeout": averaging_timeout != 60.0,
+                       "--check-steps": check_steps != 1}
         if swarm is None:
             used = [flag for flag, value in swarm_flags.items() if value]
             if used:
@@ -149,7 +155,8 @@ def _train_command(method: str):
                 target_batch_size=target_batch_size, local_steps=local_steps,
                 min_peers=min_peers, host_maddrs=tuple(host_maddrs or ("/ip4/0.0.0.0/tcp/0",)),
                 announce_maddrs=tuple(announce_maddrs or ()), compression=compression,
-                matchmaking_time=matchmaking_time, averaging_timeout=averaging_timeout)
+                matchmaking_time=matchmaking_time, averaging_timeout=averaging_timeout,
+                check_steps=check_steps)
             key = (os.environ.get("GYM_PUBLISHER_KEY") if account is None else None) \
                 or runtime.recorded_signing_key()
             if key is None:

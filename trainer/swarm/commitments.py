@@ -9,13 +9,15 @@ Swarm records", docs/swarm.md "Hostile peers").
 A peer sends its update to every member of its averaging group with a commitment: the run, the
 averager (``grad`` or ``state``), the round's group id, the sha256 of the payload and its
 length, signed by the peer's libp2p RSA key (the key whose multihash is its peer id, as the
-spec's binding), message ``gym-swarm/1 update RUN AVERAGER GROUP DIGEST BYTES``. The
-commitment speaks for the peer to anyone:
+spec's binding), message ``gym-swarm/1 update RUN AVERAGER GROUP DIGEST BYTES CLAIMS`` (CLAIMS:
+the sha256 of the work claims it carries, trainer.swarm.work). The commitment speaks for the
+peer to anyone:
 
 - two valid commitments of one peer for one round with different digests prove it sent
   different updates to different peers (equivocation): `equivocation` checks such a pair;
 - a valid commitment whose payload holds a NaN or an infinity proves it sent a poisoned update:
-  `non_finite_evidence` checks the pair (commitment, payload).
+  `non_finite_evidence` checks the pair (commitment, payload);
+- a claim in it whose re-computed sketch differs proves it claimed work it did not do.
 
 Commitments come from peers: `decode_commitment` bounds the text and every field and names the
 first bad one in a `SwarmRecordError`.
@@ -36,7 +38,8 @@ from trainer.swarm.records import (
 )
 
 AVERAGERS = ("grad", "state")
-MAX_COMMITMENT = 4096  # characters of one commitment's JSON (an RSA-4096 key and signature fit)
+MAX_COMMITMENT = 512 * 1024  # characters of one commitment's JSON (with its work claims)
+MAX_CLAIMS = 1024  # work claims one commitment carries (trainer.swarm.work)
 MAX_GROUP_HEX = 128
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _HEX = re.compile(r"[0-9a-f]+")
@@ -52,13 +55,19 @@ class Commitment:
     bytes: int  # the payload's length
     key: str  # hex DER of the peer's libp2p RSA public key
     signature: str  # hex
+    claims: tuple = ()  # the work claims of a gradient round (trainer.swarm.work), as JSON
+
+    def claims_digest(self) -> str:
+        text = json.dumps(list(self.claims), sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     def message(self) -> bytes:
         return (f"gym-swarm/1 update {self.run} {self.averager} {self.group} {self.digest} "
-                f"{self.bytes}").encode()
+                f"{self.bytes} {self.claims_digest()}").encode()
 
     def encode(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return json.dumps({**asdict(self), "claims": list(self.claims)}, sort_keys=True,
+                          separators=(",", ":"))
 
     def round(self) -> tuple[str, str, str, str]:
         """What names the round and the sender: two commitments of one round differ only in
@@ -144,13 +153,15 @@ def payload_digest(payload: bytes) -> str:
 
 
 def sign_commitment(identity_der: bytes, peer_id: str, run: str, averager: str, group: bytes,
-                    payload: bytes) -> Commitment:
-    """The signed commitment of ``payload`` for one round (``group``: hivemind's group id)."""
+                    payload: bytes, claims: tuple = ()) -> Commitment:
+    """The signed commitment of ``payload`` for one round (``group``: hivemind's group id),
+    with the work ``claims`` (JSON values) it vouches for."""
     unsigned = Commitment(run=check_run_id(run), averager=averager, group=group.hex(),
                           peer_id=peer_id, digest=payload_digest(payload), bytes=len(payload),
-                          key="", signature="")
+                          key="", signature="", claims=tuple(claims))
     key, signature = sign_with_libp2p_key(identity_der, unsigned.message())
-    return Commitment(**{**asdict(unsigned), "key": key, "signature": signature})
+    return Commitment(**{**asdict(unsigned), "key": key, "signature": signature,
+                         "claims": tuple(claims)})
 
 
 def decode_commitment(text) -> Commitment:
@@ -172,7 +183,9 @@ def decode_commitment(text) -> Commitment:
     if not isinstance(data, dict) or set(data) != names:
         raise SwarmRecordError("commitment: an object with exactly the fields "
                                + ", ".join(sorted(names)))
-    for name in names - {"bytes"}:
+    if not isinstance(data["claims"], list) or len(data["claims"]) > MAX_CLAIMS:
+        raise SwarmRecordError(f"commitment.claims: a list of at most {MAX_CLAIMS} claims")
+    for name in names - {"bytes", "claims"}:
         if not isinstance(data[name], str) or not data[name]:
             raise SwarmRecordError(f"commitment.{name}: a non-empty string")
     check_run_id(data["run"])
@@ -189,7 +202,7 @@ def decode_commitment(text) -> Commitment:
     for name in ("key", "signature"):
         if len(data[name]) > 2048 or not _HEX.fullmatch(data[name]):
             raise SwarmRecordError(f"commitment.{name}: hex of at most 2048 characters")
-    return Commitment(**data)
+    return Commitment(**{**data, "claims": tuple(data["claims"])})
 
 
 def verify_commitment(commitment: Commitment, *, run: str | None = None,

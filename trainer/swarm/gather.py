@@ -75,6 +75,8 @@ MAX_GROUP = 64  # members of one round whose commitments an echo may list
 KEEP_ROUNDS = 8  # rounds whose update and echo stay served to members that ask late
 LOAD_SOURCES = 5  # peers a state is downloaded from at most
 BANS = "bans.jsonl"
+CLAIMS_PENDING = "claims_pending.json"  # the host's work claims for its next gradient round
+CLAIMS_ROUND = "claims_round.json"  # the other members' commitments of the last gradient round
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,19 @@ class _Served:
     seen: list[str] = field(default_factory=list)  # commitments received (JSON)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     echoed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def write_ban(evidence_dir: Path, line: dict) -> None:
+    """Append one ban (``peer_id``, ``reason``, ``evidence``, ...) to ``bans.jsonl``."""
+    with open(Path(evidence_dir) / BANS, "a") as out:
+        out.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a rename: a reader in another process never sees half."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 def read_bans(evidence_dir: Path) -> dict[str, dict]:
@@ -168,7 +183,8 @@ class RobustAveraging:
         served.members = frozenset(members)
         served.payload = payload
         served.commitment = sign_commitment(self.gym.identity, me, self.gym.run,
-                                            self.gym.averager, group_id, payload)
+                                            self.gym.averager, group_id, payload,
+                                            self._gym_claims())
         served.ready.set()
 
         others = [p for p in group_info.peer_ids if p != self.peer_id]
@@ -233,6 +249,10 @@ class RobustAveraging:
             for tensor, value in zip(tensors, aggregate(kept), strict=True):
                 tensor.copy_(value.to(tensor.dtype))
         self._gym_kept[group_id] = frozenset(kept)
+        if self.gym.averager == "grad":  # the members' work claims, for the host to check
+            write_atomic(Path(self.gym.evidence_dir) / CLAIMS_ROUND, json.dumps({
+                "members": sorted(kept), "commitments": {
+                    peer: received[peer][0].encode() for peer in kept if peer in received}}))
         for _ in range(len(self._gym_kept) - KEEP_ROUNDS):
             self._gym_kept.pop(next(iter(self._gym_kept)))
         if left_out:
@@ -252,11 +272,20 @@ class RobustAveraging:
             gathered = {peer: min(epoch, median) for peer, epoch in gathered.items()}
         return gathered
 
+    def _gym_claims(self) -> tuple:
+        """The work claims the host left for this gradient round (none for the state's)."""
+        if self.gym.averager != "grad":
+            return ()
+        try:
+            claims = json.loads((Path(self.gym.evidence_dir) / CLAIMS_PENDING).read_text())
+        except (FileNotFoundError, ValueError):
+            return ()
+        return tuple(claims) if isinstance(claims, list) else ()
+
     def _gym_ban(self, peer: str, reason: str, group_id: bytes, evidence: dict) -> None:
-        line = {"peer_id": peer, "reason": reason, "averager": self.gym.averager,
-                "group": group_id.hex(), "by": self._gym_me(), "evidence": evidence}
-        with open(Path(self.gym.evidence_dir) / BANS, "a") as out:
-            out.write(json.dumps(line, sort_keys=True) + "\n")
+        write_ban(self.gym.evidence_dir, {
+            "peer_id": peer, "reason": reason, "averager": self.gym.averager,
+            "group": group_id.hex(), "by": self._gym_me(), "evidence": evidence})
         log.warning("banned peer %s from run %s: %s", peer, self.gym.run, reason)
 
     async def _gym_fetch_update(self, peer, group_id: bytes, size: int):

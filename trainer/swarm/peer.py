@@ -63,6 +63,7 @@ RECORD_INTERVAL_S = 5.0
 RECORD_TTL_S = 24 * 3600.0
 COMPRESSIONS = ("none", "float16", "8bit")
 MAX_DHT_RECORDS = 1024  # peer records read from the DHT at once; more are ignored
+MAX_CLAIMS_KEPT = 1024  # work claims carried to the next round at most (the oldest go)
 MAX_BANNED_SHOWN = 64  # peer ids a peer lists as banned in its DHT value
 EVIDENCE_DIR = "swarm_evidence"  # in the run dir: bans.jsonl and the payloads they cite
 CONVERGE_GRACE_S = 10.0  # at the end, how long the majority waits for a peer that differs
@@ -86,6 +87,7 @@ class SwarmOptions:
     compression: str = "none"  # of averaged gradients and parameters: none, float16, 8bit
     linger_s: float = 60.0  # at the end, wait at most this long for the other live peers
     join_timeout_s: float = 600.0  # --min-peers waits at most this long
+    check_steps: int = 1  # claimed local steps of each other member re-computed per round
 
 
 def config_digest(config) -> str:
@@ -147,6 +149,11 @@ class SwarmSession:
         self._final_digest = None  # set once training ended: the weights this peer holds
         self._heartbeat = self._hook = None
         self._stop_signal: int | None = None  # SIGINT or SIGTERM received: stop at once
+        self.claims: list[dict] = []  # work claims since the last gradient round
+        self._step_calls = 0  # local optimizer steps taken (the claims' step numbers)
+        self._checking = False  # re-computing another peer's step: its forwards are not ours
+        self._params: list = []
+        self.checks: dict[int, dict[str, dict]] = {}  # epoch -> peer -> checks of its claims
         self._old_handlers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ joining
@@ -257,6 +264,8 @@ class SwarmSession:
         owner = _owner(self._subkey)
         key, binding = sign_binding(self._identity_der, self.options.run, self.address, owner)
         self.spec = replace(self.spec, libp2p_key=key, dht_owner=owner, binding=binding)
+        self.witness.me = self.spec.peer_id
+        self.witness.unchecked = self.options.local_steps > 0
         deadline = time.monotonic() + self.options.join_timeout_s
         shown = None
         while True:
@@ -324,6 +333,13 @@ class SwarmSession:
         peer_seed = int.from_bytes(hashlib.sha256(self.spec.peer_id.encode()).digest()[:4], "big")
         trainer.args.data_seed = (self.config.training.seed + peer_seed) % 2**31
         trainer.args.max_steps = 10**9  # the callback stops at the run's collaborative step
+        from trainer.swarm.work import AssignedRows
+
+        rows = len(trainer.train_dataset)
+        seed = self.config.training.seed
+        trainer._get_train_sampler = lambda *_a, **_k: AssignedRows(rows, seed,
+                                                                   self.spec.peer_id)
+        self._trainer = trainer
         self.optimizer = self._make_optimizer(trainer)
         trainer.optimizer = self.optimizer
         trainer.lr_scheduler = _SwarmSchedule(self.optimizer)
@@ -337,6 +353,8 @@ class SwarmSession:
     def _count_samples(self, _module, args, kwargs) -> None:
         import torch
 
+        if self._checking:
+            return
         ids = kwargs.get("input_ids", args[0] if args else None)
         if torch.is_grad_enabled() and isinstance(ids, torch.Tensor) and ids.dim() >= 1:
             self.local.pending += int(ids.shape[0])
@@ -352,6 +370,7 @@ class SwarmSession:
 
         t = self.config.training
         params = [p for p in trainer.model.parameters() if p.requires_grad]
+        self._params = params
         codec = {"none": compression.NoCompression, "float16": compression.Float16Compression,
                  "8bit": compression.Uniform8BitQuantization}[self.options.compression]()
         return _optimizer_class()(
@@ -383,9 +402,97 @@ class SwarmSession:
         """The optimizer finished collaborative step ``epoch``."""
         self.witness.epoch = max(self.witness.epoch, epoch)
         if members is not None and self.spec.peer_id in members:
-            self.witness.rounds[epoch] = RoundSeen(epoch, members, announced)
+            self.witness.rounds[epoch] = RoundSeen(epoch, members, announced,
+                                                   self.checks.pop(epoch, {}))
             if mine > 0:
                 self.local.rounds.append(Round(epoch, mine))
+
+    # ------------------------------------------------------------------ work checks
+
+    def claim_step(self, samples: int) -> None:
+        """Commit to the local step about to be taken (trainer.swarm.work): its number, samples,
+        parameters and gradient sketch. Local-steps runs make no claims: their parameters
+        change every local step, so no other peer holds them to re-compute one."""
+        from trainer.swarm.gather import parameters_digest
+        from trainer.swarm.work import make_claim
+
+        step = self._step_calls
+        self._step_calls += 1
+        if self.options.local_steps:
+            return
+        claim = make_claim(step, samples, [p.grad for p in self._params],
+                           parameters_digest(self._params), self.options.run, self.spec.peer_id)
+        self.claims.append(claim.to_json())
+        del self.claims[:-MAX_CLAIMS_KEPT]
+
+    def write_claims(self) -> None:
+        """Leave the claims for the gradient averager's next commitment."""
+        from trainer.swarm.gather import CLAIMS_PENDING, write_atomic
+
+        write_atomic(self.evidence_dir() / CLAIMS_PENDING, json.dumps(self.claims))
+
+    def check_round(self, epoch: int, members: frozenset[str] | None) -> None:
+        """Re-compute ``check_steps`` random claims of each other member of the gradient round
+        that ends ``epoch`` (its signed commitment holds them) at this peer's parameters, and
+        keep what passed; a claim that fails bans its peer with the commitment as evidence."""
+        import random
+
+        from trainer.swarm.commitments import decode_commitment
+        from trainer.swarm.gather import CLAIMS_ROUND, parameters_digest, write_ban
+        from trainer.swarm.work import (
+            TOLERANCE,
+            decode_claims,
+            difference,
+            recompute,
+            rows_of_step,
+            sketch,
+        )
+
+        if self.options.local_steps or not members:
+            return
+        try:
+            sent = json.loads((self.evidence_dir() / CLAIMS_ROUND).read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        if set(sent.get("members", ())) != set(members):
+            return  # not this round's (it failed after the members were read)
+        mine = parameters_digest(self._params)
+        batch = self.batch_per_step
+        chooser = random.SystemRandom()  # which claims are checked: nobody can predict it
+        checks = self.checks.setdefault(epoch, {})
+        for peer, text in sorted(sent.get("commitments", {}).items()):
+            try:
+                commitment = decode_commitment(text)
+                claims = decode_claims(list(commitment.claims), batch)
+            except SwarmRecordError as exc:
+                checks[peer] = {"claimed": 0, "checked": 0, "passed": 0, "why": str(exc)}
+                continue
+            here = [c for c in claims if c.parameters == mine]  # computed at these parameters
+            chosen = chooser.sample(here, min(self.options.check_steps, len(here)))
+            passed, failed = 0, None
+            for claim in chosen:
+                rows = rows_of_step(len(self._trainer.train_dataset), self.config.training.seed,
+                                    peer, claim.step, batch)
+                self._checking = True
+                try:
+                    gradients = recompute(self._trainer, rows, self.config.training.batch_size)
+                finally:
+                    self._checking = False
+                again = sketch(gradients, self.options.run, peer, claim.step)
+                off = difference(claim.sketch, again)
+                if off <= TOLERANCE:
+                    passed += 1
+                else:
+                    failed = {"step": claim.step, "claimed": list(claim.sketch),
+                              "recomputed": list(again), "difference": off}
+                    break
+            checks[peer] = {"claimed": sum(c.samples for c in here), "checked": len(chosen),
+                            "passed": passed, "tolerance": TOLERANCE}
+            if failed is not None and peer not in self.banned():
+                write_ban(self.evidence_dir(), {
+                    "peer_id": peer, "reason": "work_check", "averager": "grad",
+                    "group": commitment.group, "by": self.spec.peer_id,
+                    "evidence": {"commitment": text, "parameters": mine, **failed}})
 
     def _record(self) -> Contribution:
         epoch = self.optimizer.local_epoch if self.optimizer is not None else 0
@@ -540,8 +647,12 @@ def write_accepted_records(output_dir, contributors: list[dict], accepted: list)
     witness credited; publishing appends each as a ``contribution`` entry."""
     from pathlib import Path
 
+    from trainer.swarm.work import TOLERANCE
+
     rows = [{"record": verdict.record.to_json(), "credited_samples": row["samples"],
-             "credited_rounds": row["rounds"], "share": row["share"]}
+             "credited_rounds": row["rounds"], "share": row["share"],
+             **({"checks": {"checked": row["checked"], "passed": row["passed"],
+                            "tolerance": TOLERANCE}} if row.get("checked") else {})}
             for row, verdict in zip(contributors, accepted, strict=True)]
     path = Path(output_dir) / SWARM_RECORDS
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -584,9 +695,12 @@ def _optimizer_class():
             local = self.session.local
             samples = local.pending  # the forwards that ran: a step without one earns nothing
             local.pending = 0
+            self.session.claim_step(samples)
             local.samples += samples
             local.steps += 1
-            return super().step(closure, batch_size=samples, grad_scaler=grad_scaler)
+            # hivemind divides by the samples it accumulated: a step without a forward counts
+            # one there (its progress estimate), and nothing in this peer's records or claims
+            return super().step(closure, batch_size=max(samples, 1), grad_scaler=grad_scaler)
 
         def _make_state_averager(self, **kwargs):
             """hivemind's state averager, robust (trainer.swarm.gather), with hivemind's
@@ -626,7 +740,11 @@ def _optimizer_class():
             else:  # ... or gradients (its group: _average_gradients_and_load_into_optimizer)
                 mine, control = self.grad_averager.local_samples_accumulated, None
             started = time.perf_counter()
-            super()._update_global_epoch(grad_scaler)
+            self.session.write_claims()
+            try:
+                super()._update_global_epoch(grad_scaler)
+            finally:
+                self.session.claims = []  # sent (or the round failed: its parameters are gone)
             if self.use_local_updates and control is None and self.local_epoch > before \
                     and self.session.options.min_peers > 1:
                 control = self._lone_state_round()
@@ -665,6 +783,8 @@ def _optimizer_class():
         def _average_gradients_and_load_into_optimizer(self, control) -> None:
             super()._average_gradients_and_load_into_optimizer(control)
             self._group = _members(control)
+            # the parameters are still the ones every member computed this step at
+            self.session.check_round(self.local_epoch + 1, self._group)
 
     return RecordingOptimizer
 

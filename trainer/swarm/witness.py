@@ -21,6 +21,11 @@ then accepts a record only when:
    more, plus two local steps (a round starts once the group's announced samples reach the
    target, and overshoots it while the announcements travel).
 
+A round credits another peer only when the witness re-computed at least one of the local steps
+that peer claimed for it in its signed commitment (trainer.swarm.work) and every check passed,
+and then at most the samples of those claims; the witness's own rounds need no check. In a
+local-steps run nothing can be re-computed (``unchecked``) and rounds are credited unchecked.
+
 Only rounds of the witness's own groups are credited: a round the witness did not average in
 (it was alone, or its round failed), or averaged in another group (hivemind may split a step's
 peers into several groups), is neither credited nor held against the record.
@@ -55,6 +60,7 @@ class RoundSeen:
     epoch: int  # the collaborative step the round ended
     members: frozenset[str]  # peer ids of the witness's averaging group
     announced: dict[str, int]  # peer id -> samples announced for this step
+    checks: dict[str, dict] = field(default_factory=dict)  # peer -> its work checks (work.py)
 
 
 @dataclass
@@ -67,6 +73,8 @@ class Witness:
     rounds: dict[int, RoundSeen] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)  # peer id -> address it joined with
     banned: dict[str, str] = field(default_factory=dict)  # peer id -> why (trainer.swarm.gather)
+    me: str = ""  # the witness's own peer id: its own claims need no re-computing
+    unchecked: bool = False  # local-steps runs: no claim can be re-computed (docs/swarm.md)
 
     def bind(self, peer_id: str, address: str) -> None:
         """Remember the address ``peer_id`` joined with (the first one seen stays)."""
@@ -80,6 +88,8 @@ class Verdict:
     reason: str  # why it was refused; "" when accepted
     credited_samples: int = 0
     credited_rounds: int = 0
+    checked: int = 0  # of its claimed local steps, how many the witness re-computed
+    passed: int = 0
 
 
 def check_contribution(record: Contribution, witness: Witness) -> Verdict:
@@ -108,7 +118,7 @@ def check_contribution(record: Contribution, witness: Witness) -> Verdict:
     if record.samples < sum(r.samples for r in record.rounds):
         return Verdict(record, False, "its rounds hold more samples than its total")
     slack = ANNOUNCEMENT_SLACK_STEPS * witness.batch_size_per_step
-    credited = rounds = 0
+    credited = rounds = checked = passed = 0
     for claim in record.rounds:
         seen = witness.rounds.get(claim.epoch)
         if seen is None:
@@ -121,9 +131,17 @@ def check_contribution(record: Contribution, witness: Witness) -> Verdict:
             return Verdict(record, False, f"claims {claim.samples} samples at step {claim.epoch}; "
                                           f"a round holds at most {bound - slack} (twice the "
                                           "target batch, or what it announced)")
-        credited += claim.samples
+        samples = claim.samples
+        if not witness.unchecked and record.peer_id != witness.me:
+            check = seen.checks.get(record.peer_id, {})
+            checked += check.get("checked", 0)
+            passed += check.get("passed", 0)
+            if not check.get("checked") or check.get("passed", 0) < check["checked"]:
+                continue  # no claimed step of that round re-computed and passed: no credit
+            samples = min(samples, check.get("claimed", 0))  # what its signed claims hold
+        credited += samples
         rounds += 1
-    return Verdict(record, True, "", credited, rounds)
+    return Verdict(record, True, "", credited, rounds, checked, passed)
 
 
 def judge_records(values: list, witness: Witness
@@ -184,6 +202,7 @@ def shares(verdicts: list[Verdict]) -> list[dict]:
     rows = [{"peer_id": v.record.peer_id, "address": v.record.contributor,
              "samples": v.credited_samples, "rounds": v.credited_rounds,
              "steps": v.record.steps, "epoch": v.record.epoch,
+             "checked": v.checked, "passed": v.passed,
              "share": round(v.credited_samples / total, 6) if total else 0.0}
             for v in accepted]
     return sorted(rows, key=lambda r: (-r["samples"], r["peer_id"]))
