@@ -391,3 +391,16 @@ def test_bans_are_read_back_and_a_torn_line_is_skipped(tmp_path):
                                  + "\n{\"peer_id\": \"Qm")
     assert read_bans(tmp_path) == {"QmA": {"peer_id": "QmA", "reason": "equivocation"}}
     assert read_bans(Path(tmp_path) / "none") == {}
+
+
+def test_the_end_median_is_the_same_bits_in_any_order_and_outvotes_one_state():
+    from trainer.swarm.gather import _median_state
+
+    a = (6, [torch.tensor([1.0, 2.0]), torch.ones(1)])
+    b = (6, [torch.tensor([1.5, 2.5]), torch.ones(1)])
+    poisoned = (10**9, [torch.full((2,), 7.0), torch.ones(1)])
+    first = _median_state([a, b, poisoned])
+    again = _median_state([poisoned, b, a])
+    assert first[0] == again[0] == 6
+    assert torch.equal(first[1][0], again[1][0]) and torch.equal(first[1][0], b[1][0])
+    assert torch.equal(_median_state([a, b])[1][0], torch.tensor([1.25, 2.25]))  # two: the mean

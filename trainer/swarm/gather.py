@@ -76,7 +76,8 @@ KEEP_ROUNDS = 8  # rounds whose update and echo stay served to members that ask 
 LOAD_SOURCES = 5  # peers a state is downloaded from at most
 BANS = "bans.jsonl"
 CLAIMS_PENDING = "claims_pending.json"  # the host's work claims for its next gradient round
-CLAIMS_ROUND = "claims_round.json"  # the other members' commitments of the last gradient round
+CLAIMS_ROUND = "claims_round.json"
+OWN_STATE = "own_state.pickle"  # the host's own state for a state download it asked for  # the other members' commitments of the last gradient round
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class RobustAveraging:
         self.gym = gym
         self._gym_rounds: OrderedDict[bytes, _Served] = OrderedDict()
         self._gym_kept: dict[bytes, frozenset[str]] = {}
-        self._gym_policy: tuple = (None, None, None)  # set by load_state_from_peers
+        self._gym_policy: tuple = (None, None, None, None)  # set by load_state_from_peers
         Path(gym.evidence_dir).mkdir(parents=True, exist_ok=True)
         super().__init__(*args, **kwargs)
 
@@ -378,30 +379,65 @@ class RobustAveraging:
     # ------------------------------------------------------------------ state downloads
 
     def load_state_from_peers(self, *, peers: list[str] | None = None, digest: str | None = None,
-                              **kwargs):
+                              finals: dict[str, str] | None = None, **kwargs):
         """hivemind's, through `_load_state_from_peers` below; ``peers``: only these sources,
-        ``digest``: only a source whose parameters have it (`parameters_digest`). This peer's
-        own state (its shapes, its hyperparameters) is read here, in the host process, and sent
-        with the request. A gradient averager loads nothing (its averaged
-        gradients are reset after a catch-up)."""
+        ``digest``: only a source whose parameters have it (`parameters_digest`). ``finals``
+        (the end of a run, peer -> the digest it published, banned peers included): the
+        coordinate-wise median of those peers' states, each taken only with its published
+        digest, and this peer's own: peers that see the same finals compute the same bits,
+        whatever each banned. This peer's own state (its shapes, its hyperparameters) is read
+        here, in the host process, and sent with the request. A gradient averager loads
+        nothing (its averaged gradients are reset after a catch-up)."""
         if self.gym.averager == "grad":
             return None
-        metadata, tensors, _ = self.get_current_state()
+        metadata, tensors = self._gym_own_state()
         parameters = len(getattr(self, "main_parameters", tensors))
+        # this peer's own state goes through a file (written by this process for its own
+        # averager): the control pipe to the averager's process is non-blocking, and a message
+        # larger than its buffer breaks it
+        import pickle
+
         own = (metadata, [tuple(t.shape) for t in tensors],
-               [t.detach().float().clone() for t in tensors[:parameters]])
-        self._outer_pipe.send(("_gym_set_policy", [peers, digest, own], {}))
+               [t.detach().float().cpu().numpy() for t in tensors[:parameters]],
+               [t.detach().float().cpu().numpy() for t in tensors] if finals is not None
+               else None)
+        path = Path(self.gym.evidence_dir) / OWN_STATE
+        with open(path.with_suffix(".partial"), "wb") as out:
+            pickle.dump(own, out)
+        path.with_suffix(".partial").replace(path)
+        if finals is not None:
+            peers = list(finals)
+        self._outer_pipe.send(("_gym_set_policy", [peers, digest, finals, True], {}))
         return super().load_state_from_peers(**kwargs)
 
-    async def _gym_set_policy(self, peers, digest, own) -> None:
-        self._gym_policy = (peers, digest, own)
+    def _gym_own_state(self) -> tuple[dict, list]:
+        """(metadata, tensors) of this peer's training state as it would serve it, read
+        without hivemind's lock and without asking the averager's process for its group bits
+        (`get_current_state` does both: a round holding the lock, or a busy averager, would
+        hold this call)."""
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is None:  # not a training-state averager
+            metadata, tensors, _ = self.get_current_state()
+            return metadata, list(tensors)
+        from hivemind.optim.state_averager import dump_optimizer_state
+
+        with torch_no_grad():
+            optimizer_metadata, optimizer_tensors = dump_optimizer_state(optimizer)
+            params = [p.detach().cpu() for group in optimizer.param_groups
+                      for p in group["params"]]
+            extra = [t.detach().cpu() for t in self.extra_tensors]
+        return ({"epoch": self.local_epoch, "optimizer_metadata": optimizer_metadata},
+                params + extra + list(optimizer_tensors))
+
+    async def _gym_set_policy(self, peers, digest, finals, own) -> None:
+        self._gym_policy = (peers, digest, finals, own)
 
     async def _load_state_from_peers(self, future, timeout=None):
         from hivemind.p2p import PeerID
         from hivemind.utils import ValueWithExpiration
 
-        peers, digest, own = self._gym_policy
-        self._gym_policy = (None, None, None)
+        peers, digest, finals, own = self._gym_policy
+        self._gym_policy = (None, None, None, None)
         if own is None:  # not asked through load_state_from_peers above
             future.set_result(None)
             return
@@ -420,17 +456,32 @@ class RobustAveraging:
                 except Exception:  # noqa: BLE001, S112 (a malformed id names no source)
                     continue
                 name = peer.to_base58()
-                if peer != self.peer_id and name not in bans and (peers is None or
-                                                                  name in peers):
+                if peer != self.peer_id and (finals is not None or name not in bans) and (
+                        peers is None or name in peers):
                     candidates.append(peer)
             random.shuffle(candidates)  # the priority a peer advertises is its own claim
-            own_metadata, shapes, own_parameters = own
+            import pickle
+
+            import torch
+
+            own_metadata, shapes, own_parameters, own_state = pickle.loads(
+                (Path(self.gym.evidence_dir) / OWN_STATE).read_bytes())  # this peer's own file
+            own_parameters = [torch.from_numpy(a.copy()) for a in own_parameters]
+            own_state = None if own_state is None else [torch.from_numpy(a.copy())
+                                                        for a in own_state]
             each = min(timeout or 2 * self.gym.wait_s, 2 * self.gym.wait_s)  # a dead source
+            sources = candidates if finals is not None else candidates[:LOAD_SOURCES]
             downloads = await asyncio.gather(*(self._gym_download(p, shapes, each)
-                                               for p in candidates[:LOAD_SOURCES]),
-                                             return_exceptions=True)
+                                               for p in sources), return_exceptions=True)
             states = [s for s in downloads if not isinstance(s, BaseException) and s is not None]
-            chosen = _choose_state(states, own_parameters, digest)
+            if finals is not None:
+                count = len(own_parameters)
+                states = [s for p, s in zip(sources, downloads, strict=True)
+                          if not isinstance(s, BaseException) and s is not None
+                          and parameters_digest(s[1][:count]) == finals.get(p.to_base58())]
+                chosen = _median_state([*states, (own_metadata.get("epoch", 0), own_state)])
+            else:
+                chosen = _choose_state(states, own_parameters, digest)
             if chosen is None:
                 future.set_result(None)
             else:
@@ -526,6 +577,24 @@ def _choose_state(states: list[tuple[int, list]], own_parameters: list, digest: 
     # own parameters (a hostile state is taken only where it moves this peer less than the
     # honest one would); one source: the only one there is
     return min(states, key=distance)
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
+def _median_state(states: list[tuple[int, list]]):
+    """(epoch, tensors): the coordinate-wise median of ``states`` (the mean of the middle two
+    for an even count), the lower median epoch; the same states give the same bits, in any
+    order."""
+    import torch
+
+    epochs = sorted(epoch if type(epoch) is int else 0 for epoch, _ in states)
+    tensors = [coordinate_median(torch.stack([s[1][i] for s in states]))
+               for i in range(len(states[0][1]))]
+    return epochs[(len(epochs) - 1) // 2], tensors
 
 
 def _numel(shape) -> int:

@@ -63,7 +63,6 @@ RECORD_INTERVAL_S = 5.0
 RECORD_TTL_S = 24 * 3600.0
 COMPRESSIONS = ("none", "float16", "8bit")
 MAX_DHT_RECORDS = 1024  # peer records read from the DHT at once; more are ignored
-MAX_CLAIMS_KEPT = 1024  # work claims carried to the next round at most (the oldest go)
 MAX_BANNED_SHOWN = 64  # peer ids a peer lists as banned in its DHT value
 EVIDENCE_DIR = "swarm_evidence"  # in the run dir: bans.jsonl and the payloads they cite
 CONVERGE_GRACE_S = 10.0  # at the end, how long the majority waits for a peer that differs
@@ -149,11 +148,7 @@ class SwarmSession:
         self._final_digest = None  # set once training ended: the weights this peer holds
         self._heartbeat = self._hook = None
         self._stop_signal: int | None = None  # SIGINT or SIGTERM received: stop at once
-        self.claims: list[dict] = []  # work claims since the last gradient round
-        self._step_calls = 0  # local optimizer steps taken (the claims' step numbers)
-        self._checking = False  # re-computing another peer's step: its forwards are not ours
-        self._params: list = []
-        self.checks: dict[int, dict[str, dict]] = {}  # epoch -> peer -> checks of its claims
+        self.work = None  # trainer.swarm.work_checks.WorkChecks, once the optimizer is made
         self._old_handlers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ joining
@@ -339,7 +334,6 @@ class SwarmSession:
         seed = self.config.training.seed
         trainer._get_train_sampler = lambda *_a, **_k: AssignedRows(rows, seed,
                                                                    self.spec.peer_id)
-        self._trainer = trainer
         self.optimizer = self._make_optimizer(trainer)
         trainer.optimizer = self.optimizer
         trainer.lr_scheduler = _SwarmSchedule(self.optimizer)
@@ -353,7 +347,7 @@ class SwarmSession:
     def _count_samples(self, _module, args, kwargs) -> None:
         import torch
 
-        if self._checking:
+        if self.work is not None and self.work.checking:
             return
         ids = kwargs.get("input_ids", args[0] if args else None)
         if torch.is_grad_enabled() and isinstance(ids, torch.Tensor) and ids.dim() >= 1:
@@ -369,8 +363,14 @@ class SwarmSession:
         from trainer.swarm.gather import GymGradAverager
 
         t = self.config.training
+        from trainer.swarm.work_checks import WorkChecks
+
         params = [p for p in trainer.model.parameters() if p.requires_grad]
-        self._params = params
+        self.work = WorkChecks(
+            run=self.options.run, peer_id=self.spec.peer_id, trainer=trainer, params=params,
+            evidence_dir=self.evidence_dir(), seed=t.seed, micro_batch=t.batch_size,
+            local_batch=self.batch_per_step, check_steps=self.options.check_steps,
+            enabled=not self.options.local_steps)
         codec = {"none": compression.NoCompression, "float16": compression.Float16Compression,
                  "8bit": compression.Uniform8BitQuantization}[self.options.compression]()
         return _optimizer_class()(
@@ -403,96 +403,9 @@ class SwarmSession:
         self.witness.epoch = max(self.witness.epoch, epoch)
         if members is not None and self.spec.peer_id in members:
             self.witness.rounds[epoch] = RoundSeen(epoch, members, announced,
-                                                   self.checks.pop(epoch, {}))
+                                                   self.work.take(epoch))
             if mine > 0:
                 self.local.rounds.append(Round(epoch, mine))
-
-    # ------------------------------------------------------------------ work checks
-
-    def claim_step(self, samples: int) -> None:
-        """Commit to the local step about to be taken (trainer.swarm.work): its number, samples,
-        parameters and gradient sketch. Local-steps runs make no claims: their parameters
-        change every local step, so no other peer holds them to re-compute one."""
-        from trainer.swarm.gather import parameters_digest
-        from trainer.swarm.work import make_claim
-
-        step = self._step_calls
-        self._step_calls += 1
-        if self.options.local_steps:
-            return
-        claim = make_claim(step, samples, [p.grad for p in self._params],
-                           parameters_digest(self._params), self.options.run, self.spec.peer_id)
-        self.claims.append(claim.to_json())
-        del self.claims[:-MAX_CLAIMS_KEPT]
-
-    def write_claims(self) -> None:
-        """Leave the claims for the gradient averager's next commitment."""
-        from trainer.swarm.gather import CLAIMS_PENDING, write_atomic
-
-        write_atomic(self.evidence_dir() / CLAIMS_PENDING, json.dumps(self.claims))
-
-    def check_round(self, epoch: int, members: frozenset[str] | None) -> None:
-        """Re-compute ``check_steps`` random claims of each other member of the gradient round
-        that ends ``epoch`` (its signed commitment holds them) at this peer's parameters, and
-        keep what passed; a claim that fails bans its peer with the commitment as evidence."""
-        import random
-
-        from trainer.swarm.commitments import decode_commitment
-        from trainer.swarm.gather import CLAIMS_ROUND, parameters_digest, write_ban
-        from trainer.swarm.work import (
-            TOLERANCE,
-            decode_claims,
-            difference,
-            recompute,
-            rows_of_step,
-            sketch,
-        )
-
-        if self.options.local_steps or not members:
-            return
-        try:
-            sent = json.loads((self.evidence_dir() / CLAIMS_ROUND).read_text())
-        except (FileNotFoundError, ValueError):
-            return
-        if set(sent.get("members", ())) != set(members):
-            return  # not this round's (it failed after the members were read)
-        mine = parameters_digest(self._params)
-        batch = self.batch_per_step
-        chooser = random.SystemRandom()  # which claims are checked: nobody can predict it
-        checks = self.checks.setdefault(epoch, {})
-        for peer, text in sorted(sent.get("commitments", {}).items()):
-            try:
-                commitment = decode_commitment(text)
-                claims = decode_claims(list(commitment.claims), batch)
-            except SwarmRecordError as exc:
-                checks[peer] = {"claimed": 0, "checked": 0, "passed": 0, "why": str(exc)}
-                continue
-            here = [c for c in claims if c.parameters == mine]  # computed at these parameters
-            chosen = chooser.sample(here, min(self.options.check_steps, len(here)))
-            passed, failed = 0, None
-            for claim in chosen:
-                rows = rows_of_step(len(self._trainer.train_dataset), self.config.training.seed,
-                                    peer, claim.step, batch)
-                self._checking = True
-                try:
-                    gradients = recompute(self._trainer, rows, self.config.training.batch_size)
-                finally:
-                    self._checking = False
-                again = sketch(gradients, self.options.run, peer, claim.step)
-                off = difference(claim.sketch, again)
-                if off <= TOLERANCE:
-                    passed += 1
-                else:
-                    failed = {"step": claim.step, "claimed": list(claim.sketch),
-                              "recomputed": list(again), "difference": off}
-                    break
-            checks[peer] = {"claimed": sum(c.samples for c in here), "checked": len(chosen),
-                            "passed": passed, "tolerance": TOLERANCE}
-            if failed is not None and peer not in self.banned():
-                write_ban(self.evidence_dir(), {
-                    "peer_id": peer, "reason": "work_check", "averager": "grad",
-                    "group": commitment.group, "by": self.spec.peer_id,
-                    "evidence": {"commitment": text, "parameters": mine, **failed}})
 
     def _record(self) -> Contribution:
         epoch = self.optimizer.local_epoch if self.optimizer is not None else 0
@@ -574,9 +487,10 @@ class SwarmSession:
         each publishes the digest of its parameters (`parameters_digest`); a digest held by a
         strict majority of the live, unbanned peers that finished is the run's, and a peer that
         holds another downloads it from the holders, taking only a state with that digest
-        (its own hyperparameters kept). With no majority (the peers' last groups split) the
-        live peers run one more robust state round together (trainer.swarm.gather), after
-        which the honest ones hold the same bits, and compare again. A majority holder stays until every live peer holds the digest,
+        (its own hyperparameters kept). With no majority (the peers' last groups split, or
+        they banned different peers) each loads the coordinate-wise median of every live
+        finished peer's published state and its own (`load_state_from_peers(finals=)`), the
+        same bits for peers that see the same digests, and they compare again. A majority holder stays until every live peer holds the digest,
         or ``CONVERGE_GRACE_S`` after every live peer finished (a peer that keeps another
         digest is not waited for). (weights digest of the model, whether the live peers
         agreed)"""
@@ -613,10 +527,15 @@ class SwarmSession:
                     averager.load_state_from_peers(peers=holders, digest=digest,
                                                    timeout=self.options.averaging_timeout)
             elif all_finished and len(finished) > 1:
-                # no majority (the last groups split): one more robust state round among the
-                # live peers leaves the honest ones with the same bits
-                averager.step(averaging_round=True, delay_averaging=False,
-                              averaging_opts={"timeout": self.options.averaging_timeout})
+                # no majority: every live peer that finished, banned or not (peers may differ in
+                # whom they banned), serves the state it published; the coordinate-wise median
+                # of them all and this peer's own is the same bits for every peer that sees the
+                # same digests, and a minority's states cannot pull it far
+                finals = {peer: value["final_weights"] for peer, value in self._live().items()
+                          if isinstance(value.get("final_weights"), str)
+                          and peer != self.spec.peer_id}
+                averager.load_state_from_peers(finals=finals,
+                                               timeout=self.options.averaging_timeout)
             if time.monotonic() > deadline:
                 mine = parameters_digest(averager.main_parameters)
                 return weights_digest(model), sum(d == mine for d in finished.values()) * 2 > \
@@ -695,7 +614,7 @@ def _optimizer_class():
             local = self.session.local
             samples = local.pending  # the forwards that ran: a step without one earns nothing
             local.pending = 0
-            self.session.claim_step(samples)
+            self.session.work.claim(samples)
             local.samples += samples
             local.steps += 1
             # hivemind divides by the samples it accumulated: a step without a forward counts
@@ -740,11 +659,11 @@ def _optimizer_class():
             else:  # ... or gradients (its group: _average_gradients_and_load_into_optimizer)
                 mine, control = self.grad_averager.local_samples_accumulated, None
             started = time.perf_counter()
-            self.session.write_claims()
+            self.session.work.send()
             try:
                 super()._update_global_epoch(grad_scaler)
             finally:
-                self.session.claims = []  # sent (or the round failed: its parameters are gone)
+                self.session.work.sent()
             if self.use_local_updates and control is None and self.local_epoch > before \
                     and self.session.options.min_peers > 1:
                 control = self._lone_state_round()
@@ -784,7 +703,7 @@ def _optimizer_class():
             super()._average_gradients_and_load_into_optimizer(control)
             self._group = _members(control)
             # the parameters are still the ones every member computed this step at
-            self.session.check_round(self.local_epoch + 1, self._group)
+            self.session.work.check_round(self.local_epoch + 1, self._group)
 
     return RecordingOptimizer
 
