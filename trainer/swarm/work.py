@@ -164,8 +164,11 @@ def recompute(trainer, rows: list[int], micro_batch: int):
     model = trainer.model
     params = [p for p in model.parameters() if p.requires_grad]
     saved = [p.grad for p in params]
-    loader = trainer.get_train_dataloader()
-    dataset, collate = loader.dataset, loader.collate_fn
+    source = getattr(trainer, "_gym_rows_source", None)
+    if source is None:  # once: each get_train_dataloader call is another accelerate.prepare
+        loader = trainer.get_train_dataloader()
+        source = trainer._gym_rows_source = (loader.dataset, loader.collate_fn)
+    dataset, collate = source
     batches = [collate([dataset[i] for i in rows[j:j + micro_batch]])
                for j in range(0, len(rows), micro_batch)]
     was_training = model.training
