@@ -21,7 +21,8 @@ from tiny_sft import write_sft_config
 from contracts.devnet_accounts import devnet_account_key
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 12  # long enough for the late joiner to start up and average
+STEPS = 16  # long enough for the late joiner to start up and average (12 once ended, under
+# CI's load, as the late joiner caught up)
 
 
 def _forge_records(maddr: str, victim_peer_id: str) -> None:
@@ -208,7 +209,8 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     local = {name: s["local"] for name, s in swarm.items()}
     first_d = next(line for line in out_d.splitlines() if line.startswith("swarm arith: step "))
     assert "caught up: state loaded from the peers" in first_d, out_d
-    assert local["d"]["rounds"] > 0 and local["d"]["first_round"] > 1, local
+    assert local["d"]["rounds"] > 0 and local["d"]["first_round"] > 1, (
+        f"{local}\n{out_d[-3000:]}\n{d.stderr()[-4000:]}")
     assert all(f"step {STEPS}/{STEPS}" in out for out in (out_a, out_b))
 
     # the publisher's verdicts: the three survivors credited, the forgeries refused

@@ -195,17 +195,20 @@ def averagers(swarm, identities, tmp_path, tensors, hostile=None, cls=None):
         kind = base if hostile is None or i < len(swarm) - 1 else type(
             base.__name__, (base,), hostile)  # hivemind's handler names are the class name's
         out.append(kind([v.clone() for v in values], dht=dht, prefix=prefix,
-                        target_group_size=len(swarm), min_matchmaking_time=2.0,
-                        request_timeout=1.0, start=True,
+                        target_group_size=len(swarm), min_matchmaking_time=3.0,
+                        request_timeout=3.0, start=True,
                         gym=GymRound(run="robust", averager="state" if cls else "grad",
                                      identity=der,
-                                     evidence_dir=tmp_path / f"peer{i}", wait_s=5.0)))
+                                     evidence_dir=tmp_path / f"peer{i}",
+                                     # CI's load once kept an honest update past 5 s: that
+                                     # member then averaged without it, apart from the others
+                                     wait_s=20.0)))
     time.sleep(1.0)  # every averager announced in the DHT before the round
     return out
 
 
 def one_round(group, weights=None):
-    controls = [a.step(wait=False, timeout=30, weight=(weights or {}).get(i, 1.0))
+    controls = [a.step(wait=False, timeout=90, weight=(weights or {}).get(i, 1.0))
                 for i, a in enumerate(group)]
     results = []
     for control in controls:
@@ -276,9 +279,9 @@ def test_one_hostile_peer_of_four_cannot_spoil_the_honest_peers_average(swarm, i
     honest_mean = torch.stack(honest).mean(0)
     spread = max(float(torch.linalg.vector_norm(h - honest_mean)) for h in honest)
     first = tensors[0][0]
-    for i in range(3):
+    for i in range(3):  # all three honest in one group (matchmaking under load), then:
+        assert results[i] is not None and len(results[i]) >= 3, results
         assert torch.equal(tensors[i][0], first), f"honest peer {i} ends elsewhere"
-        assert results[i] is not None and len(results[i]) >= 3
     assert bool(torch.isfinite(first).all())
     assert float(torch.linalg.vector_norm(first - honest_mean)) < spread
     if banned_for is not None:

@@ -471,8 +471,8 @@ class RobustAveraging:
                                                         for a in own_state]
             each = min(timeout or 2 * self.gym.wait_s, 2 * self.gym.wait_s)  # a dead source
             sources = candidates if finals is not None else candidates[:LOAD_SOURCES]
-            downloads = await asyncio.gather(*(self._gym_download(p, shapes, each)
-                                               for p in sources), return_exceptions=True)
+            downloads = await self._gym_downloads(sources, shapes, each,
+                                                  all_of_them=finals is not None)
             states = [s for s in downloads if not isinstance(s, BaseException) and s is not None]
             if finals is not None:
                 count = len(own_parameters)
@@ -492,6 +492,28 @@ class RobustAveraging:
         finally:
             if not future.done():
                 future.set_result(None)
+
+    async def _gym_downloads(self, sources: list, shapes: list[tuple], each: float, *,
+                             all_of_them: bool) -> list:
+        """Each source's download (or its exception), in order. A catch-up waits for the
+        others at most ``wait_s`` once one state arrived: a dead or stalling source does not
+        hold a joiner for its whole timeout (CI once saw a late joiner catch up only as the run
+        ended). ``all_of_them`` (the end's median) waits for every source: peers that see the
+        same states compute the same bits."""
+        tasks = [asyncio.ensure_future(self._gym_download(p, shapes, each)) for p in sources]
+        pending = set(tasks)
+        if not all_of_them:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.exception() is None and t.result() is not None for t in done):
+                    break
+            if pending:
+                _, pending = await asyncio.wait(pending, timeout=self.gym.wait_s)
+            for task in pending:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return [TimeoutError("still downloading after another source's state arrived")
+                if t.cancelled() else (t.exception() or t.result()) for t in tasks]
 
     async def _gym_download(self, peer, shapes: list[tuple], timeout):
         """(epoch, tensors) downloaded from ``peer``, bounded to ``shapes``; None if it sent
