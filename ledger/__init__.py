@@ -43,6 +43,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "ledger.errors": ["ConsistencyProofError", "ContentIntegrityError", "EntryError",
         "InclusionProofError", "LedgerError", "NotFoundError", "VerificationError"],
     "ledger.logstore": ["Checkpoint", "Leaf", "LogInfo", "LogStore"],
+    "ledger.merkle_distribution": ["MerkleDistributionError", "RewardTree",
+        "verify_proof as verify_reward_proof"],
     "ledger.multiformats": ["CID", "raw_cid", "verify_block"],
     "ledger.proofs": ["proof_document", "verify_proof_document"],
     "ledger.rfc9162": ["EMPTY_ROOT", "consistency_proof", "inclusion_proof", "leaf_hash",
