@@ -130,11 +130,11 @@ _CHALLENGE_FIELDS = {
 _EMPTY_SET_HASH = keccak(bytes(committee_set.HEADER))  # no verifier yet
 
 
-def _g1_arg(point: G1Point) -> tuple[int, int]:
+def g1_arg(point: G1Point) -> tuple[int, int]:
     return g1_to_ints(point)
 
 
-def _g2_arg(point: G2Point) -> tuple[tuple[int, int], tuple[int, int]]:
+def g2_arg(point: G2Point) -> tuple[tuple[int, int], tuple[int, int]]:
     (x_im, x_re), (y_im, y_re) = g2_to_ints(point)
     return ((x_im, x_re), (y_im, y_re))
 
@@ -204,8 +204,10 @@ class VerifierCommittee:
     def token(self) -> Any:
         return self.w3.eth.contract(address=self.value("token"), abi=self._token_abi)
 
-    def slot(self, index: int) -> VerifierSlot:
-        info = self._struct("verifierAt", self._call(self.contract.functions.verifierAt(index)))
+    def slot(self, index: int, block: Any = "latest") -> VerifierSlot:
+        """Slot ``index`` as it is at ``block``."""
+        info = self._struct("verifierAt", self._call(self.contract.functions.verifierAt(index),
+                                                     block))
         state = info["state"]
         pk1 = None if state == SLOT_FREE else g1_from_ints(tuple(info["pk1"]),
                                                             allow_infinity=True)
@@ -325,7 +327,7 @@ class VerifierCommittee:
         pop = proof_of_possession(sk, self.chain_id, self.address, self.account.address)
         self._approve(stake)
         receipt = self._send(self.contract.functions.register(
-            _g1_arg(sk.pk1()), _g2_arg(sk.pk2()), _g1_arg(pop), stake))
+            g1_arg(sk.pk1()), g2_arg(sk.pk2()), g1_arg(pop), stake))
         events = self.contract.events.VerifierRegistered().process_receipt(receipt, errors=DISCARD)
         if not events:
             raise ChainError("the register transaction emitted no VerifierRegistered event")
@@ -359,8 +361,8 @@ class VerifierCommittee:
         for ``verdict``; ``judging_set``: the set the challenge opened with (``opening_set``).
         The non-signers and the hash hint are derived here."""
         digest = verdict.digest(self.chain_id, self.address)
-        proof = (judging_set.raw, judging_set.non_signers(signer_bitmap), _g1_arg(sigma),
-                 _g2_arg(apk2), hash_to_g1_hint(digest))
+        proof = (judging_set.raw, judging_set.non_signers(signer_bitmap), g1_arg(sigma),
+                 g2_arg(apk2), hash_to_g1_hint(digest))
         return self._send(self.contract.functions.settle(
             verdict.challenge_id, verdict.receipt_hash, verdict.verdict, verdict.reason,
             signer_bitmap, proof))

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 import committee.cli
+import committee.rewards.cli
 import content_endpoint.cli
 import contracts
 import contracts.cli
@@ -62,6 +63,7 @@ app.add_typer(trainer.adapters.cli.app, name="adapter")
 app.add_typer(trainer.swarm.cli.app, name="swarm")
 app.add_typer(inference_node.cli.app, name="node")
 app.add_typer(committee.cli.app, name="verifier")
+app.add_typer(committee.rewards.cli.app, name="rewards")
 app.command(name="eval")(trainer.cli.eval_library)
 
 
@@ -120,6 +122,7 @@ def root(
     ctx.meta["governance_runtime"] = lambda: governance_runtime(settings, ctx.obj)
     ctx.meta["node_registry_address"] = lambda: deployed_address(settings, "NodeRegistry")
     ctx.meta["committee_address"] = lambda: deployed_address(settings, "VerifierCommittee")
+    ctx.meta["distributor_address"] = lambda: deployed_address(settings, "RewardDistributor")
     ctx.meta["data_dir"] = lambda: settings.data_dir
     # picklable: `gym verifier serve`'s judge process rebuilds the runtime with it
     ctx.meta["ledger_runtime"] = partial(ledger_runtime, settings)

@@ -8,12 +8,18 @@ runtime code as read back from the chain.
 
 The DAO (docs/design.md "4.3 DAO") is wired so that the deployer keeps no power over it:
 
+- ``TimelockController`` (OpenZeppelin, as is), deployed before the token: the governor is
+  its only proposer and canceller in the end, anyone (``address(0)``) may execute a queued,
+  ready operation. The deployer starts as its admin and its proposer with a delay of 0, for
+  one batch it schedules and executes at once (the treasury's approval of the
+  RewardDistributor, then ``updateDelay`` to ``timelock_min_delay``); it then revokes its
+  proposer and canceller roles and renounces the admin role, leaving the timelock its own
+  admin;
 - ``GymToken``: fixed supply minted at construction to the devnet holders (Anvil accounts
   0..4, public keys in ``devnet.settings``), each of which then self-delegates, signing with
-  its own key, so its balance counts as votes;
-- ``TimelockController`` (OpenZeppelin, as is): the governor is its only proposer and
-  canceller, anyone (``address(0)``) may execute a queued, ready operation, and the deployer's
-  temporary admin role is renounced once the roles are set, leaving the timelock its own admin;
+  its own key, so its balance counts as votes, and ``treasury_tokens`` to the timelock, the
+  rewards' treasury (nobody delegates it: it never votes, but it is part of the supply a
+  quorum is a fraction of);
 - ``GymGovernor``: clock in seconds (the token's ERC-6372 ``mode=timestamp``), so voting delay,
   voting period and timelock delay are all durations in seconds;
 - the curated library ``gym/curated``: created in the ExperienceLedger by the deployer, then
@@ -28,6 +34,10 @@ The DAO (docs/design.md "4.3 DAO") is wired so that the deployer keeps no power 
   timeout (after which an unsettled challenge may expire, returning the bond:
   ``committee_settlement_timeout``) are fixed at deployment, the appeal window is short on the
   devnet (``committee_appeal_window``).
+- ``RewardDistributor`` (docs/rewards.md): epoch rewards whose Merkle root the committee's
+  current set attests, claimed from the treasury (the timelock, which approves it for
+  ``treasury_tokens`` in the deployer's one batch); governance, which reverses roots and sets
+  the budget and the appeal window, is the timelock. Epoch length is fixed at deployment.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, field_validator
 
 from contracts import load_artifact
 from contracts.gym_token import GYM
@@ -54,17 +64,21 @@ if TYPE_CHECKING:  # web3 and eth-account load when something talks to the chain
 # 5: a VerifierCommittee with a settlement timeout (`expire`; its constructor changed)
 # 6: a VerifierCommittee whose challenges are judged by the set of their opening (`settle`
 #    takes a proof, `SetUpdated` carries the set)
-MANIFEST_VERSION = 6
+# 7: the RewardDistributor, and the treasury the timelock holds for it
+MANIFEST_VERSION = 7
 # What an older manifest lacks, by its version (said when asking for a redeploy).
 _MISSING_SINCE = {
-    1: "the DAO contracts, the curated library, the NodeRegistry and the VerifierCommittee",
-    2: "the NodeRegistry and the VerifierCommittee",
-    3: "the VerifierCommittee",
-    4: "the VerifierCommittee's settlement timeout",
-    5: "the VerifierCommittee's settlement by the set of a challenge's opening",
+    1: "the DAO contracts, the curated library, the NodeRegistry, the VerifierCommittee and the "
+       "RewardDistributor",
+    2: "the NodeRegistry, the VerifierCommittee and the RewardDistributor",
+    3: "the VerifierCommittee and the RewardDistributor",
+    4: "the VerifierCommittee's settlement timeout and the RewardDistributor",
+    5: "the VerifierCommittee's settlement by the set of a challenge's opening and the "
+       "RewardDistributor",
+    6: "the RewardDistributor and its treasury",
 }
-CONTRACT_NAMES = ("ExperienceLedger", "GymToken", "TimelockController", "GymGovernor", "VerifierCommittee",
-                  "NodeRegistry")
+CONTRACT_NAMES = ("ExperienceLedger", "TimelockController", "GymToken", "GymGovernor",
+                  "VerifierCommittee", "NodeRegistry", "RewardDistributor")
 CURATED_LIBRARY_NAME = "gym/curated"
 MAX_MANIFEST_BYTES = 1024 * 1024  # deployment.json is ~3 KB
 CURATED_LOG_KIND = 1  # IExperienceLedger.LogKind.Curated
@@ -108,6 +122,23 @@ class GovernanceParams(BaseModel):
     challenger_share_bps: int = 2_000  # share of the node's slashed stake paid to the challenger
     committee_appeal_window: int = 300  # seconds governance may reverse a settlement (at most 7 days)
     committee_settlement_timeout: int = 3600  # seconds until an unsettled challenge may expire
+    # RewardDistributor (docs/rewards.md); the treasury is the timelock's own balance
+    treasury_tokens: int = 1_250  # whole GYM minted to the timelock: 20% of the devnet's supply
+    # (5 holders × 1,000 + this), 12.5 epochs of the default budget
+    reward_epoch_blocks: int = 1_000  # blocks per reward epoch, from the distributor's deployment
+    reward_budget: int = 100 * GYM  # GYM base units paid per epoch at most (governance: setBudget)
+    # the budget's split in basis points (sum 10,000): data, compute, verification, availability
+    reward_pool_bps: list[int] = [4_000, 3_000, 1_500, 1_500]
+    reward_appeal_window: int = 300  # seconds governance may reverse an attested root (at most 7 days)
+
+    @field_validator("reward_pool_bps")
+    @classmethod
+    def _four_pools(cls, bps: list[int]) -> list[int]:
+        # the constructor refuses anything else; say so before the first transaction
+        if len(bps) != 4 or min(bps) < 0 or sum(bps) != 10_000:
+            raise ValueError("reward_pool_bps is four basis points (data, compute, verification, "
+                             f"availability) that sum to 10,000, not {bps}")
+        return bps
 
 
 class Deployment(BaseModel):
@@ -270,9 +301,17 @@ def deploy_all(
     deployer = deployer or Deployer(w3, private_key)
 
     contracts = {"ExperienceLedger": deployer.deploy("ExperienceLedger")}
+    # The timelock before the token, which mints the treasury to it. The deployer proposes
+    # (delay 0) only for the one batch below, and admins it only until then.
+    contracts["TimelockController"] = deployer.deploy(
+        "TimelockController", 0, [deployer.account.address], [ZERO_ADDRESS], deployer.account.address
+    )
+    timelock = deployer.contract(contracts["TimelockController"], "TimelockController")
     amount = governance.tokens_per_holder * GYM
+    treasury = governance.treasury_tokens * GYM
     contracts["GymToken"] = deployer.deploy(
-        "GymToken", governance.token_name, governance.token_symbol, holders, [amount] * len(holders)
+        "GymToken", governance.token_name, governance.token_symbol, [*holders, timelock.address],
+        [amount] * len(holders) + [treasury],
     )
     # Delegate first: a proposer's votes are read one clock tick (second) before `propose`, so
     # the more blocks between delegation and the end of the deployment, the sooner the holders
@@ -280,21 +319,16 @@ def deploy_all(
     token = deployer.contract(contracts["GymToken"], "GymToken")
     for key, holder in zip(holder_keys, holders, strict=True) if delegate else ():
         deployer.send(token.functions.delegate(holder), key=key)
-    # The deployer is the timelock's admin only until the governor exists and has its roles.
-    contracts["TimelockController"] = deployer.deploy(
-        "TimelockController", governance.timelock_min_delay, [], [ZERO_ADDRESS], deployer.account.address
-    )
     contracts["GymGovernor"] = deployer.deploy(
-        "GymGovernor", contracts["GymToken"].address, contracts["TimelockController"].address,
+        "GymGovernor", contracts["GymToken"].address, timelock.address,
         governance.voting_delay, governance.voting_period, governance.proposal_threshold,
         governance.quorum_numerator,
     )
-    timelock = deployer.contract(contracts["TimelockController"], "TimelockController")
     governor = contracts["GymGovernor"].address
-    for role in (timelock.functions.PROPOSER_ROLE().call(), timelock.functions.CANCELLER_ROLE().call()):
+    proposer_role = timelock.functions.PROPOSER_ROLE().call()
+    canceller_role = timelock.functions.CANCELLER_ROLE().call()
+    for role in (proposer_role, canceller_role):
         deployer.send(timelock.functions.grantRole(role, governor))
-    admin_role = timelock.functions.DEFAULT_ADMIN_ROLE().call()
-    deployer.send(timelock.functions.renounceRole(admin_role, deployer.account.address))
 
     ledger = deployer.contract(contracts["ExperienceLedger"], "ExperienceLedger")
     receipt = deployer.send(ledger.functions.createLog(CURATED_LIBRARY_NAME, CURATED_LOG_KIND))
@@ -315,6 +349,28 @@ def deploy_all(
     )
     committee = deployer.contract(contracts["VerifierCommittee"], "VerifierCommittee")
     deployer.send(committee.functions.bindRegistry(contracts["NodeRegistry"].address))
+
+    contracts["RewardDistributor"] = deployer.deploy(
+        "RewardDistributor", contracts["GymToken"].address, committee.address, timelock.address,
+        timelock.address, governance.reward_epoch_blocks, governance.reward_appeal_window,
+        governance.reward_budget, governance.reward_pool_bps,
+    )
+    # One batch through the timelock, scheduled and executed at once (delay 0): the treasury
+    # approves the distributor, then the timelock takes its real delay. Then the deployer
+    # gives up every role it holds there; the governor remains the only proposer.
+    predecessor = salt = bytes(32)  # none; the only batch the deployer schedules
+    batch = (
+        [token.address, timelock.address], [0, 0],
+        [token.encode_abi("approve", args=[contracts["RewardDistributor"].address, treasury]),
+         timelock.encode_abi("updateDelay", args=[governance.timelock_min_delay])],
+        predecessor, salt,
+    )
+    deployer.send(timelock.functions.scheduleBatch(*batch, 0))
+    deployer.send(timelock.functions.executeBatch(*batch))
+    for role in (proposer_role, canceller_role):
+        deployer.send(timelock.functions.revokeRole(role, deployer.account.address))
+    admin_role = timelock.functions.DEFAULT_ADMIN_ROLE().call()
+    deployer.send(timelock.functions.renounceRole(admin_role, deployer.account.address))
 
     last_block = w3.eth.get_block("latest")
     return Deployment(
@@ -361,9 +417,12 @@ def foreign_problems(w3: Web3, deployment: Deployment) -> list[str]:
     """Why a manifest from someone else (`gym devnet join`) does not describe this project's
     contracts wired as ``deploy_all`` wires them; empty when it does. Beyond
     ``deployment_problems`` (its chain, blocks and code hashes): every contract's runtime code
-    is this build's (whatever its immutables hold), the governor, the committee and the
-    registry name the manifest's token, timelock, ledger and each other, and the curated
-    library is a curated log the timelock owns."""
+    is this build's (whatever its immutables hold), the governor, the committee, the registry
+    and the reward distributor name the manifest's token, timelock, ledger and each other (the
+    distributor's treasury is the timelock), the deployer kept no role in the timelock and the
+    timelock's delay is not the 0 it was deployed with (its deployment's last batch ran; the
+    DAO may have changed the delay since), and the curated library is a curated log the
+    timelock owns."""
     problems = deployment_problems(w3, deployment)
     if problems:
         return problems
@@ -394,8 +453,23 @@ def foreign_problems(w3: Web3, deployment: Deployment) -> list[str]:
             ("NodeRegistry", "stakeToken", "GymToken"),
             ("NodeRegistry", "governance", "TimelockController"),
             ("NodeRegistry", "committee", "VerifierCommittee"),
-            ("NodeRegistry", "ledger", "ExperienceLedger")):
+            ("NodeRegistry", "ledger", "ExperienceLedger"),
+            ("RewardDistributor", "token", "GymToken"),
+            ("RewardDistributor", "committee", "VerifierCommittee"),
+            ("RewardDistributor", "governance", "TimelockController"),
+            ("RewardDistributor", "treasury", "TimelockController")):
         named(contract, getter, expected)
+    timelock = w3.eth.contract(address=deployment.contracts["TimelockController"].address,
+                               abi=load_artifact("TimelockController").abi)
+    for role in ("DEFAULT_ADMIN_ROLE", "PROPOSER_ROLE", "CANCELLER_ROLE"):
+        if timelock.functions.hasRole(getattr(timelock.functions, role)().call(),
+                                      deployment.deployer).call():
+            problems.append(f"the deployer {deployment.deployer} still holds the timelock's "
+                            f"{role}")
+    expected_delay = deployment.governance.timelock_min_delay if deployment.governance else None
+    if expected_delay and timelock.functions.getMinDelay().call() == 0:
+        problems.append(f"the timelock's delay is 0, not the manifest's {expected_delay} s: its "
+                        "deployment did not finish")
     if deployment.curated_log_id is None:
         problems.append("the manifest names no curated library")
     else:

@@ -160,6 +160,10 @@ class NodeRegistry:
         found = (self.node_of(operator) for operator in operators)
         return [node for node in found if node is not None]
 
+    def registered(self, to_block: int | None = None) -> list[Any]:
+        """The arguments of every ``NodeRegistered`` event up to ``to_block``, oldest first."""
+        return self._events(self.contract.events.NodeRegistered, to_block=to_block)
+
     def challenge_of(self, challenge_id: int) -> ChallengeInfo:
         """Challenge ``challenge_id`` (status ``NONE`` when it does not exist)."""
         c = self._call(self.contract.functions.challengeOf(challenge_id))
@@ -186,12 +190,13 @@ class NodeRegistry:
         return {args["challengeId"]: args["evidenceCid"]
                 for args in self._events(self.contract.events.ChallengeOpened, filters)}
 
-    def _events(self, event: Any, filters: dict[str, Any] | None = None) -> list[Any]:
-        """The arguments of every ``event`` from ``from_block`` to the head, in chain order,
-        read ``PAGE_BLOCKS`` blocks at a time."""
+    def _events(self, event: Any, filters: dict[str, Any] | None = None, *,
+                to_block: int | None = None) -> list[Any]:
+        """The arguments of every ``event`` from ``from_block`` to ``to_block`` (the head),
+        in chain order, read ``PAGE_BLOCKS`` blocks at a time."""
         found = []
         with self.evm.rpc_errors():
-            head = self.w3.eth.block_number
+            head = self.w3.eth.block_number if to_block is None else to_block
             start = self.from_block
             while start <= head:
                 end = min(start + PAGE_BLOCKS - 1, head)

@@ -271,6 +271,13 @@ class LedgerContract:
         return [e for e in self.curated_events(log_id, from_block, to_block)
                 if isinstance(e, LeafAppendedEvent)]
 
+    def leaves_curated(self, log_id: int, from_block: int = 0, to_block: int | None = None
+                       ) -> list[dict[str, Any]]:
+        """``LeafCurated`` events of curated log ``log_id`` in chain order: each leaf's
+        ``sourceLogId``, ``sourceSize``, ``leafIndex``, ``leafHash`` and its ``block``."""
+        return [{**v, "block": where[1]}
+                for _, v, where in self._events_of(["LeafCurated"], log_id, from_block, to_block)]
+
     def _events_of(self, names: list[str], log_id: int | None, from_block: int,
                    to_block: int | None):
         """Yield (event name, decoded values, (tx hash, block, log index)) in chain order."""

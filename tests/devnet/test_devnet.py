@@ -68,7 +68,8 @@ def test_up_writes_manifest_that_matches_the_chain(gym_env):
 
 def test_up_wires_the_dao(gym_env):
     """The deployer keeps no power: the governor alone proposes to the timelock, the timelock
-    owns the curated library and admins itself, and every holder's balance counts as votes."""
+    owns the curated library and admins itself, every holder's balance counts as votes, and
+    the timelock holds the rewards' treasury, which the RewardDistributor may pay from."""
     result = gym_env.run("devnet", "up", extra_env={"GYM_TIMELOCK_MIN_DELAY": "7"})
     assert result.returncode == 0, result.stderr
     deployment = Deployment.load(gym_env.deployment_file)
@@ -110,7 +111,11 @@ def test_up_wires_the_dao(gym_env):
         assert balance == params.tokens_per_holder * 10**18
         assert token.functions.getVotes(holder).call() == balance
         assert token.functions.delegates(holder).call() == holder
-    assert token.functions.totalSupply().call() == len(holders) * params.tokens_per_holder * 10**18
+    treasury = params.treasury_tokens * 10**18
+    assert token.functions.balanceOf(timelock.address).call() == treasury == 1_250 * 10**18
+    assert token.functions.getVotes(timelock.address).call() == 0  # the treasury does not vote
+    assert token.functions.totalSupply().call() == (len(holders) * params.tokens_per_holder * 10**18
+                                                    + treasury)
 
     registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
                                abi=load_artifact("NodeRegistry").abi)
@@ -127,6 +132,19 @@ def test_up_wires_the_dao(gym_env):
     assert committee.functions.governance().call() == timelock.address
     assert committee.functions.appealWindow().call() == params.committee_appeal_window == 300
     assert committee.functions.settlementTimeout().call() == params.committee_settlement_timeout == 3600
+
+    distributor = w3.eth.contract(address=deployment.contracts["RewardDistributor"].address,
+                                  abi=load_artifact("RewardDistributor").abi)
+    assert distributor.functions.token().call() == token.address
+    assert distributor.functions.committee().call() == committee.address
+    assert distributor.functions.governance().call() == timelock.address
+    assert distributor.functions.treasury().call() == timelock.address
+    assert distributor.functions.epochBlocks().call() == params.reward_epoch_blocks == 1_000
+    assert distributor.functions.appealWindow().call() == params.reward_appeal_window == 300
+    assert distributor.functions.budgetOf(0).call() == [params.reward_budget,
+                                                         params.reward_pool_bps]
+    # the deployer's one batch through the timelock: the approval, then the real delay
+    assert token.functions.allowance(timelock.address, distributor.address).call() == treasury
 
 
 def test_a_passed_proposal_runs_through_the_timelock(gym_env):
@@ -183,8 +201,8 @@ def test_manifest_of_an_older_gym_says_redeploy(gym_env):
     status = gym_env.run("devnet", "status")
     assert status.returncode == 1
     assert (f"has manifest version 1, this gym reads {MANIFEST_VERSION} (it predates the DAO "
-            "contracts, the curated library, the NodeRegistry and the VerifierCommittee): run "
-            "`gym devnet up --redeploy`"
+            "contracts, the curated library, the NodeRegistry, the VerifierCommittee and the "
+            "RewardDistributor): run `gym devnet up --redeploy`"
             ) in status.stderr
     up = gym_env.run("devnet", "up")
     assert up.returncode == 0, up.stderr

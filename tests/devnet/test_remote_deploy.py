@@ -49,7 +49,8 @@ def test_deploy_to_another_chain_with_a_dry_run_first(gym_env, tmp_path):
         assert "nothing was sent" in dry.stdout and re.search(r"[\d,]+ gas; at", dry.stdout)
         planned = dict(re.findall(r"│ (\w+)\s+│ (0x[0-9a-fA-F]{40})", dry.stdout))
         assert set(planned) == {"ExperienceLedger", "GymToken", "TimelockController",
-                                "GymGovernor", "VerifierCommittee", "NodeRegistry"}
+                                "GymGovernor", "VerifierCommittee", "NodeRegistry",
+                                "RewardDistributor"}
         assert w3.eth.get_transaction_count(deployer) == 0 and not manifest.exists()
 
         real = gym_env.run(*args, "--expect-chain-id", str(SEPOLIA), extra_env=env,
@@ -61,6 +62,18 @@ def test_deploy_to_another_chain_with_a_dry_run_first(gym_env, tmp_path):
         token = w3.eth.contract(address=planned["GymToken"], abi=load_artifact("GymToken").abi)
         assert [token.functions.balanceOf(h).call() for h in holders] == [1000 * GYM] * 2
         assert json.loads(manifest.read_text())["governance"]["holders"] == holders
+        # the treasury, approved for the distributor; the deployer kept no role in the timelock
+        timelock, distributor = planned["TimelockController"], planned["RewardDistributor"]
+        assert token.functions.balanceOf(timelock).call() == 1_250 * GYM
+        assert token.functions.allowance(timelock, distributor).call() == 1_250 * GYM
+        tl = w3.eth.contract(address=timelock, abi=load_artifact("TimelockController").abi)
+        assert tl.functions.getMinDelay().call() == 60
+        w3.provider.make_request("anvil_impersonateAccount", [timelock])  # as a proposal would
+        w3.provider.make_request("anvil_setBalance", [timelock, hex(10**18)])
+        tl.functions.grantRole(tl.functions.PROPOSER_ROLE().call(), deployer).transact(
+            {"from": timelock})
+        assert foreign_problems(w3, deployment) == [
+            f"the deployer {deployer} still holds the timelock's PROPOSER_ROLE"]
         again = gym_env.run(*args, "--expect-chain-id", str(SEPOLIA), extra_env=env)
         assert again.returncode != 0 and "exists" in again.stderr  # no manifest overwritten
     finally:

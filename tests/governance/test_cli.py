@@ -106,7 +106,7 @@ def test_curation_through_the_cli(gym_env, ledger_devnet, tmp_path):
 
     listed = gym("gov", "list").stdout
     assert re.search(r"Curate 2 entries from alice/math\s*│ Active\s*│ 2,000 GYM\s*│ 0 GYM\s*│ "
-                     r"1,000 GYM\s*│ 200 GYM", listed)
+                     r"1,000 GYM\s*│ 250 GYM", listed)  # quorum: 4% of 6,250 GYM
     refused = gym("gov", "queue", "1", "--account", "0", ok=False).stderr
     assert "GovernorUnexpectedProposalState" in refused and "the proposal is Active, this needs " \
         "it Succeeded" in refused and "Traceback" not in refused

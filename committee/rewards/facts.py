@@ -1,0 +1,252 @@
+"""An epoch's facts, read from chain + content endpoint alone (docs/rewards.md "Sources").
+
+Every read is bounded at the epoch's last block (events in ``[first, last]``, state read at
+``last``), so a table computed later, or by another verifier, sees the same chain. Content is
+what the chain names (batch manifests, entries); a document the endpoint answers it does not
+have, or that does not decode, counts nothing (the same for everyone who asks), while an
+endpoint that cannot be reached stops the computation (``ContentStoreUnreachableError``): a
+table computed from part of the content would differ from the others'.
+
+- **uses** (``data``): the checkpoints of each registered node's receipt log anchored in the
+  epoch; each receipt of their batch manifests names the experiences it injected; an
+  experience counts when it is the ``add`` of a leaf of the curated library by the epoch's
+  end; its author is the owner of the log the leaf was curated from (at its curation).
+- **stakes**: each node active at the epoch's last block, with its stake then.
+- **contributions** (``compute``): the ``run`` entries curated into the library in the epoch,
+  and the contribution entries naming each, signed by their contributor, from the run's own
+  log as anchored by the epoch's end.
+- **settlements** (``verification``): committee challenges finalized in the epoch and never
+  reversed, with the verifiers of the slots that signed, as the slots were when it settled.
+- **anchors** (``availability``): per node, its receipt-log checkpoints anchored in the
+  epoch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from eth_utils import to_checksum_address
+
+from committee.rewards.table import Contribution, EpochFacts, RewardsError, Settlement, Use
+from ledger.batches import BatchError, fetch_batch, verify_batch
+from ledger.entries import ContributionEntry, ExperienceEntry, ReceiptEntry, RunEntry, decode_entry
+from ledger.errors import (
+    ContentIntegrityError,
+    ContentStoreError,
+    ContentStoreUnreachableError,
+    EntryError,
+    NotFoundError,
+    VerificationError,
+)
+
+if TYPE_CHECKING:
+    from committee.client import VerifierCommittee
+    from inference_node.registry import NodeRegistry
+    from ledger.chain import LedgerContract
+    from ledger.content import ContentStore
+
+MAX_CHECKPOINT_LEAVES = 1 << 20  # leaves of one checkpoint read for an epoch
+ENTRY_MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class EpochWindow:
+    """Epoch ``epoch``: blocks ``[first_block, last_block]``, its budget and split."""
+
+    chain_id: int
+    distributor: str
+    epoch: int
+    first_block: int
+    last_block: int
+    budget: int
+    pool_bps: tuple[int, int, int, int]
+
+
+@dataclass
+class Sources:
+    """The clients an epoch is read through (each bound to the deployment)."""
+
+    ledger: LedgerContract
+    registry: NodeRegistry
+    committee: VerifierCommittee
+    content: ContentStore
+    curated_log_id: int
+    from_block: int = 0  # the deployment block: where event scans start
+
+
+def _read(content: ContentStore, cid: str) -> Any | None:
+    """The entry ``cid`` decoded; None when the endpoint does not have it or it is no entry."""
+    try:
+        return decode_entry(content.cat(cid, max_bytes=ENTRY_MAX_BYTES))
+    except ContentStoreUnreachableError:
+        raise
+    except (NotFoundError, ContentStoreError, ContentIntegrityError, EntryError, ValueError):
+        return None
+
+
+def _checkpoint_entries(sources: Sources, log_id: int, first: int, last: int):
+    """(cid, entry) of the leaves of log ``log_id``'s checkpoints anchored in blocks
+    ``[first, last]``, in log order; a checkpoint whose manifest is missing or does not match
+    its event is skipped whole."""
+    previous = 0
+    for event in sources.ledger.anchored(log_id, sources.from_block, last):
+        old, previous = previous, event.size
+        if event.block_number < first:
+            continue
+        if event.batch_cid is None or event.size - old > MAX_CHECKPOINT_LEAVES:
+            continue
+        try:
+            manifest = fetch_batch(sources.content, event.batch_cid)
+            verify_batch(manifest, log_id=log_id, from_size=old, to_size=event.size)
+        except ContentStoreUnreachableError:
+            raise
+        except (NotFoundError, ContentStoreError, VerificationError, BatchError, ValueError):
+            continue
+        yield event, [(cid, _read(sources.content, cid)) for cid in manifest.entries]
+
+
+def _owner_at(sources: Sources, log_id: int, block: int) -> str | None:
+    try:
+        info = sources.ledger.contract.functions.logInfo(log_id).call(block_identifier=block)
+    except Exception:  # noqa: BLE001 (an unknown log id: no author)
+        return None
+    owner = to_checksum_address(info[0])
+    return None if int(owner, 16) == 0 else owner
+
+
+def curated(sources: Sources, last: int) -> list[tuple[str, Any, int, int]]:
+    """(entry CID, entry or None, source log id, block) of every leaf curated into the library
+    by block ``last``, in library order."""
+    appended = sources.ledger.leaves_appended(sources.curated_log_id, sources.from_block, last)
+    origin = {bytes(e["leafHash"]): (e["sourceLogId"], e["block"])
+              for e in sources.ledger.leaves_curated(sources.curated_log_id, sources.from_block,
+                                                     last)}
+    out = []
+    for event in appended:
+        if event.entry_cid is None:
+            continue
+        source, block = origin.get(bytes(event.leaf_hash), (0, event.block_number))
+        out.append((event.entry_cid, _read(sources.content, event.entry_cid), source, block))
+    return out
+
+
+def gather(sources: Sources, window: EpochWindow,
+           progress: Callable[[str, int, int], None] | None = None) -> EpochFacts:
+    """The facts of ``window`` (module docstring)."""
+    first, last = window.first_block, window.last_block
+    report = progress or (lambda what, done, total: None)
+
+    # the library: who added each experience, and the runs curated in the epoch
+    authors: dict[str, str] = {}
+    runs: dict[str, int] = {}  # run entry CID -> its source log
+    owners: dict[tuple[int, int], str | None] = {}
+    for cid, entry, source, block in curated(sources, last):
+        if isinstance(entry, ExperienceEntry) and entry.op == "add" or isinstance(entry, RunEntry):
+            key = (source, block)
+            if key not in owners:
+                owners[key] = _owner_at(sources, source, block) if source else None
+            if owners[key] is None:
+                continue
+            if isinstance(entry, ExperienceEntry):
+                authors[cid] = owners[key]
+            elif first <= block <= last:
+                runs[cid] = source
+
+    # the nodes: registered by the end of the epoch, active then with their stake
+    stakes: dict[str, int] = {}
+    logs: dict[str, int] = {}
+    registry = sources.registry
+    for args in registry.registered(to_block=last):
+        operator = to_checksum_address(args["operator"])
+        logs[operator] = int(args["receiptLogId"])
+    for operator in logs:
+        node = registry.contract.functions.nodeOf(operator).call(block_identifier=last)
+        active = registry.contract.functions.isActive(operator).call(block_identifier=last)
+        if active and node[4] > 0:
+            stakes[operator] = int(node[4])
+
+    uses: Counter[tuple[str, str]] = Counter()
+    anchors: Counter[str] = Counter()
+    for n, (operator, log_id) in enumerate(sorted(logs.items())):
+        report("receipt logs", n, len(logs))
+        if operator not in stakes:
+            continue
+        for _event, entries in _checkpoint_entries(sources, log_id, first, last):
+            anchors[operator] += 1
+            for _cid, entry in entries:
+                if isinstance(entry, ReceiptEntry):
+                    for experience in set(entry.experience_ids):
+                        if experience in authors:
+                            uses[(operator, experience)] += 1
+    report("receipt logs", len(logs), len(logs))
+
+    contributions: list[Contribution] = []
+    for run_cid, log_id in sorted(runs.items()):
+        seen: set[str] = set()
+        for _event, entries in _checkpoint_entries(sources, log_id, 0, last):
+            for cid, entry in entries:
+                if isinstance(entry, ContributionEntry) and entry.run_cid == run_cid \
+                        and cid not in seen and _signed(entry):
+                    seen.add(cid)
+                    contributions.append(Contribution(run_cid, cid, entry.contributor,
+                                                      entry.credited_samples))
+
+    return EpochFacts(
+        chain_id=window.chain_id, distributor=window.distributor, epoch=window.epoch,
+        first_block=first, last_block=last, budget=window.budget, pool_bps=window.pool_bps,
+        stakes=stakes,
+        uses=tuple(Use(node, x, authors[x], count) for (node, x), count in sorted(uses.items())),
+        contributions=tuple(contributions), settlements=tuple(settlements(sources, first, last)),
+        anchors=dict(anchors))
+
+
+def _signed(entry: ContributionEntry) -> bool:
+    from ledger.contributions import recover_contributor
+
+    try:
+        return recover_contributor(entry).lower() == entry.contributor.lower()
+    except (EntryError, VerificationError, ValueError):
+        return False
+
+
+def settlements(sources: Sources, first: int, last: int) -> list[Settlement]:
+    """Committee challenges finalized in ``[first, last]`` and not reversed, with the
+    verifiers that signed each (the slots' holders when it settled)."""
+    committee = sources.committee
+    reversed_ = {int(args["challengeId"]) for _, args in
+                 committee.events("SettlementReversed", sources.from_block, last)}
+    settled_at = {int(args["challengeId"]): log["blockNumber"] for log, args in
+                  committee.events("ChallengeSettled", sources.from_block, last)}
+    out = []
+    for _, args in committee.events("ChallengeFinalized", first, last):
+        challenge = int(args["challengeId"])
+        if challenge in reversed_ or challenge not in settled_at:
+            continue
+        block = settled_at[challenge]
+        bitmap = committee.challenge(challenge).signer_bitmap
+        signers = []
+        for index in range(bitmap.bit_length()):
+            if bitmap >> index & 1:
+                slot = committee.slot(index, block=block)
+                signers.append(slot.verifier)
+        out.append(Settlement(challenge, tuple(signers)))
+    return out
+
+
+def window_of(distributor: Any, epoch: int) -> EpochWindow:
+    """Epoch ``epoch`` of the RewardDistributor client ``distributor``; ``RewardsError`` while
+    it has not ended."""
+    first, last = distributor.epoch_bounds(epoch)
+    head = distributor.head()
+    if head <= last:
+        raise RewardsError(f"epoch {epoch} runs to block {last}; the chain is at block {head} "
+                           f"(it ends in {last - head + 1} blocks)")
+    budget, bps = distributor.budget_of(epoch)
+    return EpochWindow(distributor.chain_id, distributor.address, epoch, first, last, budget,
+                       tuple(bps))
+
+
+__all__ = ["EpochWindow", "Sources", "curated", "gather", "settlements", "window_of"]

@@ -1,0 +1,289 @@
+"""One reward epoch on the devnet, end to end through the real `gym rewards` command: two
+registered nodes answer with a library curated by the DAO from three authors' logs (one node
+signs 1,000 receipts to itself naming one experience), a swarm run's contributions are
+published and the run curated, three verifiers settle a challenge; then each verifier computes
+the epoch's table itself, the same bytes; one aggregate attests its root; every account
+claims its line to the wei after the appeal window; OpenZeppelin's merkle-tree (npm) recomputes
+the root from the published table alone; a forged table is never signed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from committee_world import BLS, CHALLENGER_KEY, SIGNER_KEY, VERIFIER_KEYS, register_verifiers
+from eth_account import Account
+from eth_utils import keccak, to_checksum_address
+from gym_helpers import send
+from web3 import Web3
+
+from committee import g1_to_json
+from committee.rewards.distributor import EpochStatus, RewardDistributor
+from committee.rewards.table import decode_table, encode_table, pool_budgets
+from contracts import load_artifact
+from contracts.devnet_accounts import ANVIL_DEV_KEYS
+from contracts.gym_token import GYM
+from devnet.deploy import Deployment
+from governance.client import GovernanceClient
+from governance.devnet_curation import curate_on_devnet
+from inference_node.receipt_log import ReceiptLog
+from inference_node.receipts import ReceiptDomain, build_receipt, library_ref, sign_receipt
+from ledger.blockstore import LocalBlockStore
+from ledger.chain import LedgerContract
+from ledger.contributions import sign_contribution_data
+from ledger.entries import ContributionEntry, RunEntry, encode_entry, entry_cid
+from ledger.logstore import LogStore
+from ledger.publish import append_entries, ensure_chain_log, publish
+
+pytestmark = [pytest.mark.anvil, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR_A = ANVIL_DEV_KEYS[4]  # node A's operator (its signer: SIGNER_KEY), 300 GYM staked
+
+
+def fresh(name: str, w3: Web3, token, gym_from: str | None = None, amount: int = 0) -> str:
+    """A key of its own for ``name``, with ether (and ``amount`` GYM from ``gym_from``)."""
+    key = "0x" + keccak(f"rewards test {name}".encode()).hex()
+    w3.provider.make_request("anvil_setBalance", [Account.from_key(key).address, hex(10**20)])
+    if amount:
+        send(w3, token.functions.transfer(Account.from_key(key).address, amount), gym_from)
+    return key
+
+
+def experience(author: int) -> bytes:
+    return json.dumps({"type": "experience", "v": 1, "op": "add", "domain": "math",
+                       "text": f"Author {author}: check the units before the last step.",
+                       "provenance": {"method": "tfgrpo", "base_model": "SmolLM2-135M-Instruct",
+                                      "step": author}}).encode()
+
+
+def canonical(data: bytes) -> bytes:
+    from ledger.publish import entry_from_json
+
+    return entry_from_json(json.loads(data))
+
+
+class _Round:
+    def __init__(self, epoch: int, samples: int) -> None:
+        self.epoch, self.samples = epoch, samples
+
+
+def contribution(run_cid: str, key: str, samples: int) -> bytes:
+    """A contribution entry signed by ``key``'s account, credited ``samples``."""
+    fields = {"run": "arith", "config_digest": "sha256:" + "ab" * 32, "peer_id": f"Qm{samples}",
+              "contributor": Account.from_key(key).address.lower(), "samples": samples,
+              "steps": samples // 2, "epoch": 2, "rounds": [_Round(2, samples)]}
+    view = type("Record", (), fields)
+    signature = sign_contribution_data(view, key)
+    return encode_entry(ContributionEntry(
+        **{**fields, "rounds": [{"epoch": 2, "samples": samples}]}, signature=signature,
+        run_cid=run_cid, credited_samples=samples, credited_rounds=1, share=0.5))
+
+
+def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_wei(
+        ledger_devnet, tmp_path):
+    gym = ledger_devnet.gym
+    deployment = Deployment.load(gym.deployment_file)
+    world = register_verifiers(deployment)  # verifiers in slots 0-2 (BLS), challenger funded
+    w3, token = world.w3, world.token
+    abi = load_artifact("ExperienceLedger").abi
+    ledger_address = deployment.contracts["ExperienceLedger"].address
+    store = LogStore(f"sqlite:///{tmp_path / 'parties.sqlite'}")
+    content = LocalBlockStore(gym.data_dir / "ipfs")  # what the `gym` commands read here
+    distributor = RewardDistributor(w3, deployment.contracts["RewardDistributor"].address)
+    first, last = distributor.epoch_bounds(0)
+    assert first <= w3.eth.block_number < last  # everything below happens in epoch 0
+
+    def ledger_of(key: str) -> LedgerContract:
+        return LedgerContract(w3, ledger_address, abi, key)
+
+    def published(key: str, name: str, entries: list[bytes]) -> int:
+        store.create_log(name)
+        contract = ledger_of(key)
+        log_id = ensure_chain_log(store, contract, name)
+        append_entries(store, content, name, entries)
+        publish(store, content, contract, name)
+        return log_id
+
+    # three authors, an experience each, curated by the DAO
+    authors = [fresh(f"author {i}", w3, token) for i in range(3)]
+    adds = [canonical(experience(i)) for i in range(3)]
+    experiences = [entry_cid(data) for data in adds]
+    client = GovernanceClient(
+        w3, deployment.contracts["GymGovernor"].address, load_artifact("GymGovernor").abi,
+        token.address, load_artifact("GymToken").abi, ledger_of(ANVIL_DEV_KEYS[0]),
+        deployment.contracts["TimelockController"].address,
+        load_artifact("TimelockController").abi, curated_log_id=deployment.curated_log_id,
+        private_key=ANVIL_DEV_KEYS[0], from_block=deployment.deployment_block)
+    params = deployment.governance
+    for i, key in enumerate(authors):
+        published(key, f"author-{i}", [adds[i]])
+        done = curate_on_devnet(client, store, content, f"author-{i}", [0], f"author {i}",
+                                voting_period=params.voting_period,
+                                timelock_delay=params.timelock_min_delay)
+        assert done.executed
+
+    # a swarm run of two contributors, published by its publisher and curated
+    publisher = fresh("run publisher", w3, token)
+    contributors = [fresh(f"contributor {i}", w3, token) for i in range(2)]
+    run = encode_entry(RunEntry(config={"steps": 4}, code_version="test", packages={},
+                                hardware={"swarm": {"run": "arith"}}, dataset_digests=[],
+                                metrics={}))
+    run_cid = entry_cid(run)
+    published(publisher, "arith-run", [run, contribution(run_cid, contributors[0], 30),
+                                       contribution(run_cid, contributors[1], 10)])
+    assert curate_on_devnet(client, store, content, "arith-run", [0], "the arith run",
+                            voting_period=params.voting_period,
+                            timelock_delay=params.timelock_min_delay).executed
+
+    # two nodes: A (300 GYM) and B (100 GYM), each with its receipt log
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    operator_b = fresh("operator B", w3, token, ANVIL_DEV_KEYS[1], 200 * GYM)
+    signer_b = fresh("signer B", w3, token)
+    domain = ReceiptDomain(w3.eth.chain_id, ledger_address)
+    library = library_ref(str(deployment.curated_log_id), 4, "")
+    logs = {}
+    for name, operator, signer, stake in (("A", OPERATOR_A, SIGNER_KEY, 300 * GYM),
+                                          ("B", operator_b, signer_b, 100 * GYM)):
+        receipts = ReceiptLog(store, content, ledger_of(operator), f"node-{name}-receipts",
+                              linger_s=0.05)
+        log_id = ensure_chain_log(store, ledger_of(operator), f"node-{name}-receipts")
+        send(w3, token.functions.approve(registry.address, stake), operator)
+        send(w3, registry.functions.register(Account.from_key(signer).address, keccak(b"model"),
+                                             "http://127.0.0.1:9", stake, log_id), operator)
+        logs[name] = (receipts, signer)
+
+    def answer(node: str, i: int, names: list[str]) -> None:
+        receipts, signer = logs[node]
+        unsigned = build_receipt(
+            node=Account.from_key(signer).address, model_digest="sha256:" + "ab" * 32,
+            library=library, experience_ids=names,
+            request_json={"messages": [{"role": "user", "content": f"q{node}{i}"}]},
+            text=f"a{i}", completion_token_ids=[1, 2], prompt_tokens=3, temperature=0.0,
+            top_p=1.0, max_tokens=4, seed=i, activation_commitment="toploc1:1:32:AA==",
+            at=1_700_000_000)
+        receipts.submit(sign_receipt(unsigned, signer, domain))
+
+    for i in range(30):  # node A: 30 answers with experiences 0 and 1, 10 with experience 2
+        answer("A", i, experiences[:2])
+    for i in range(30, 40):
+        answer("A", i, [experiences[2]])
+    uncurated = entry_cid(canonical(experience(99)))  # never curated: counts for nobody
+    for i in range(1000):  # node B signs 1,000 receipts to itself naming experience 2
+        answer("B", i, [experiences[2], uncurated] if i % 2 else [experiences[2]])
+    for receipts, _ in logs.values():
+        receipts.anchor()
+
+    # the committee settles a challenge against node A and it is finalized in the epoch
+    from committee_world import CommitteeWorld
+
+    cw = CommitteeWorld(w3, deployment, token, Account.from_key(OPERATOR_A).address,
+                        deployment.contracts["VerifierCommittee"].address)
+    challenge_id, digest = cw.open(1)
+    cw.settle(challenge_id, digest, signers=(0, 1, 2))
+    client.advance_time(params.committee_appeal_window + 1)
+    cw.client(CHALLENGER_KEY).finalize(challenge_id)
+
+    # the epoch ends
+    head = w3.eth.block_number
+    assert head <= last
+    w3.provider.make_request("anvil_mine", [hex(last - head + 1)])
+
+    # each verifier computes the table itself and signs it
+    signed, tables = [], set()
+    for i, key in enumerate(VERIFIER_KEYS):
+        bls = tmp_path / f"bls-{i}.json"
+        bls.write_text(json.dumps({"type": "gym-bls-key", "v": 1, "sk": f"0x{BLS[i].value:064x}",
+                                   "pk1": g1_to_json(BLS[i].pk1())}))
+        out = tmp_path / f"signed-{i}.json"
+        done = gym.run("rewards", "sign", "0", "--bls-key", str(bls), "--out", str(out),
+                       extra_env={"GYM_VERIFIER_KEY": key}, timeout=300)
+        assert done.returncode == 0, done.stderr
+        signed.append(out)
+        tables.add((gym.data_dir / "rewards" / "epoch-0.json").read_bytes())
+    assert len(tables) == 1  # the same bytes, three times
+    data = tables.pop()
+    table = decode_table(data)
+    cid = json.loads(signed[0].read_text())["table_cid"]
+
+    # the rules, on what the chain and the content endpoint hold
+    budgets = pool_budgets(*distributor.budget_of(0))
+    a, b = (to_checksum_address(Account.from_key(k).address) for k in (OPERATOR_A, operator_b))
+    author = [to_checksum_address(Account.from_key(k).address) for k in authors]
+    data_lines = table.sources["data"]
+    # the stakes at the epoch's end: A was slashed for the upheld challenge
+    stake_a, stake_b = (registry.functions.nodeOf(x).call(block_identifier=last)[4]
+                        for x in (a, b))
+    assert stake_a < 300 * GYM and stake_b == 100 * GYM
+    slice_b = budgets["data"] * stake_b // (stake_a + stake_b)
+    from_b = [line for line in data_lines if line["node"] == b]
+    assert sum(line["amount"] for line in from_b) <= slice_b  # 1,000 receipts: B's slice
+    assert [(line["account"], line["uses"]) for line in from_b] == [(author[2], 1000)]
+    uses_a = {line["account"]: line["uses"] for line in data_lines if line["node"] == a}
+    assert uses_a == {author[0]: 30, author[1]: 30, author[2]: 10}
+    for i in (0, 1):  # A's uses are paid as if B had signed nothing
+        assert table.accounts[author[i]]["data"] == \
+            budgets["data"] * stake_a * 30 // ((stake_a + stake_b) * 70)
+    contributed = [to_checksum_address(Account.from_key(k).address) for k in contributors]
+    assert table.accounts[contributed[0]]["compute"] == budgets["compute"] * 30 // 40
+    verifiers = [to_checksum_address(Account.from_key(k).address) for k in VERIFIER_KEYS]
+    assert {v: table.accounts[v]["verification"] for v in verifiers} == {
+        v: budgets["verification"] // 3 for v in verifiers}
+    assert table.accounts[a]["availability"] == \
+        budgets["availability"] * stake_a // (stake_a + stake_b)
+    assert table.total() <= distributor.budget_of(0)[0]
+
+    # a forged table (one amount moved) is never signed by an honest verifier
+    doc = json.loads(data)
+    doc["sources"]["compute"][0]["amount"] = str(int(doc["sources"]["compute"][0]["amount"]) - 5)
+    doc["sources"]["compute"][1]["amount"] = str(int(doc["sources"]["compute"][1]["amount"]) + 5)
+    forged_cid = content.add_file(json.dumps(doc).encode(), pin=True)
+    refused = gym.run("rewards", "sign", "0", "--expect", forged_cid, "--bls-key",
+                      str(tmp_path / "bls-0.json"), extra_env={"GYM_VERIFIER_KEY": VERIFIER_KEYS[0]})
+    assert refused.returncode == 1 and "not signed" in refused.stderr, refused.stderr
+
+    # one aggregate attests the root
+    attested = gym.run("rewards", "attest", "0", *map(str, signed), "--account", "0")
+    assert attested.returncode == 0, attested.stderr
+    root = distributor.epoch_root(0)
+    assert (root.status, root.root, root.total, root.table_cid) == (
+        EpochStatus.ATTESTED, table.root, table.total(), cid)
+
+    # OpenZeppelin's merkle-tree, from the published table alone, gives the attested root
+    node = shutil.which("node")
+    assert node is not None
+    recomputed = subprocess.run([node, str(REPO / "scripts" / "reward-root.mjs")],
+                                input=content.cat(cid), capture_output=True, timeout=60,
+                                cwd=REPO, check=False)
+    assert json.loads(recomputed.stdout)["root"] == "0x" + root.root.hex()
+
+    # before the appeal window ends no claim is paid; then every account claims to the wei
+    early = gym.run("rewards", "claim", "0", "--for", author[0], "--account", "0")
+    assert early.returncode == 1 and "RewardsNotFinal" in early.stderr, early.stderr
+    client.advance_time(distributor.value("appealWindow") + 1)
+    treasury = deployment.contracts["TimelockController"].address
+    before = {account: token.functions.balanceOf(account).call() for account in table.accounts}
+    treasury_before = token.functions.balanceOf(treasury).call()
+    shown = gym.run("rewards", "show", "0", author[2], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert int(json.loads(shown.stdout)["total"]) == table.total(author[2])
+    for n, account in enumerate(table.accounts):
+        if n < 2:  # through the command
+            done = gym.run("rewards", "claim", "0", "--for", account, "--account", "0")
+            assert done.returncode == 0, done.stderr
+        else:
+            proof = table.tree().proof(account)
+            RewardDistributor(w3, distributor.address, ANVIL_DEV_KEYS[0]).claim(
+                0, account, table.total(account), proof)
+    for account in table.accounts:
+        assert token.functions.balanceOf(account).call() - before[account] == \
+            table.total(account)
+    assert treasury_before - token.functions.balanceOf(treasury).call() == table.total()
+    again = gym.run("rewards", "claim", "0", "--for", author[0], "--account", "0")
+    assert again.returncode == 1 and "already claimed" in again.stderr
+    assert encode_table(table) == data
+    store.engine.dispose()
