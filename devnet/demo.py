@@ -27,6 +27,9 @@ that owns that hop (named in its heading), and the printing:
 9. verifier committee: three verifiers judge that challenge and one against the honest
    receipt; one aggregate signature settles each on chain, the appeal window passes, the
    node's stake and the bonds move (``committee.demo``);
+10. rewards: the reward epoch the demo ran in ends; each verifier computes its table from the
+   chain and the content endpoint and signs the root; one aggregate attests it; after the
+   appeal window the account that earned most claims its line (``committee.rewards.demo``);
 
 With ``node`` off (`gym demo --no-node`) there is no node to measure through: step 5 is the
 DAO curating the learned experiences without evidence.
@@ -155,6 +158,14 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
                            model_dir=default_model_dir(), committee_address=committee,
                            node_operator=Account.from_key(NODE_KEY).address,
                            advance_time=advance_time)
+            from committee.rewards.demo import demo_rewards
+
+            console.rule("10. rewards")
+            demo_rewards(verifiers, verifiers_rt, console,
+                         distributor_address=up.deployment.contracts["RewardDistributor"].address,
+                         committee_address=committee,
+                         registry_address=up.deployment.contracts["NodeRegistry"].address,
+                         advance_time=advance_time)
     finally:
         if up.started_anvil and not keep:
             devnet_down(settings)

@@ -7,6 +7,11 @@ have, or that does not decode, counts nothing (the same for everyone who asks), 
 endpoint that cannot be reached stops the computation (``ContentStoreUnreachableError``): a
 table computed from part of the content would differ from the others'.
 
+Bounded work: of one log, an epoch reads at most ``MAX_EPOCH_LEAVES`` leaves and
+``MAX_EPOCH_BYTES`` of entries, in log order (a checkpoint past the leaf budget and every leaf
+past the byte budget count nothing, the same cut for everyone): a node that anchors more than
+that costs the verifiers no more, and it could only have moved its own slice.
+
 - **uses** (``data``): the checkpoints of each registered node's receipt log anchored in the
   epoch; each receipt of their batch manifests names the experiences it injected; an
   experience counts when it is the ``add`` of a leaf of the curated library by the epoch's
@@ -32,7 +37,14 @@ from eth_utils import to_checksum_address
 
 from committee.rewards.table import Contribution, EpochFacts, RewardsError, Settlement, Use
 from ledger.batches import BatchError, fetch_batch, verify_batch
-from ledger.entries import ContributionEntry, ExperienceEntry, ReceiptEntry, RunEntry, decode_entry
+from ledger.entries import (
+    MAX_ENTRY_BYTES,
+    ContributionEntry,
+    ExperienceEntry,
+    ReceiptEntry,
+    RunEntry,
+    decode_entry,
+)
 from ledger.errors import (
     ContentIntegrityError,
     ContentStoreError,
@@ -48,8 +60,8 @@ if TYPE_CHECKING:
     from ledger.chain import LedgerContract
     from ledger.content import ContentStore
 
-MAX_CHECKPOINT_LEAVES = 1 << 20  # leaves of one checkpoint read for an epoch
-ENTRY_MAX_BYTES = 1 << 20
+MAX_EPOCH_LEAVES = 1 << 20  # leaves of one log read for an epoch, in log order
+MAX_EPOCH_BYTES = 1 << 30  # bytes of its entries
 
 
 @dataclass(frozen=True)
@@ -77,27 +89,43 @@ class Sources:
     from_block: int = 0  # the deployment block: where event scans start
 
 
-def _read(content: ContentStore, cid: str) -> Any | None:
-    """The entry ``cid`` decoded; None when the endpoint does not have it or it is no entry."""
+def _read(content: ContentStore, cid: str, max_bytes: int = MAX_ENTRY_BYTES
+          ) -> tuple[Any | None, int]:
+    """(the entry ``cid`` decoded, its size); None when the endpoint does not have it, it is
+    larger than ``max_bytes`` or it is no entry."""
     try:
-        return decode_entry(content.cat(cid, max_bytes=ENTRY_MAX_BYTES))
+        data = content.cat(cid, max_bytes=max_bytes)
     except ContentStoreUnreachableError:
         raise
-    except (NotFoundError, ContentStoreError, ContentIntegrityError, EntryError, ValueError):
-        return None
+    except (NotFoundError, ContentStoreError, ContentIntegrityError, ValueError):
+        return None, max_bytes
+    try:
+        return decode_entry(data), len(data)
+    except (EntryError, ValueError):
+        return None, len(data)
+
+
+@dataclass
+class _Budget:
+    """What one log may cost a table's computation in an epoch (a node that anchors more
+    counts no more: the cut falls at the same leaf for everyone, in log order)."""
+
+    leaves: int
+    bytes: int
 
 
 def _checkpoint_entries(sources: Sources, log_id: int, first: int, last: int):
-    """(cid, entry) of the leaves of log ``log_id``'s checkpoints anchored in blocks
-    ``[first, last]``, in log order; a checkpoint whose manifest is missing or does not match
-    its event is skipped whole."""
+    """(cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored in blocks
+    ``[first, last]``, in log order, within a ``_Budget``; a checkpoint whose manifest is
+    missing or does not match its event is skipped whole."""
+    budget = _Budget(MAX_EPOCH_LEAVES, MAX_EPOCH_BYTES)
     previous = 0
     for event in sources.ledger.anchored(log_id, sources.from_block, last):
         old, previous = previous, event.size
-        if event.block_number < first:
+        if event.block_number < first or event.batch_cid is None:
             continue
-        if event.batch_cid is None or event.size - old > MAX_CHECKPOINT_LEAVES:
-            continue
+        if event.size - old > budget.leaves:
+            return  # the rest of the epoch's leaves of this log are past its budget
         try:
             manifest = fetch_batch(sources.content, event.batch_cid)
             verify_batch(manifest, log_id=log_id, from_size=old, to_size=event.size)
@@ -105,7 +133,18 @@ def _checkpoint_entries(sources: Sources, log_id: int, first: int, last: int):
             raise
         except (NotFoundError, ContentStoreError, VerificationError, BatchError, ValueError):
             continue
-        yield event, [(cid, _read(sources.content, cid)) for cid in manifest.entries]
+        budget.leaves -= len(manifest.entries)
+        for cid in manifest.entries:
+            if budget.bytes <= 0:
+                return
+            entry, size = _read(sources.content, cid, min(MAX_ENTRY_BYTES, budget.bytes))
+            budget.bytes -= size
+            yield cid, entry
+
+
+def _anchored_in(sources: Sources, log_id: int, first: int, last: int) -> int:
+    return sum(1 for event in sources.ledger.anchored(log_id, first, last)
+               if event.block_number >= first)
 
 
 def _owner_at(sources: Sources, log_id: int, block: int) -> str | None:
@@ -129,7 +168,7 @@ def curated(sources: Sources, last: int) -> list[tuple[str, Any, int, int]]:
         if event.entry_cid is None:
             continue
         source, block = origin.get(bytes(event.leaf_hash), (0, event.block_number))
-        out.append((event.entry_cid, _read(sources.content, event.entry_cid), source, block))
+        out.append((event.entry_cid, _read(sources.content, event.entry_cid)[0], source, block))
     return out
 
 
@@ -174,25 +213,23 @@ def gather(sources: Sources, window: EpochWindow,
         report("receipt logs", n, len(logs))
         if operator not in stakes:
             continue
-        for _event, entries in _checkpoint_entries(sources, log_id, first, last):
-            anchors[operator] += 1
-            for _cid, entry in entries:
-                if isinstance(entry, ReceiptEntry):
-                    for experience in set(entry.experience_ids):
-                        if experience in authors:
-                            uses[(operator, experience)] += 1
+        anchors[operator] = _anchored_in(sources, log_id, first, last)
+        for _cid, entry in _checkpoint_entries(sources, log_id, first, last):
+            if isinstance(entry, ReceiptEntry):
+                for experience in set(entry.experience_ids):
+                    if experience in authors:
+                        uses[(operator, experience)] += 1
     report("receipt logs", len(logs), len(logs))
 
     contributions: list[Contribution] = []
     for run_cid, log_id in sorted(runs.items()):
         seen: set[str] = set()
-        for _event, entries in _checkpoint_entries(sources, log_id, 0, last):
-            for cid, entry in entries:
-                if isinstance(entry, ContributionEntry) and entry.run_cid == run_cid \
-                        and cid not in seen and _signed(entry):
-                    seen.add(cid)
-                    contributions.append(Contribution(run_cid, cid, entry.contributor,
-                                                      entry.credited_samples))
+        for cid, entry in _checkpoint_entries(sources, log_id, 0, last):
+            if isinstance(entry, ContributionEntry) and entry.run_cid == run_cid \
+                    and cid not in seen and _signed(entry):
+                seen.add(cid)
+                contributions.append(Contribution(run_cid, cid, entry.contributor,
+                                                  entry.credited_samples))
 
     return EpochFacts(
         chain_id=window.chain_id, distributor=window.distributor, epoch=window.epoch,

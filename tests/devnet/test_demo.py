@@ -57,6 +57,12 @@ def test_demo_runs_and_cleans_up(gym_env):
     # amounts print once with their unit
     assert re.search(r"stake [\d.]+ GYM -> [\d.]+ GYM \(slashed\)", result.stdout), result.stdout
     assert re.search(r"\(bond [\d.]+ GYM\)", result.stdout) and "GYM GYM" not in result.stdout
+    # the epoch it ran in, paid: one table computed three times, attested once, one claim
+    assert "10. rewards" in result.stdout
+    assert re.search(r"three verifiers computed the same table \(baf\w+, root 0x[0-9a-f]{64}\)",
+                     result.stdout), result.stdout
+    assert "attested on chain with one aggregate signature" in result.stdout
+    assert re.search(r"0x[0-9a-fA-F]{40} claimed [\d.]+ GYM", result.stdout), result.stdout
     assert running_anvil(gym_env.data_dir) is None
 
 
