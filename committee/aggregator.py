@@ -192,9 +192,10 @@ class Aggregator:
 
     def __init__(self, committee: VerifierCommittee, *, finalize: bool = True,
                  now: Callable[[], int] | None = None,
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[str], None] | None = None, roots: Any = None) -> None:
         self.committee = committee
         self.pool = VerdictPool(committee)
+        self.roots = roots  # a committee.rewards.pool.RootPool: reward roots to attest
         self.finalize_after_window = finalize
         self._now = now or (lambda: int(committee.w3.eth.get_block("latest")["timestamp"]))
         self._report = report or log.info
@@ -213,9 +214,18 @@ class Aggregator:
         return {"status": status, "challenge_id": v.challenge_id,
                 "verifier_index": signed.verifier_index}
 
+    def submit_root(self, data: bytes | str, *, poster: str | None = None) -> dict[str, Any]:
+        """One verifier's signed root of a reward epoch (``RootPool.add``)."""
+        if self.roots is None:
+            raise PoolError("this aggregator collects no reward roots (the deployment has no "
+                            "RewardDistributor)", 404)
+        return self.roots.add(data, poster=poster)
+
     def tick(self) -> None:
-        """Settle, finalize, claim, expire: one pass (module docstring)."""
+        """Settle, finalize, claim, expire, attest reward roots: one pass (module docstring)."""
         with self._lock:
+            if self.roots is not None:
+                self._try("attesting reward roots", self.roots.tick)
             self._try("reading new challenges", self._scan)
             for challenge_id in self.pool.pending():
                 self._try(f"settling challenge {challenge_id}", self._settle, challenge_id)
@@ -360,6 +370,9 @@ def make_http_server(aggregator: Aggregator, host: str, port: int, *,
       full, chain unreachable). An authenticated post waits its turn for one of
       ``max_checks`` checks, so verifiers arriving together are checked back to back rather
       than sent away to retry into an idle aggregator;
+    - ``POST /v1/roots``: one ``gym-signed-root`` of a reward epoch, authenticated and bounded
+      alike (``committee.rewards.pool.RootPool.add``: 409 for an epoch running or attested;
+      404 when the aggregator collects no roots);
     - ``GET /health``: ``{"status": "ok", "pending": [challenge ids with verdicts held]}``.
     """
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -398,9 +411,11 @@ def make_http_server(aggregator: Aggregator, host: str, port: int, *,
                 self._answer(404, {"error": f"no route {self.path[:100]}"})
 
         def do_POST(self) -> None:
-            if self.path.rstrip("/") != "/v1/verdicts":
+            route = self.path.rstrip("/")
+            if route not in ("/v1/verdicts", "/v1/roots"):
                 self._answer(404, {"error": f"no route {self.path[:100]}"})
                 return
+            submit = aggregator.submit if route == "/v1/verdicts" else aggregator.submit_root
             try:
                 length = int(self.headers.get("content-length", ""))
             except ValueError:
@@ -438,7 +453,7 @@ def make_http_server(aggregator: Aggregator, host: str, port: int, *,
                              {"Retry-After": str(RETRY_AFTER_S)})
                 return
             try:
-                self._answer(200, aggregator.submit(body, poster=poster))
+                self._answer(200, submit(body, poster=poster))
             except PoolError as exc:
                 self._answer(exc.status, {"error": str(exc)})
             except ChainError as exc:

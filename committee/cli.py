@@ -228,6 +228,9 @@ def serve(
     judge_memory: Annotated[int, typer.Option(
         min=64, help="MiB of memory one judgement may add to the judge process (Linux); past "
                      "it, likewise.")] = 4096,
+    rewards: Annotated[bool, typer.Option(
+        help="Also compute the table of every ended reward epoch with no attested root, sign "
+             "its root and send it to the aggregators (docs/rewards.md).")] = True,
     once: Annotated[bool, typer.Option("--once", help="Poll once and exit.")] = False,
     key_env: KeyEnv = KEY_ENV,
     account: Account_ = None,
@@ -291,6 +294,8 @@ def serve(
             console.print(f"auditing {audit_rate / 100:g}% of the generations of the "
                           f"evaluations on logs {', '.join(map(str, evaluation_logs)) or '-'} "
                           f"and of {len(audit_evaluation or [])} named", highlight=False)
+        if rewards:
+            auditors += _root_signer(ctx, rt, committee, sk, list(dict.fromkeys(aggregator)))
         while not stop.is_set():
             service.tick()
             for auditor in auditors:
@@ -304,6 +309,26 @@ def serve(
     finally:
         worker.close()
     console.print("verifier stopped")
+
+
+def _root_signer(ctx: typer.Context, rt: Any, committee: VerifierCommittee, sk: Any,
+                 urls: list[str]) -> list[Any]:
+    """[the ``RootSigner`` of this verifier], or [] when the deployment has no distributor."""
+    from committee.rewards.distributor import RewardDistributor
+    from committee.rewards.facts import sources_from
+    from committee.rewards.pool import RootSigner, post_root
+
+    try:
+        address = os.environ.get("GYM_REWARD_DISTRIBUTOR") or _lookup(ctx, "distributor_address")
+    except RuntimeError as exc:  # an older deployment
+        console.print(f"not signing reward roots: {exc}", highlight=False)
+        return []
+    sources = sources_from(rt, _lookup(ctx, "node_registry_address"), committee.address)
+    signer = RootSigner(sources, RewardDistributor(rt.contract.w3, address), committee, sk,
+                        committee.account.address, post_root(urls, committee.account),
+                        report=lambda line: console.print(line, highlight=False, markup=False))
+    console.print(f"signing the roots of ended reward epochs of {address}", highlight=False)
+    return [signer]
 
 
 class _PersistentAuditor:
@@ -410,14 +435,16 @@ def aggregate(
 ) -> None:
     """Collect signed verdicts over HTTP (POST /v1/verdicts), check each against the
     committee, and settle a challenge with one aggregate signature once signers hold two
-    thirds of the stake. Stops on SIGINT/SIGTERM."""
+    thirds of the stake; likewise attest the root of a reward epoch (POST /v1/roots). Stops
+    on SIGINT/SIGTERM."""
     from committee.aggregator import Aggregator, make_http_server, run_forever
     from ledger.addresses import listening_urls
 
     rt = _runtime(ctx)
     committee = open_committee(ctx, _key(rt, key_env, account))
-    agg = Aggregator(committee, finalize=finalize,
-                     report=lambda line: console.print(line, highlight=False, markup=False))
+    report = lambda line: console.print(line, highlight=False, markup=False)
+    agg = Aggregator(committee, finalize=finalize, report=report,
+                     roots=_root_pool(ctx, rt, committee, report))
     server = make_http_server(agg, host, port)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -430,6 +457,23 @@ def aggregate(
     finally:
         server.shutdown()
     console.print("aggregator stopped")
+
+
+def _root_pool(ctx: typer.Context, rt: Any, committee: VerifierCommittee,
+               report: Callable[[str], None]) -> Any:
+    """The reward roots' pool, its attestations sent by the aggregator's account; None when
+    the deployment has no distributor."""
+    from committee.rewards.distributor import RewardDistributor
+    from committee.rewards.pool import RootPool
+
+    try:
+        address = os.environ.get("GYM_REWARD_DISTRIBUTOR") or _lookup(ctx, "distributor_address")
+    except RuntimeError as exc:  # an older deployment
+        console.print(f"collecting no reward roots: {exc}", highlight=False)
+        return None
+    distributor = RewardDistributor(rt.contract.w3, address)
+    distributor.account = committee.account  # the aggregator's sender attests too
+    return RootPool(distributor, committee, report)
 
 
 @app.command()

@@ -80,19 +80,10 @@ def open_distributor(ctx: typer.Context, key: str | None = None) -> RewardDistri
 
 
 def _sources(ctx: typer.Context) -> Any:
-    from committee.client import VerifierCommittee
-    from committee.rewards.facts import Sources
-    from inference_node.registry import NodeRegistry
+    from committee.rewards.facts import sources_from
 
-    rt = _runtime(ctx)
-    w3, start = rt.contract.w3, rt.chain.deployment_block
-    if rt.chain.curated_log_id is None:
-        raise typer.BadParameter("the deployment has no curated library")
-    return Sources(
-        ledger=rt.contract,
-        registry=NodeRegistry(w3, _lookup(ctx, "node_registry_address"), from_block=start),
-        committee=VerifierCommittee(w3, _lookup(ctx, "committee_address"), from_block=start),
-        content=rt.content, curated_log_id=rt.chain.curated_log_id, from_block=start)
+    return sources_from(_runtime(ctx), _lookup(ctx, "node_registry_address"),
+                        _lookup(ctx, "committee_address"))
 
 
 def _compute(ctx: typer.Context, epoch: int) -> tuple[RewardTable, bytes]:
@@ -139,7 +130,7 @@ def _print_table(table: RewardTable, cid: str | None) -> None:
     rows = [[account, *(format_gym(pools.get(p, 0)) for p in POOLS),
              format_gym(sum(pools.values()))] for account, pools in table.accounts.items()]
     _rows(f"epoch {table.epoch}: blocks {table.first_block}-{table.last_block}, budget "
-          f"{format_gym(table.budget)} GYM", ["account", *POOLS, "total"],
+          f"{format_gym(table.budget)}", ["account", *POOLS, "total"],
           rows or [["(nobody earned anything)"] + [""] * 5])
     stdout_console.print(f"paid {format_gym(table.total())} of {format_gym(table.budget)}; "
                          f"root 0x{table.root.hex()}" + (f"; table {cid}" if cid else ""),
@@ -293,8 +284,8 @@ def attest(
     found = attest_epoch(distributor, committee, epoch, messages,
                          report=lambda why: console.print(f"refused: {why}", highlight=False))
     console.print(f"attested epoch {epoch}: root 0x{found.claim.root.hex()}, "
-                  f"{format_gym(found.claim.total)} GYM, signed by "
-                  f"{format_gym(found.signer_stake)} of {format_gym(found.active_stake)} GYM "
+                  f"{format_gym(found.claim.total)}, signed by "
+                  f"{format_gym(found.signer_stake)} of {format_gym(found.active_stake)} "
                   "staked", highlight=False)
 
 
@@ -320,7 +311,7 @@ def claim(
     who = to_checksum_address(for_) if for_ else Account.from_key(key).address
     table = _attested_table(ctx, epoch, None)
     amount = claim_line(open_distributor(ctx, key), table, who)
-    console.print(f"claimed {format_gym(amount)} GYM for {who} (epoch {epoch})", highlight=False)
+    console.print(f"claimed {format_gym(amount)} for {who} (epoch {epoch})", highlight=False)
     print(amount)
 
 

@@ -89,6 +89,21 @@ class Sources:
     from_block: int = 0  # the deployment block: where event scans start
 
 
+def sources_from(rt: Any, registry_address: str, committee_address: str) -> Sources:
+    """The ``Sources`` of a ledger runtime (its chain, content endpoint and curated library)
+    and the deployment's NodeRegistry and VerifierCommittee."""
+    from committee.client import VerifierCommittee
+    from inference_node.registry import NodeRegistry
+
+    w3, start = rt.contract.w3, rt.chain.deployment_block
+    if rt.chain.curated_log_id is None:
+        raise RewardsError("the deployment has no curated library")
+    return Sources(ledger=rt.contract,
+                   registry=NodeRegistry(w3, registry_address, from_block=start),
+                   committee=VerifierCommittee(w3, committee_address, from_block=start),
+                   content=rt.content, curated_log_id=rt.chain.curated_log_id, from_block=start)
+
+
 def _read(content: ContentStore, cid: str, max_bytes: int = MAX_ENTRY_BYTES
           ) -> tuple[Any | None, int]:
     """(the entry ``cid`` decoded, its size); None when the endpoint does not have it, it is
@@ -286,4 +301,5 @@ def window_of(distributor: Any, epoch: int) -> EpochWindow:
                        tuple(bps))
 
 
-__all__ = ["EpochWindow", "Sources", "curated", "gather", "settlements", "window_of"]
+__all__ = ["EpochWindow", "Sources", "curated", "gather", "settlements", "sources_from",
+           "window_of"]

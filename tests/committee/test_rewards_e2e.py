@@ -24,7 +24,7 @@ from committee import g1_to_json
 from committee.rewards.distributor import EpochStatus, RewardDistributor
 from committee.rewards.table import decode_table, encode_table, pool_budgets
 from contracts import load_artifact
-from contracts.devnet_accounts import ANVIL_DEV_KEYS
+from contracts.devnet_accounts import ANVIL_DEV_KEYS, devnet_account_key
 from contracts.gym_token import GYM
 from devnet.deploy import Deployment
 from governance.client import GovernanceClient
@@ -287,3 +287,102 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
     assert again.returncode == 1 and "already claimed" in again.stderr
     assert encode_table(table) == data
     store.engine.dispose()
+
+
+def test_the_verifiers_services_sign_ended_epochs_and_the_aggregator_attests_once(
+        ledger_devnet, tmp_path):
+    """What `gym verifier serve` and `gym verifier aggregate` run: each verifier's RootSigner
+    computes the ended epoch's table and posts its signed root over HTTP; the aggregator's
+    RootPool checks each post and attests once two thirds of the stake signed one root."""
+    import threading
+
+    import httpx
+    from committee_world import CommitteeWorld
+
+    from committee.aggregator import Aggregator, make_http_server
+    from committee.client import VerifierCommittee
+    from committee.rewards.facts import Sources
+    from committee.rewards.pool import RootPool, RootSigner, post_root
+    from committee.verdict_auth import HEADER, sign_post
+    from inference_node.registry import NodeRegistry
+
+    gym = ledger_devnet.gym
+    deployment = Deployment.load(gym.deployment_file)
+    world = register_verifiers(deployment)
+    w3, token = world.w3, world.token
+    start = deployment.deployment_block
+    content = LocalBlockStore(tmp_path / "ipfs")
+    ledger = LedgerContract(w3, deployment.contracts["ExperienceLedger"].address,
+                            load_artifact("ExperienceLedger").abi, OPERATOR_A)
+    log_id, _ = ledger.create_log("node receipts")
+    registry = w3.eth.contract(address=deployment.contracts["NodeRegistry"].address,
+                               abi=load_artifact("NodeRegistry").abi)
+    send(w3, token.functions.approve(registry.address, 300 * GYM), OPERATOR_A)
+    send(w3, registry.functions.register(Account.from_key(SIGNER_KEY).address, keccak(b"model"),
+                                         "http://127.0.0.1:9", 300 * GYM, log_id), OPERATOR_A)
+    cw = CommitteeWorld(w3, deployment, token, Account.from_key(OPERATOR_A).address,
+                        deployment.contracts["VerifierCommittee"].address)
+    challenge_id, digest = cw.open(1)
+    cw.settle(challenge_id, digest, signers=(0, 2))  # slot 1 did not sign this one
+    w3.provider.make_request("evm_increaseTime", [deployment.governance.committee_appeal_window
+                                                  + 1])
+    w3.provider.make_request("evm_mine", [])
+    cw.client(CHALLENGER_KEY).finalize(challenge_id)
+
+    address = deployment.contracts["RewardDistributor"].address
+    reader = RewardDistributor(w3, address)
+    committee = VerifierCommittee(w3, cw.address, devnet_account_key(9), from_block=start)
+    distributor = RewardDistributor(w3, address, devnet_account_key(9))
+    aggregator = Aggregator(committee, finalize=False, report=lambda _: None,
+                            roots=RootPool(distributor, committee, report=lambda _: None))
+    server = make_http_server(aggregator, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        signers = []
+        for i, key in enumerate(VERIFIER_KEYS):
+            sources = Sources(ledger=ledger, registry=NodeRegistry(w3, registry.address,
+                                                                   from_block=start),
+                              committee=VerifierCommittee(w3, cw.address, from_block=start),
+                              content=content, curated_log_id=deployment.curated_log_id,
+                              from_block=start)
+            account = Account.from_key(key)
+            signers.append(RootSigner(sources, reader, VerifierCommittee(
+                w3, cw.address, from_block=start), BLS[i], account.address,
+                post_root([url], account), report=lambda _: None))
+
+        signers[0].tick()  # epoch 0 still runs: nothing to sign
+        assert aggregator.roots.pending() == []
+        _, last = reader.epoch_bounds(0)
+        w3.provider.make_request("anvil_mine", [hex(last - w3.eth.block_number + 1)])
+
+        signers[0].tick()  # one verifier's root: held, no quorum
+        aggregator.tick()
+        assert aggregator.roots.pending() == [0]
+        assert reader.epoch_root(0).status == EpochStatus.NONE
+        # a root posted by another account than its verifier is refused before any pairing
+        held = signers[0]._signed[0]
+        body = held.to_bytes()
+        wrong = httpx.post(url + "/v1/roots", content=body, timeout=30, headers={
+            HEADER: sign_post(Account.from_key(VERIFIER_KEYS[1]), body)})
+        assert wrong.status_code == 401, wrong.text
+        again = httpx.post(url + "/v1/roots", content=body, timeout=30, headers={
+            HEADER: sign_post(Account.from_key(VERIFIER_KEYS[0]), body)})
+        assert again.json()["status"] == "duplicate"
+
+        signers[2].tick()  # two of three equal stakes: two thirds
+        aggregator.tick()
+        root = reader.epoch_root(0)
+        assert root.status == EpochStatus.ATTESTED and root.root == held.claim.root
+        assert aggregator.roots.pending() == []
+        table = decode_table(content.cat(root.table_cid))
+        verifiers = [to_checksum_address(Account.from_key(k).address) for k in VERIFIER_KEYS]
+        # the settlement's signers; no anchored receipts: no availability, no data
+        assert set(table.accounts) == {verifiers[0], verifiers[2]}
+        late = httpx.post(url + "/v1/roots", content=body, timeout=30, headers={
+            HEADER: sign_post(Account.from_key(VERIFIER_KEYS[0]), body)})
+        assert late.status_code == 409 and "attested already" in late.text
+        signers[1].tick()  # an attested epoch is not signed again
+        assert 0 not in signers[1]._signed
+    finally:
+        server.shutdown()
