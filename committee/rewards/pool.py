@@ -7,9 +7,10 @@ ended, unattested epoch computed by the verifier itself, its root signed and del
 is now, every cheap one before the pairing: it decodes; its poster is its verifier; its epoch
 has ended and has no attested root; its slot is active in the committee's current set and held
 by that verifier; its signature verifies. A verifier's later root for an epoch replaces its
-earlier one (a verifier holds one claim per epoch, so the pool holds at most a set's slots per
-epoch, for at most ``MAX_EPOCHS`` epochs). ``tick`` attests every epoch whose signatures
-reach the quorum (``epochs.attest_epoch``) and forgets attested ones.
+earlier one (one claim per verifier per epoch). ``tick`` attests every epoch whose signatures
+reach the quorum (``epochs.attest_epoch``) and forgets attested ones. Only the last
+``MAX_EPOCHS`` ended epochs are collected (an older one is attested by hand, `gym rewards
+attest`), so the pool holds at most ``MAX_EPOCHS`` × the set's slots roots.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class RootPool:
     def add(self, data: bytes | str, *, poster: str | None = None) -> dict[str, Any]:
         """Check and keep one signed root; ``{"status": "accepted" | "duplicate", "epoch",
         "verifier_index"}``. ``PoolError`` (400; 401 for another poster; 409 for an epoch
-        still running or already attested; 503 when full)."""
+        still running, already attested, or older than the last ``MAX_EPOCHS``)."""
         try:
             signed = decode_signed_root(data)
         except BLSError as exc:
@@ -68,9 +69,12 @@ class RootPool:
         with self._lock:
             if self._held.get(epoch, {}).get(index) == signed:
                 return {"status": "duplicate", **answer}
-        _, last = self.distributor.epoch_bounds(epoch)
-        if self.distributor.head() <= last:
-            raise PoolError(f"epoch {epoch} runs to block {last}", 409)
+        current = self.distributor.current_epoch()
+        if epoch >= current:
+            raise PoolError(f"epoch {epoch} has not ended (the current epoch is {current})", 409)
+        if epoch < current - MAX_EPOCHS:
+            raise PoolError(f"epoch {epoch} is older than the {MAX_EPOCHS} epochs an aggregator "
+                            f"collects: `gym rewards attest {epoch}` posts it by hand", 409)
         if self.distributor.epoch_root(epoch).status == EpochStatus.ATTESTED:
             raise PoolError(f"epoch {epoch} is attested already", 409)
         active = self.committee.active_set()
@@ -80,8 +84,6 @@ class RootPool:
                              distributor=self.distributor.address):
             raise PoolError(f"the signature of verifier {index} does not verify under its key")
         with self._lock:
-            if epoch not in self._held and len(self._held) >= MAX_EPOCHS:
-                raise PoolError("the aggregator holds roots of too many epochs", 503)
             self._held.setdefault(epoch, {})[index] = signed
         self._report(f"root of epoch {epoch} from verifier {index}: 0x{signed.claim.root.hex()} "
                      f"(table {signed.claim.table_cid})")
@@ -92,10 +94,15 @@ class RootPool:
             return sorted(self._held)
 
     def tick(self) -> None:
-        """Attest each held epoch whose roots reach the quorum; forget attested epochs."""
+        """Attest each held epoch whose roots reach the quorum; forget attested epochs and
+        those fallen out of the last ``MAX_EPOCHS``."""
         from committee.rewards.epochs import attest_epoch
 
+        current = self.distributor.current_epoch()
         for epoch in self.pending():
+            if epoch < current - MAX_EPOCHS:
+                self._drop(epoch)
+                continue
             with self._lock:
                 signed = list(self._held.get(epoch, {}).values())
             try:
