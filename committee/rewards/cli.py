@@ -129,7 +129,8 @@ def _print_table(table: RewardTable, cid: str | None) -> None:
 
     rows = [[account, *(format_gym(pools.get(p, 0)) for p in POOLS),
              format_gym(sum(pools.values()))] for account, pools in table.accounts.items()]
-    _rows(f"epoch {table.epoch}: blocks {table.first_block}-{table.last_block}, budget "
+    w = table.window
+    _rows(f"epoch {w.epoch}: blocks {w.first_block}-{w.last_block}, budget "
           f"{format_gym(table.budget)}", ["account", *POOLS, "total"],
           rows or [["(nobody earned anything)"] + [""] * 5])
     stdout_console.print(f"paid {format_gym(table.total())} of {format_gym(table.budget)}; "

@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 from eth_utils import to_checksum_address
 
-from committee.rewards.table import Contribution, EpochFacts, RewardsError, Settlement, Use
+from committee.rewards.table import (
+    Contribution,
+    EpochFacts,
+    EpochWindow,
+    RewardsError,
+    Settlement,
+    Use,
+)
 from ledger.batches import BatchError, fetch_batch, verify_batch
 from ledger.entries import (
     MAX_ENTRY_BYTES,
@@ -62,19 +69,6 @@ if TYPE_CHECKING:
 
 MAX_EPOCH_LEAVES = 1 << 20  # leaves of one log read for an epoch, in log order
 MAX_EPOCH_BYTES = 1 << 30  # bytes of its entries
-
-
-@dataclass(frozen=True)
-class EpochWindow:
-    """Epoch ``epoch``: blocks ``[first_block, last_block]``, its budget and split."""
-
-    chain_id: int
-    distributor: str
-    epoch: int
-    first_block: int
-    last_block: int
-    budget: int
-    pool_bps: tuple[int, int, int, int]
 
 
 @dataclass
@@ -247,9 +241,7 @@ def gather(sources: Sources, window: EpochWindow,
                                                   entry.credited_samples))
 
     return EpochFacts(
-        chain_id=window.chain_id, distributor=window.distributor, epoch=window.epoch,
-        first_block=first, last_block=last, budget=window.budget, pool_bps=window.pool_bps,
-        stakes=stakes,
+        window=window, stakes=stakes,
         uses=tuple(Use(node, x, authors[x], count) for (node, x), count in sorted(uses.items())),
         contributions=tuple(contributions), settlements=tuple(settlements(sources, first, last)),
         anchors=dict(anchors))

@@ -81,11 +81,9 @@ class Settlement:
 
 
 @dataclass(frozen=True)
-class EpochFacts:
-    """What an epoch's table is computed from, each read from chain + content endpoint
-    (``committee.rewards.facts.gather``). ``stakes``: operator -> stake of each node active at
-    the epoch's last block; ``anchors``: operator -> receipt-log checkpoints anchored in the
-    epoch."""
+class EpochWindow:
+    """Epoch ``epoch`` of the distributor at ``distributor`` on chain ``chain_id``: blocks
+    ``[first_block, last_block]``, its budget and split."""
 
     chain_id: int
     distributor: str
@@ -94,6 +92,20 @@ class EpochFacts:
     last_block: int
     budget: int
     pool_bps: tuple[int, int, int, int]
+
+    def __post_init__(self) -> None:  # one spelling: the document's bytes are canonical
+        object.__setattr__(self, "distributor", to_checksum_address(self.distributor))
+        object.__setattr__(self, "pool_bps", tuple(self.pool_bps))
+
+
+@dataclass(frozen=True)
+class EpochFacts:
+    """What an epoch's table is computed from, each read from chain + content endpoint
+    (``committee.rewards.facts.gather``). ``stakes``: operator -> stake of each node active at
+    the epoch's last block; ``anchors``: operator -> receipt-log checkpoints anchored in the
+    epoch."""
+
+    window: EpochWindow
     stakes: dict[str, int] = field(default_factory=dict)
     uses: tuple[Use, ...] = ()
     contributions: tuple[Contribution, ...] = ()
@@ -109,16 +121,18 @@ class RewardTable:
     """An epoch's table: per account and pool the amount, the sources of each pool's lines,
     the Merkle root over (account, total)."""
 
-    chain_id: int
-    distributor: str
-    epoch: int
-    first_block: int
-    last_block: int
-    budget: int
-    pool_bps: tuple[int, int, int, int]
+    window: EpochWindow
     accounts: dict[str, dict[str, int]]  # account -> pool -> amount (non-zero totals only)
     sources: dict[str, list[dict[str, Any]]]  # pool -> lines, each with its amount
     root: bytes
+
+    @property
+    def epoch(self) -> int:
+        return self.window.epoch
+
+    @property
+    def budget(self) -> int:
+        return self.window.budget
 
     def total(self, account: str | None = None) -> int:
         """What ``account`` earned (every account when None)."""
@@ -151,7 +165,7 @@ def pool_budgets(budget: int, pool_bps: Iterable[int]) -> dict[str, int]:
 
 def compute_table(facts: EpochFacts) -> RewardTable:
     """The epoch's table from its facts (module docstring); deterministic."""
-    budgets = pool_budgets(facts.budget, facts.pool_bps)
+    budgets = pool_budgets(facts.window.budget, facts.window.pool_bps)
     sources: dict[str, list[dict[str, Any]]] = {pool: [] for pool in POOLS}
 
     # data: a stake-sized slice per node with counted uses, split by its uses
@@ -195,13 +209,10 @@ def compute_table(facts: EpochFacts) -> RewardTable:
             "account": node, "amount": budgets["availability"] * live[node] // live_stake,
             "stake": live[node], "checkpoints": facts.anchors[node]})
 
-    return _table(facts.chain_id, facts.distributor, facts.epoch, facts.first_block,
-                  facts.last_block, facts.budget, facts.pool_bps, sources)
+    return _table(facts.window, sources)
 
 
-def _table(chain_id: int, distributor: str, epoch: int, first_block: int, last_block: int,
-           budget: int, pool_bps: tuple[int, ...], sources: dict[str, list[dict[str, Any]]]
-           ) -> RewardTable:
+def _table(window: EpochWindow, sources: dict[str, list[dict[str, Any]]]) -> RewardTable:
     accounts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for pool, lines in sources.items():
         for line in lines:
@@ -216,8 +227,7 @@ def _table(chain_id: int, distributor: str, epoch: int, first_block: int, last_b
         root = RewardTree.of(values).root
     else:
         root = bytes(32)
-    return RewardTable(chain_id, to_checksum_address(distributor), epoch, first_block,
-                       last_block, budget, tuple(pool_bps), accounts, sources, root)
+    return RewardTable(window, accounts, sources, root)
 
 
 # ----------------------------------------------------------------------------- the document
@@ -226,14 +236,15 @@ def _table(chain_id: int, distributor: str, epoch: int, first_block: int, last_b
 def table_document(table: RewardTable) -> dict[str, Any]:
     """The table as its JSON document (amounts as decimal strings: a uint256 is no JSON
     number every reader keeps exactly)."""
+    w = table.window
     return {
         "format": FORMAT,
-        "chain_id": table.chain_id,
-        "distributor": table.distributor,
-        "epoch": table.epoch,
-        "blocks": [table.first_block, table.last_block],
-        "budget": str(table.budget),
-        "pool_bps": list(table.pool_bps),
+        "chain_id": w.chain_id,
+        "distributor": w.distributor,
+        "epoch": w.epoch,
+        "blocks": [w.first_block, w.last_block],
+        "budget": str(w.budget),
+        "pool_bps": list(w.pool_bps),
         "pools": {pool: str(table.paid(pool)) for pool in POOLS},
         "total": str(table.total()),
         "root": "0x" + table.root.hex(),
@@ -320,11 +331,12 @@ def decode_table(data: bytes) -> RewardTable:
                 line[name] = _int(line[name], f"sources.{pool}[{i}].{name}", limit=2**53)
             out.append(line)
         sources[pool] = out
-    table = _table(_int(doc["chain_id"], "chain_id"), _address(doc["distributor"], "distributor"),
-                   _int(doc["epoch"], "epoch"), _int(blocks[0], "blocks[0]"),
-                   _int(blocks[1], "blocks[1]"), _int(doc["budget"], "budget", text=True),
-                   pool_bps, sources)
-    budgets = pool_budgets(table.budget, table.pool_bps)
+    window = EpochWindow(_int(doc["chain_id"], "chain_id"),
+                         _address(doc["distributor"], "distributor"), _int(doc["epoch"], "epoch"),
+                         _int(blocks[0], "blocks[0]"), _int(blocks[1], "blocks[1]"),
+                         _int(doc["budget"], "budget", text=True), pool_bps)
+    table = _table(window, sources)
+    budgets = pool_budgets(window.budget, window.pool_bps)
     over = [pool for pool in POOLS if table.paid(pool) > budgets[pool]]
     if over:
         raise RewardsError(f"reward table: pool {over[0]} pays {table.paid(over[0])}, over its "
@@ -335,6 +347,7 @@ def decode_table(data: bytes) -> RewardTable:
     return table
 
 
-__all__ = ["FORMAT", "POOLS", "Contribution", "EpochFacts", "RewardTable", "RewardsError",
+__all__ = ["FORMAT", "POOLS", "Contribution", "EpochFacts", "EpochWindow", "RewardTable",
+           "RewardsError",
            "Settlement", "Use", "compute_table", "decode_table", "encode_table", "pool_budgets",
            "table_document"]

@@ -15,6 +15,7 @@ from committee.rewards.table import (
     POOLS,
     Contribution,
     EpochFacts,
+    EpochWindow,
     RewardsError,
     Settlement,
     Use,
@@ -34,8 +35,8 @@ X, Y, Z = "bafkreix", "bafkreiy", "bafkreiz"
 
 def facts(**overrides) -> EpochFacts:
     base = {
-        "chain_id": 31337, "distributor": "0x" + "ee" * 20, "epoch": 3, "first_block": 3000,
-        "last_block": 3999, "budget": 100 * GYM, "pool_bps": (4000, 3000, 1500, 1500),
+        "window": EpochWindow(31337, "0x" + "ee" * 20, 3, 3000, 3999, 100 * GYM,
+                              (4000, 3000, 1500, 1500)),
         "stakes": {N1: 300 * GYM, N2: 100 * GYM},
         "uses": (Use(N1, X, ALICE, 6), Use(N1, Y, BOB, 2), Use(N2, Z, CAROL, 5)),
         "contributions": (Contribution("bafyrun", "bafyc1", ALICE, 30),

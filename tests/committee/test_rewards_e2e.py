@@ -253,6 +253,17 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
     assert (root.status, root.root, root.total, root.table_cid) == (
         EpochStatus.ATTESTED, table.root, table.total(), cid)
 
+    status = gym.run("rewards", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    epoch0 = json.loads(status.stdout)[0]
+    assert (epoch0["status"], epoch0["root"], epoch0["table_cid"]) == (
+        "attested", "0x" + table.root.hex(), cid)
+    shown = gym.run("rewards", "show", "0")  # the table, as people read it
+    assert shown.returncode == 0 and "0x" + table.root.hex() in shown.stdout, shown.stderr
+    assert all(account in shown.stdout for account in table.accounts)
+    computed = gym.run("rewards", "compute", "0", "--json")  # anyone, any time after: the same
+    assert json.loads(computed.stdout)["table_cid"] == cid, computed.stderr
+
     # OpenZeppelin's merkle-tree, from the published table alone, gives the attested root
     node = shutil.which("node")
     assert node is not None
