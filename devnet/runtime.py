@@ -59,8 +59,8 @@ def ledger_runtime(settings: GymSettings) -> LedgerRuntime:
 
 
 def governance_runtime(settings: GymSettings, ledger_rt: LedgerRuntime) -> GovernanceRuntime:
-    """The DAO's dependencies: the ledger's, plus the governor, token, timelock, registry and
-    committee."""
+    """The DAO's dependencies: the ledger's, plus the governor, token, timelock, registry,
+    committee and reward distributor."""
     from governance.runtime import GovernanceConfig, GovernanceRuntime
 
 
@@ -86,6 +86,8 @@ def governance_runtime(settings: GymSettings, ledger_rt: LedgerRuntime) -> Gover
                                    if "NodeRegistry" in deployment.contracts else None),
             committee_address=(deployment.contracts["VerifierCommittee"].address
                                if "VerifierCommittee" in deployment.contracts else None),
+            reward_distributor_address=(deployment.contracts["RewardDistributor"].address
+                                        if "RewardDistributor" in deployment.contracts else None),
         )
 
     return GovernanceRuntime(ledger_rt, config)

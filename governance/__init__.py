@@ -4,9 +4,11 @@
 ``appendManyFromLog`` call whose inclusion proofs come from a local, anchored publisher log),
 lists and shows proposals with their state and tallies, votes directly or relays EIP-712
 ``castVoteBySig`` ballots, cancels pending proposals, proposes governance-parameter changes
-(``governance.proposals``: voting delay/period, threshold, quorum, timelock delay) and node
-slashing (``NodeRegistry.slash`` on an open challenge), VerifierCommittee reversals and its
-appeal window (``governance.appeals``), decodes every action for display, and
+(``governance.proposals``: voting delay/period, threshold, quorum, timelock delay, the
+RewardDistributor's budget, split and appeal window) and node slashing
+(``NodeRegistry.slash`` on an open challenge), VerifierCommittee reversals and its appeal
+window, RewardDistributor root reversals (``governance.appeals``), decodes every action for
+display, and
 queues and executes through the timelock. Custom errors of the
 governor, timelock and ledger are decoded into one readable line (``GovernorRevertError``).
 ``governance.devnet_time`` moves the devnet's timestamp clock (``gym devnet mine``).

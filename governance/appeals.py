@@ -1,4 +1,5 @@
-"""Committee proposals: reverse a VerifierCommittee settlement, set the appeal window.
+"""Committee proposals: reverse a VerifierCommittee settlement, set the appeal window; reverse
+a RewardDistributor root.
 
 The VerifierCommittee (docs/committee.md) lets its governance, the DAO timelock, ``reverse``
 a settled challenge while its appeal window runs (``settledAt + appealWindow()``; the outcome
@@ -13,6 +14,13 @@ the blocks between); a window above the maximum or equal to the current one.
 The window is read at execution: ``reverse`` compares the execution block's time with
 ``settledAt`` plus the appeal window *then*, so raising the window (a passed
 ``propose-appeal-window``) also lengthens the windows of settlements already made.
+
+The RewardDistributor (docs/rewards.md) lets the same timelock ``reverse(epoch)`` an attested
+reward root before its ``finalAt``, which is fixed when the root is attested: ``build_root_reverse``
+refuses an epoch with no attested root (never attested, or reversed already) and one whose
+``finalAt`` comes before a proposal made now could execute. Unlike the committee's, raising
+the distributor's appeal window (``gym gov propose-params --reward-appeal-window``) helps only
+roots attested afterwards.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from eth_utils import keccak, to_checksum_address
 
 from committee.client import ChallengeState, CommitteeChallenge, VerifierCommittee
 from committee.messages import reason_text
+from committee.rewards.distributor import EpochRoot, EpochStatus, RewardDistributor
 from contracts.gym_token import format_gym
 from governance.devnet_time import utc
 from governance.errors import CommitteeProposalError
@@ -203,3 +212,91 @@ def build_appeal_window(committee: VerifierCommittee, timelock_address: str, sec
          "(callable only by the DAO timelock)"),
     ])
     return AppealWindowProposal(committee.address, current, seconds, text)
+
+
+# -- reward roots -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RootReverseProposal:
+    """What ``propose`` sends to reverse an epoch's reward root: one
+    ``RewardDistributor.reverse``."""
+
+    distributor_address: str
+    epoch: int
+    description: str
+
+    @property
+    def calldata(self) -> bytes:
+        return keccak(text="reverse(uint256)")[:4] + abi_encode(["uint256"], [self.epoch])
+
+    @property
+    def actions(self) -> tuple[list[str], list[int], list[bytes]]:
+        return [self.distributor_address], [0], [self.calldata]
+
+
+def plan_root_reverse(standing: EpochRoot, reason: str, *, distributor_address: str,
+                      params: GovernanceParameters, now: int,
+                      blocks: tuple[int, int] | None = None) -> RootReverseProposal:
+    """A proposal to reverse ``standing`` (an epoch's root as ``epochInfo`` holds it), for a DAO
+    with ``params`` at chain time ``now``; ``CommitteeProposalError`` when the distributor
+    would refuse it at execution."""
+    epoch = standing.epoch
+    if not reason.strip():
+        raise CommitteeProposalError("say why the epoch's table is wrong (--reason TEXT): "
+                                     "voters read it")
+    if standing.status == EpochStatus.NONE:
+        raise CommitteeProposalError(f"epoch {epoch} has no attested reward root: nothing to "
+                                     "reverse (`gym rewards status` lists the epochs)")
+    if standing.status == EpochStatus.REVERSED:
+        raise CommitteeProposalError(f"the reward root of epoch {epoch} was reversed already; "
+                                     "the epoch may be attested again")
+    needed = params.voting_delay + params.voting_period + params.timelock_delay + BLOCK_SLACK
+    left = standing.final_at - now
+    if now + needed >= standing.final_at:
+        raise CommitteeProposalError(
+            f"the appeal window of epoch {epoch}'s reward root ends at "
+            f"{utc(standing.final_at)}, {'in ' + _span(left) if left > 0 else 'already'}; a "
+            f"proposal made now executes at the earliest in {_span(needed)} (voting delay "
+            f"{params.voting_delay} s + voting period {params.voting_period} s + timelock delay "
+            f"{params.timelock_delay} s + {BLOCK_SLACK} s of blocks): it could never reverse in "
+            "time. A root's window is fixed when it is attested: a longer one "
+            "(`gym gov propose-params --reward-appeal-window`) helps only later roots")
+    span = f" (blocks {blocks[0]}-{blocks[1]})" if blocks else ""
+    text = "\n".join([
+        f"# Reverse the reward root of epoch {epoch}",
+        "",
+        reason.strip(),
+        "",
+        (f"Epoch {epoch}{span}: root 0x{standing.root.hex()}, total "
+         f"{format_gym(standing.total)}, table ipfs://{standing.table_cid} (`gym rewards show "
+         f"{epoch}` prints it)"),
+        (f"Attested at {utc(standing.attested_at)}; its appeal window ends "
+         f"{utc(standing.final_at)} (in {_span(left)}); this proposal executes at the earliest "
+         f"in {_span(needed)}"),
+        ("Effect: nothing can be claimed from this root; the epoch may be attested again "
+         "with a new root (the verifiers sign the table they compute)"),
+        (f"Action: RewardDistributor {distributor_address}.reverse({epoch}) (callable only by "
+         "the DAO timelock)"),
+    ])
+    return RootReverseProposal(to_checksum_address(distributor_address), epoch, text)
+
+
+def check_distributor_governed_by(distributor: RewardDistributor, timelock_address: str) -> None:
+    governance = to_checksum_address(distributor.value("governance"))
+    if governance != to_checksum_address(timelock_address):
+        raise CommitteeProposalError(
+            f"the RewardDistributor at {distributor.address} is governed by {governance}, not "
+            f"by this DAO's timelock {timelock_address}: a proposal could never act there")
+
+
+def build_root_reverse(distributor: RewardDistributor, timelock_address: str,
+                       params: GovernanceParameters, now: int, epoch: int,
+                       reason: str) -> RootReverseProposal:
+    """Read epoch ``epoch``'s root, then ``plan_root_reverse``."""
+    check_distributor_governed_by(distributor, timelock_address)
+    if epoch < 0:
+        raise CommitteeProposalError(f"reward epochs start at 0, not {epoch}")
+    return plan_root_reverse(distributor.epoch_root(epoch), reason,
+                             distributor_address=distributor.address, params=params, now=now,
+                             blocks=distributor.epoch_bounds(epoch))

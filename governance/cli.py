@@ -17,15 +17,20 @@ to the chain's now, which on the devnet runs ahead of the wall clock once time w
     gym gov execute ID
     gym gov cancel ID               # the proposer withdraws a Pending proposal
     gym gov propose-params --voting-period 600 --quorum-percent 5 [--timelock-delay 120 ...]
+    gym gov propose-params --reward-budget 150 --reward-split 40,30,15,15 --reward-appeal-window 10m
     gym gov propose-slash 0xOPERATOR --amount 50 --reason TEXT [--challenge 1]
     gym gov propose-appeal-window 1d [--description TEXT]   # the committee's appeal window
     gym gov propose-reverse 3 --reason TEXT   # reverse committee challenge 3's settlement
+    gym gov propose-reverse-rewards 2 --reason TEXT   # reverse reward epoch 2's attested root
     gym devnet mine --seconds 301   # devnet: end the voting period / the timelock delay
 
 The NodeRegistry that ``propose-slash`` targets is the deployment's; ``GYM_NODE_REGISTRY``
 names another. ``propose-reverse`` and ``propose-appeal-window`` target the deployment's
 VerifierCommittee; ``propose-reverse`` is refused when the challenge's appeal window would end
 before the proposal could execute (voting delay + voting period + timelock delay from now).
+The reward options of ``propose-params`` and ``propose-reverse-rewards`` target the
+deployment's RewardDistributor (docs/rewards.md), ``propose-reverse-rewards`` refused likewise
+when the root's appeal window ends too soon.
 """
 
 from __future__ import annotations
@@ -150,7 +155,19 @@ def _print_effects(client: GovernanceClient, proposal: Proposal) -> None:
         console.print("governance parameters now: " + ", ".join(
             f"{name.replace('_', ' ')} {format_parameter(name, value)}"
             for name, value in vars(params).items()), highlight=False)
+    if any(a.contract == "RewardDistributor" and a.function in ("setBudget", "setAppealWindow")
+           for a in actions):
+        from governance.proposals import format_split
+
+        rewards = client.reward_parameters()
+        console.print(f"reward budget now {format_gym(rewards.budget)} per epoch from epoch "
+                      f"{rewards.current_epoch}, split {format_split(rewards.pool_bps)}; reward "
+                      f"appeal window {format_duration(rewards.appeal_window)}", highlight=False)
     for action in actions:
+        if action.function == "reverse" and action.contract == "RewardDistributor":
+            standing = client.reward_distributor.epoch_root(action.args["epoch"])
+            console.print(f"reward epoch {standing.epoch}: root 0x{standing.root.hex()} "
+                          f"{standing.status.name.lower()}", highlight=False)
         if action.function == "reverse" and action.contract == "VerifierCommittee":
             challenge = client.committee_challenge(action.args["challengeId"])
             slots = {slot.index: slot for slot in client.committee_slots()}
@@ -159,7 +176,7 @@ def _print_effects(client: GovernanceClient, proposal: Proposal) -> None:
             console.print(f"committee challenge {challenge.challenge_id}: "
                           f"{challenge.status.label}; signers' stakes now {stakes}",
                           highlight=False)
-        if action.function == "setAppealWindow":
+        if action.function == "setAppealWindow" and action.contract == "VerifierCommittee":
             console.print("committee appeal window now "
                           f"{format_duration(client.committee.appeal_window())}", highlight=False)
         if action.function == "slash":
@@ -253,21 +270,42 @@ def propose_params(
         help="Percent of the supply (1..100) that For + Abstain must reach.")] = None,
     timelock_delay: Annotated[int | None, typer.Option(
         help="Seconds a passed proposal waits in the timelock before it can execute.")] = None,
+    reward_budget: Annotated[str | None, typer.Option(
+        help="GYM the RewardDistributor pays per reward epoch, e.g. 150, from the epoch the "
+             "proposal executes in.")] = None,
+    reward_split: Annotated[str | None, typer.Option(
+        help="The budget's split into the data, compute, verification and availability "
+             "pools: percent summing to 100 (40,30,15,15) or basis points summing to "
+             "10000.")] = None,
+    reward_appeal_window: Annotated[str | None, typer.Option(
+        metavar="SECONDS_OR_DURATION",
+        help="How long after an attestation the DAO may reverse a reward root: seconds or "
+             "30s, 5m, 2h, 1d (at most 7d; for roots attested after execution).")] = None,
     description: Annotated[str, typer.Option(help="Why the change is wanted.")] = "",
     account: AccountOption = None,
 ) -> None:
-    """Propose to change the DAO's own parameters (executed by the timelock).
+    """Propose to change the DAO's own parameters or the reward distributor's (executed by
+    the timelock).
 
     Each given option becomes one action: the governor's setVotingDelay, setVotingPeriod,
-    setProposalThreshold or updateQuorumNumerator, or the timelock's updateDelay. Values are
-    checked before anything is sent. A change applies to proposals made after it executes.
+    setProposalThreshold or updateQuorumNumerator, the timelock's updateDelay, the
+    RewardDistributor's setBudget (budget and split together) or setAppealWindow. Values are
+    checked before anything is sent; the description says what changes from what.
     """
+    from governance.proposals import parse_duration, parse_split
+
     client = _runtime(ctx).client(account)
     threshold = (None if proposal_threshold is None
                  else parse_gym(proposal_threshold, "--proposal-threshold", ParameterError))
+    budget = (None if reward_budget is None
+              else parse_gym(reward_budget, "--reward-budget", ParameterError))
+    split = None if reward_split is None else parse_split(reward_split)
+    window = (None if reward_appeal_window is None
+              else parse_duration(reward_appeal_window, "the reward appeal window"))
     plan = client.build_params_change(
         voting_delay=voting_delay, voting_period=voting_period, proposal_threshold=threshold,
-        quorum_numerator=quorum_percent, timelock_delay=timelock_delay, description=description)
+        quorum_numerator=quorum_percent, timelock_delay=timelock_delay, reward_budget=budget,
+        reward_split=split, reward_appeal_window=window, description=description)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
 
@@ -313,6 +351,26 @@ def propose_reverse(
     """
     client = _runtime(ctx).client(account)
     plan = client.build_reverse(challenge, reason)
+    proposal_id, tx = client.propose(plan)
+    _print_proposed(client, plan.description, proposal_id, tx)
+
+
+@app.command("propose-reverse-rewards")
+def propose_reverse_rewards(
+    ctx: typer.Context,
+    epoch: Annotated[int, typer.Argument(min=0, help="The reward epoch whose attested root to "
+                                         "reverse (`gym rewards status`).")],
+    reason: Annotated[str, typer.Option(help="Why the epoch's table is wrong (voters read it).")],
+    account: AccountOption = None,
+) -> None:
+    """Propose to reverse a reward epoch's attested root on the RewardDistributor (nothing is
+    paid from it; the epoch may be attested again).
+
+    Refused before anything is sent: an epoch with no attested root, and one whose appeal
+    window (fixed when it was attested) ends before a proposal made now could execute.
+    """
+    client = _runtime(ctx).client(account)
+    plan = client.build_root_reverse(epoch, reason)
     proposal_id, tx = client.propose(plan)
     _print_proposed(client, plan.description, proposal_id, tx)
 

@@ -40,12 +40,15 @@ from eth_utils import to_checksum_address
 from web3 import Web3
 
 from committee.client import CommitteeChallenge, VerifierCommittee, VerifierSlot
+from committee.rewards.distributor import RewardDistributor
 from contracts.gym_token import format_gym
 from governance.appeals import (
     AppealWindowProposal,
     ReverseProposal,
+    RootReverseProposal,
     build_appeal_window,
     build_reverse,
+    build_root_reverse,
 )
 from governance.curation import CurationProposal, SourcedLeaf, build_curation, document_cid_of
 from governance.devnet_time import advance_time, ensure_time_after, is_devnet, utc
@@ -53,6 +56,7 @@ from governance.errors import (
     CurationError,
     GovernanceError,
     NotProposerError,
+    ParameterError,
     ProposalStateError,
     SignatureError,
     VotingPowerError,
@@ -64,6 +68,7 @@ from governance.proposals import (
     ParamsProposal,
     ProposalPlan,
     ProposalState,
+    RewardParameters,
     SlashProposal,
     VoteType,
     plan_params_change,
@@ -128,6 +133,9 @@ class GovernanceClient:
     defaults to the project's build of ``NodeRegistry``. ``committee_address`` (optional) is
     the VerifierCommittee whose settlements ``build_reverse`` proposes to reverse and whose
     appeal window ``build_appeal_window`` sets, read through ``committee.client``.
+    ``reward_distributor_address`` (optional) is the RewardDistributor whose budget and appeal
+    window ``build_params_change`` sets and whose roots ``build_root_reverse`` reverses, read
+    through ``committee.rewards.distributor``.
     """
 
     def __init__(self, w3: Web3, governor_address: str, governor_abi: list[dict],
@@ -138,6 +146,7 @@ class GovernanceClient:
                  node_registry_abi: list[dict] | None = None,
                  committee_address: str | None = None,
                  committee_abi: list[dict] | None = None,
+                 reward_distributor_address: str | None = None,
                  key_source: Callable[[], str | None] | None = None):
         self.w3 = w3
         self.governor = w3.eth.contract(address=to_checksum_address(governor_address),
@@ -161,8 +170,13 @@ class GovernanceClient:
             self.committee = VerifierCommittee(w3, committee_address, from_block=from_block,
                                                abi=committee_abi)
         committee_abi = self.committee.abi if self.committee is not None else []
+        self.reward_distributor = None
+        if reward_distributor_address is not None:
+            self.reward_distributor = RewardDistributor(w3, reward_distributor_address)
+        distributor_abi = (self.reward_distributor.abi if self.reward_distributor is not None
+                           else [])
         self.evm = EvmConnection(w3, [governor_abi, ledger.abi, token_abi, timelock_abi or [],
-                                      registry_abi, committee_abi],
+                                      registry_abi, committee_abi, distributor_abi],
                                  format_value=format_revert_value,
                                  own_errors=(GovernanceError,))
         known = {self.governor.address: ("GymGovernor", governor_abi),
@@ -173,6 +187,8 @@ class GovernanceClient:
             known[self.registry.address] = ("NodeRegistry", registry_abi)
         if self.committee is not None:
             known[self.committee.address] = ("VerifierCommittee", committee_abi)
+        if self.reward_distributor is not None:
+            known[self.reward_distributor.address] = ("RewardDistributor", distributor_abi)
         self.decoder = ActionDecoder(known)
 
     @property
@@ -244,7 +260,7 @@ class GovernanceClient:
 
     def propose(self, proposal: ProposalPlan, key: str | None = None) -> tuple[int, TxResult]:
         """Submit ``proposal`` (a ``CurationProposal``, ``ParamsProposal``, ``SlashProposal``,
-        ``ReverseProposal`` or ``AppealWindowProposal``);
+        ``ReverseProposal``, ``AppealWindowProposal`` or ``RootReverseProposal``);
         returns its id and the transaction."""
         signer = self._signer(key)
         self.check_can_propose(signer.address, "hold GYM and delegate (`gym gov delegate`)")
@@ -270,25 +286,62 @@ class GovernanceClient:
                 quorum_numerator=functions.quorumNumerator().call(),
                 timelock_delay=self.timelock.functions.getMinDelay().call())
 
+    def reward_parameters(self) -> RewardParameters:
+        """The RewardDistributor's budget and split of the current epoch, its appeal window,
+        and what its treasury holds and allows it; ``ParameterError`` when the distributor is
+        not governed by this DAO's timelock."""
+        distributor = self._distributor()
+        with self.rpc_errors():
+            governance = distributor.value("governance")
+            if to_checksum_address(governance) != self.timelock_address:
+                raise ParameterError(
+                    f"the RewardDistributor at {distributor.address} is governed by "
+                    f"{governance}, not by this DAO's timelock {self.timelock_address}: a "
+                    "proposal could never change it")
+            epoch = distributor.current_epoch()
+            budget, pool_bps = distributor.budget_of(epoch)
+            treasury = to_checksum_address(distributor.value("treasury"))
+            return RewardParameters(
+                budget=budget, pool_bps=pool_bps,
+                appeal_window=distributor.value("appealWindow"),
+                max_appeal_window=distributor.value("MAX_APPEAL_WINDOW"),
+                current_epoch=epoch, treasury=treasury,
+                treasury_balance=self.token.functions.balanceOf(treasury).call(),
+                treasury_allowance=self.token.functions.allowance(
+                    treasury, distributor.address).call())
+
     def build_params_change(self, *, voting_delay: int | None = None,
                             voting_period: int | None = None,
                             proposal_threshold: int | None = None,
                             quorum_numerator: int | None = None,
                             timelock_delay: int | None = None,
+                            reward_budget: int | None = None,
+                            reward_split: Sequence[int] | None = None,
+                            reward_appeal_window: int | None = None,
                             description: str = "") -> ParamsProposal:
         """A proposal that sets each given parameter (seconds; threshold in token base units;
-        quorum in percent of the supply). Raises ``ParameterError`` before anything is sent
-        for a value the contracts would refuse, that changes nothing, or that would lock
-        governance (see ``governance.proposals.plan_params_change``)."""
+        quorum in percent of the supply; the reward budget in token base units per epoch, its
+        split as four basis points: data, compute, verification, availability). Raises
+        ``ParameterError`` before anything is sent for a value the contracts would refuse,
+        that changes nothing, or that would lock governance (see
+        ``governance.proposals.plan_params_change``)."""
         wanted = {"voting_delay": voting_delay, "voting_period": voting_period,
                   "proposal_threshold": proposal_threshold,
-                  "quorum_numerator": quorum_numerator, "timelock_delay": timelock_delay}
+                  "quorum_numerator": quorum_numerator, "timelock_delay": timelock_delay,
+                  "reward_budget": reward_budget,
+                  "reward_split": tuple(reward_split) if reward_split is not None else None,
+                  "reward_appeal_window": reward_appeal_window}
+        rewards = None
+        if any(value is not None for value in (reward_budget, reward_split,
+                                               reward_appeal_window)):
+            rewards = self.reward_parameters()
         with self.rpc_errors():
             supply = self.token.functions.totalSupply().call()
-        return plan_params_change(self.governance_parameters(), wanted,
-                                  governor_address=self.governor.address,
-                                  timelock_address=self.timelock_address, total_supply=supply,
-                                  description=description)
+        return plan_params_change(
+            self.governance_parameters(), wanted, governor_address=self.governor.address,
+            timelock_address=self.timelock_address, total_supply=supply, description=description,
+            rewards=rewards,
+            distributor_address=self.reward_distributor.address if rewards else None)
 
     # -- node slashing ------------------------------------------------------------------------
 
@@ -358,6 +411,22 @@ class GovernanceClient:
         with self.rpc_errors():
             return build_appeal_window(self._committee(), self.timelock_address, seconds,
                                        description)
+
+    # -- the reward distributor --------------------------------------------------------------
+
+    def _distributor(self) -> RewardDistributor:
+        if self.reward_distributor is None:
+            raise ParameterError("no RewardDistributor is known to this client: the deployment "
+                                 "names none (run `gym devnet up --redeploy`)")
+        return self.reward_distributor
+
+    def build_root_reverse(self, epoch: int, reason: str) -> RootReverseProposal:
+        """A proposal that reverses epoch ``epoch``'s attested reward root
+        (``governance.appeals.build_root_reverse``: ``CommitteeProposalError`` when it has none,
+        or its appeal window ends before a proposal made now executes)."""
+        with self.rpc_errors():
+            return build_root_reverse(self._distributor(), self.timelock_address,
+                                      self.governance_parameters(), self.now(), epoch, reason)
 
     # -- reading proposals --------------------------------------------------------------------
 

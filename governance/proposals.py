@@ -7,10 +7,14 @@ Two more kinds of proposal, both executed by the TimelockController (the governo
   ``updateQuorumNumerator``, all ``onlyGovernance``) are called on the governor itself: with a
   timelock as executor, OpenZeppelin 5's Governor admits such a call only while the timelock
   executes a proposal that lists it. ``updateDelay`` targets the timelock, which administers
-  itself. ``plan_params_change`` checks every value before anything is sent: a zero voting
+  itself. The RewardDistributor's ``setBudget(budgetPerEpoch, poolBps)`` (budget and split in
+  one call, from the epoch the proposal executes in) and ``setAppealWindow`` (for roots
+  attested afterwards) target the distributor, whose governance is the timelock too.
+  ``plan_params_change`` checks every value before anything is sent: a zero voting
   period (``GovernorInvalidVotingPeriod``), a quorum above 100 % (``GovernorInvalidQuorumFraction``),
-  a value beyond the setter's integer type, a threshold no one could ever reach, a value that
-  changes nothing.
+  a value beyond the setter's integer type, a threshold no one could ever reach, a split that
+  does not sum to 10,000 basis points (``RewardsInvalidSplit``), a budget of 2^128 base units
+  or more, a reward appeal window above ``MAX_APPEAL_WINDOW``, a value that changes nothing.
 - ``SlashProposal``: ``NodeRegistry.slash(operator, amount, challengeId, beneficiary)``, which
   only the registry's governance (the timelock) may call; ``plan_slash`` refuses an unknown
   node, an amount of zero or above the node's stake, a challenge that is unknown, against
@@ -18,19 +22,24 @@ Two more kinds of proposal, both executed by the TimelockController (the governo
 
 ``ActionDecoder`` turns a proposal's (target, calldata) pairs into one readable line each
 (``DecodedAction``), decoding the selectors of the contracts it knows (governor, timelock,
-token, ledger, node registry) and saying plainly when it does not know one.
+token, ledger, node registry, committee, reward distributor) and saying plainly when it does
+not know one.
 
 The planners are pure: the client (``GovernanceClient.build_params_change`` and
-``build_slash``) reads the chain and hands them what it read.
+``build_slash``) reads the chain (``GovernanceParameters``, ``RewardParameters``) and hands
+them what it read.
 
 >>> format_parameter("proposal_threshold", 12_500_000_000_000_000_000), format_duration(5400)
 ('12.5 GYM', '5400 s (1 h 30 min)')
+>>> format_split(parse_split("40,30,15,15"))
+'data 40%, compute 30%, verification 15%, availability 15%'
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
+from decimal import Decimal
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -39,6 +48,7 @@ from eth_utils import keccak, to_checksum_address
 from web3 import Web3
 from web3.exceptions import Web3Exception
 
+from committee.rewards.table import BPS, POOLS
 from contracts.gym_token import format_gym
 from governance.errors import GovernanceError, ParameterError, SlashError
 from inference_node.registry import ChallengeInfo, ChallengeStatus, RegisteredNode
@@ -46,6 +56,7 @@ from ledger.evm import ZERO_ADDRESS
 
 UINT32_MAX = 2**32 - 1
 UINT48_MAX = 2**48 - 1
+REWARD_BUDGET_LIMIT = 2**128  # RewardDistributor.setBudget: the budget fits 128 bits
 QUORUM_DENOMINATOR = 100  # GovernorVotesQuorumFraction's default: the numerator is a percent
 
 
@@ -159,29 +170,117 @@ _SETTERS: dict[str, tuple[str, str, str, int, str]] = {
 }
 
 
-def format_parameter(name: str, value: int) -> str:
-    """A parameter's value in its unit: seconds, GYM or percent."""
+@dataclass(frozen=True)
+class RewardParameters:
+    """The RewardDistributor's changeable parameters, as the chain holds them now, and what a
+    voter needs to judge a new budget (docs/rewards.md)."""
+
+    budget: int  # GYM base units per epoch, of the current epoch (budgetOf(currentEpoch()))
+    pool_bps: tuple[int, int, int, int]  # its split: data, compute, verification, availability
+    appeal_window: int  # seconds after an attestation during which the DAO may reverse it
+    max_appeal_window: int  # MAX_APPEAL_WINDOW()
+    current_epoch: int  # currentEpoch(): setBudget applies from the epoch it executes in
+    treasury: str  # who pays the claims (the DAO timelock)
+    treasury_balance: int  # GYM the treasury holds
+    treasury_allowance: int  # GYM the treasury lets the distributor pay out
+
+
+# What ``plan_params_change`` takes besides the ``GovernanceParameters`` fields.
+REWARD_FIELDS = ("reward_budget", "reward_split", "reward_appeal_window")
+_REWARD_LABELS = {"reward_budget": "reward budget", "reward_split": "reward split",
+                  "reward_appeal_window": "reward appeal window"}
+
+
+def format_percent(bps: int) -> str:
+    """Basis points as a percent: ``4000`` -> ``40%``, ``3333`` -> ``33.33%``."""
+    whole, rest = divmod(bps, 100)
+    return f"{whole}.{rest:02d}".rstrip("0").rstrip(".") + "%"
+
+
+def format_split(pool_bps: tuple[int, ...]) -> str:
+    """``data 40%, compute 30%, verification 15%, availability 15%``."""
+    return ", ".join(f"{pool} {format_percent(bps)}"
+                     for pool, bps in zip(POOLS, pool_bps, strict=True))
+
+
+def parse_split(text: str) -> tuple[int, int, int, int]:
+    """The four pools' shares (data, compute, verification, availability) in basis points,
+    from four comma-separated numbers summing to 100 (percent, at most two decimals:
+    ``40,30,15,15``, ``33.34,33.33,33.33,0``) or to 10000 (basis points: ``4000,3000,1500,1500``);
+    ``ParameterError`` otherwise.
+
+    >>> parse_split("40,30,15,15"), parse_split("4000, 3000, 1500, 1500")
+    ((4000, 3000, 1500, 1500), (4000, 3000, 1500, 1500))
+    """
+    parts = [part.strip() for part in str(text).split(",")]
+    usage = ("the reward split is four numbers, for data, compute, verification and "
+             "availability, in percent summing to 100 (40,30,15,15) or in basis points summing "
+             "to 10000")
+    if len(parts) != len(POOLS) or not all(re.fullmatch(r"\d+(\.\d{1,2})?", p) for p in parts):
+        raise ParameterError(f"{usage}, not {text!r}")
+    values = [Decimal(part) for part in parts]
+    if sum(values) == 100:  # percent: a hundredth of a percent is a basis point
+        return tuple(int(value * 100) for value in values)  # type: ignore[return-value]
+    if sum(values) == BPS and all(value == int(value) for value in values):
+        return tuple(int(value) for value in values)  # type: ignore[return-value]
+    raise ParameterError(f"{usage}; {text!r} sums to {sum(values)}")
+
+
+def format_parameter(name: str, value: Any) -> str:
+    """A parameter's value in its unit: seconds, GYM, percent, or a reward budget's
+    ``(budget, pool_bps)``."""
     if name == "proposal_threshold":
         return format_gym(value)
     if name == "quorum_numerator":
         return f"{value}% of the supply"
+    if name == "reward_budget":
+        budget, pool_bps = value
+        return f"{format_gym(budget)} per epoch, split {format_split(pool_bps)}"
     return format_duration(value)
 
 
 @dataclass(frozen=True)
 class ParameterChange:
-    """One setter call: ``name`` (a ``GovernanceParameters`` field) from ``old`` to ``new``."""
+    """One setter call: ``name`` (a ``GovernanceParameters`` field; ``reward_budget``, the
+    RewardDistributor's ``setBudget`` whose values are ``(budget, pool_bps)``; or
+    ``reward_appeal_window``) from ``old`` to ``new``."""
 
     name: str
     target: str
     calldata: bytes
-    old: int
-    new: int
+    old: Any
+    new: Any
 
     @property
-    def line(self) -> str:
-        label = _SETTERS[self.name][4]
-        return f"- {label}: {format_parameter(self.name, self.old)} -> {format_parameter(self.name, self.new)}"
+    def labels(self) -> list[str]:
+        """What it changes, in the words of the proposal's title."""
+        if self.name != "reward_budget":
+            return [_SETTERS[self.name][4] if self.name in _SETTERS else
+                    _REWARD_LABELS[self.name]]
+        (old_budget, old_bps), (new_budget, new_bps) = self.old, self.new
+        return ([_REWARD_LABELS["reward_budget"]] * (old_budget != new_budget)
+                + [_REWARD_LABELS["reward_split"]] * (old_bps != new_bps))
+
+    @property
+    def lines(self) -> list[str]:
+        """``- label: old -> new``, one line per value it changes."""
+        if self.name == "reward_budget":
+            (old_budget, old_bps), (new_budget, new_bps) = self.old, self.new
+            lines = []
+            if old_budget != new_budget:
+                lines.append(f"- reward budget: {format_gym(old_budget)} -> "
+                             f"{format_gym(new_budget)} per epoch"
+                             + ("" if old_bps != new_bps else
+                                f" (split unchanged: {format_split(new_bps)})"))
+            if old_bps != new_bps:
+                lines.append(f"- reward split: {format_split(old_bps)} -> "
+                             f"{format_split(new_bps)}"
+                             + ("" if old_budget != new_budget else
+                                f" (budget unchanged: {format_gym(new_budget)} per epoch)"))
+            return lines
+        label = self.labels[0]
+        old, new = format_parameter(self.name, self.old), format_parameter(self.name, self.new)
+        return [f"- {label}: {old} -> {new}"]
 
 
 @dataclass(frozen=True)
@@ -197,16 +296,21 @@ class ParamsProposal:
                 [c.calldata for c in self.changes])
 
 
-def plan_params_change(current: GovernanceParameters, wanted: dict[str, int | None], *,
+def plan_params_change(current: GovernanceParameters, wanted: dict[str, Any], *,
                        governor_address: str, timelock_address: str, total_supply: int,
-                       description: str = "") -> ParamsProposal:
+                       description: str = "", rewards: RewardParameters | None = None,
+                       distributor_address: str | None = None) -> ParamsProposal:
     """A proposal that sets every parameter of ``wanted`` that is not None.
 
     ``wanted`` maps ``GovernanceParameters`` field names to new values (seconds, token base
-    units, percent). Raises ``ParameterError`` when none is given, a name is unknown, or a value
-    is one the contract would refuse or that would leave governance unusable or unchanged.
+    units, percent), and ``reward_budget`` (token base units per epoch), ``reward_split`` (four
+    basis points: data, compute, verification, availability) and ``reward_appeal_window``
+    (seconds) to the RewardDistributor's, which need ``rewards`` (what it holds now) and
+    ``distributor_address``. Raises ``ParameterError`` when none is given, a name is unknown, or
+    a value is one the contract would refuse or that would leave governance unusable or
+    unchanged.
     """
-    known = {f.name for f in fields(GovernanceParameters)}
+    known = {f.name for f in fields(GovernanceParameters)} | set(REWARD_FIELDS)
     unknown = sorted(set(wanted) - known)
     if unknown:
         raise ParameterError(f"unknown governance parameter {unknown[0]!r} (known: "
@@ -214,8 +318,9 @@ def plan_params_change(current: GovernanceParameters, wanted: dict[str, int | No
     given = {name: value for name, value in wanted.items() if value is not None}
     if not given:
         raise ParameterError("name at least one parameter to change: --voting-delay, "
-                             "--voting-period, --proposal-threshold, --quorum-percent or "
-                             "--timelock-delay")
+                             "--voting-period, --proposal-threshold, --quorum-percent, "
+                             "--timelock-delay, --reward-budget, --reward-split or "
+                             "--reward-appeal-window")
     addresses = {"governor": to_checksum_address(governor_address),
                  "timelock": to_checksum_address(timelock_address)}
     changes = []
@@ -245,15 +350,94 @@ def plan_params_change(current: GovernanceParameters, wanted: dict[str, int | No
             raise ParameterError(f"the {label} is already {format_parameter(name, value)}")
         changes.append(ParameterChange(name, addresses[holder],
                                        _call(signature, [abi_type], [value]), old, value))
-    labels = [_SETTERS[c.name][4] for c in changes]
+    reward_changes = _plan_reward_changes(given, rewards, distributor_address)
+    notes = []
+    if changes:
+        notes.append("Governance parameters apply to proposals made after execution.")
+    for change in reward_changes:
+        if change.name == "reward_budget":
+            notes.append(_budget_note(change.new, rewards))
+        else:
+            notes.append("The reward appeal window applies to roots attested after execution; "
+                         "a root attested before keeps the claim time it was attested with.")
+    changes += reward_changes
+    labels = [label for c in changes for label in c.labels]
+    kind = "reward" if all(c.name.startswith("reward_") for c in changes) else "governance"
+    shown = [label.removeprefix("reward ") if kind == "reward" else label for label in labels]
     text = "\n".join([
-        f"# Change governance parameters: {', '.join(labels)}",
+        f"# Change {kind} parameters: {', '.join(shown)}",
         "",
         *([description.strip(), ""] if description.strip() else []),
-        "Changes (executed by the timelock; they apply to proposals made after execution):",
-        *(c.line for c in changes),
+        "Changes (executed by the timelock; they apply to proposals made after execution):"
+        if not reward_changes else "Changes (executed by the timelock):",
+        *(line for c in changes for line in c.lines),
+        *(["", *notes] if reward_changes else []),
     ])
     return ParamsProposal(tuple(changes), text)
+
+
+def _plan_reward_changes(given: dict[str, Any], rewards: RewardParameters | None,
+                         distributor_address: str | None) -> list[ParameterChange]:
+    """The RewardDistributor's calls of ``plan_params_change``: one ``setBudget`` for the
+    budget and the split (each kept as it is when not given), one ``setAppealWindow``."""
+    if not any(name in given for name in REWARD_FIELDS):
+        return []
+    if rewards is None or distributor_address is None:
+        raise ParameterError("no RewardDistributor is known to this client: the deployment "
+                             "names none (run `gym devnet up --redeploy`)")
+    target = to_checksum_address(distributor_address)
+    changes = []
+    if "reward_budget" in given or "reward_split" in given:
+        budget = given.get("reward_budget", rewards.budget)
+        pool_bps = tuple(given.get("reward_split", rewards.pool_bps))
+        if budget < 0:
+            raise ParameterError(f"the reward budget cannot be negative ({budget})")
+        if budget >= REWARD_BUDGET_LIMIT:
+            raise ParameterError(f"the reward budget must be below 2^128 GYM base units "
+                                 f"(setBudget stores 128 bits), not {format_gym(budget)}")
+        if len(pool_bps) != len(POOLS) or any(not 0 <= bps <= BPS for bps in pool_bps) \
+                or sum(pool_bps) != BPS:
+            raise ParameterError(f"the reward split's four parts must sum to {BPS} basis points "
+                                 f"(100%), not {list(pool_bps)} (sum {sum(pool_bps)}): the "
+                                 "distributor refuses it (RewardsInvalidSplit)")
+        old, new = (rewards.budget, tuple(rewards.pool_bps)), (budget, pool_bps)
+        if old == new:
+            raise ParameterError(f"the reward budget is already "
+                                 f"{format_parameter('reward_budget', new)}")
+        changes.append(ParameterChange(
+            "reward_budget", target,
+            _call("setBudget(uint256,uint16[4])", ["uint256", "uint16[4]"],
+                  [budget, list(pool_bps)]), old, new))
+    if "reward_appeal_window" in given:
+        window = given["reward_appeal_window"]
+        if window < 0:
+            raise ParameterError(f"the reward appeal window cannot be negative ({window})")
+        if window > rewards.max_appeal_window:
+            raise ParameterError(
+                f"the reward appeal window can be at most "
+                f"{format_duration(rewards.max_appeal_window)} (MAX_APPEAL_WINDOW), not "
+                f"{format_duration(window)}")
+        if window == rewards.appeal_window:
+            raise ParameterError(f"the reward appeal window is already {format_duration(window)}")
+        changes.append(ParameterChange(
+            "reward_appeal_window", target, _call("setAppealWindow(uint64)", ["uint64"], [window]),
+            rewards.appeal_window, window))
+    return changes
+
+
+def _budget_note(new: tuple[int, tuple[int, ...]], rewards: RewardParameters) -> str:
+    """When the budget applies, and how long the treasury pays it."""
+    budget = new[0]
+    payable = min(rewards.treasury_balance, rewards.treasury_allowance)
+    note = (f"The reward budget applies from the epoch in which the proposal executes (epoch "
+            f"{rewards.current_epoch} now) on; ended epochs keep theirs. The treasury "
+            f"{rewards.treasury} holds {format_gym(rewards.treasury_balance, rounded=True)} "
+            f"and allows the distributor "
+            f"{format_gym(rewards.treasury_allowance, rounded=True)}")
+    if budget == 0:
+        return note + "; a budget of 0 pays no rewards."
+    epochs = payable // budget
+    return note + (f": {epochs} epoch{'' if epochs == 1 else 's'} at the new budget.")
 
 
 # -- node slashing ----------------------------------------------------------------------------
@@ -424,6 +608,10 @@ class ActionDecoder:
             summary = (f"{contract}: reverse committee challenge {cid} (its settled verdict "
                        "flips; the verifiers that signed it are slashed)")
             return summary, f"reverse committee challenge {cid}"
+        if contract == "RewardDistributor":
+            described = _describe_rewards(contract, function, a)
+            if described is not None:
+                return described
         if function == "setAppealWindow":
             value = format_duration(a["appealWindow_"] if "appealWindow_" in a
                                     else next(iter(a.values())))
@@ -434,6 +622,31 @@ class ActionDecoder:
             return summary, f"{verdict} challenge #{a['challengeId']}"
         rendered = ", ".join(f"{key}={_render(value)}" for key, value in a.items())
         return f"{contract}.{function}({rendered})", f"{contract}.{function}"
+
+
+def _describe_rewards(contract: str, function: str, a: dict[str, Any]
+                      ) -> tuple[str, str] | None:
+    """(summary, short) for the RewardDistributor's calls a proposal or a wallet makes."""
+    if function == "setBudget":
+        budget, split = format_gym(a["budgetPerEpoch"]), format_split(tuple(a["poolBps"]))
+        summary = (f"{contract}: set the reward budget to {budget} per epoch, split {split}, "
+                   "from the epoch it executes in")
+        return summary, f"reward budget -> {budget}"
+    if function == "setAppealWindow":
+        value = format_duration(a["appealWindow_"])
+        summary = (f"{contract}: set the reward appeal window to {value} (for roots attested "
+                   "afterwards)")
+        return summary, f"reward appeal window -> {value}"
+    if function == "reverse":
+        epoch = a["epoch"]
+        summary = (f"{contract}: reverse the attested reward root of epoch {epoch} (nothing is "
+                   "paid from it; the epoch may be attested again)")
+        return summary, f"reverse reward root of epoch {epoch}"
+    if function == "claim":
+        amount = format_gym(a["amount"])
+        return (f"{contract}: claim {amount} of epoch {a['epoch']}'s rewards for {a['account']}",
+                f"claim {amount}")
+    return None
 
 
 def _render(value: Any) -> str:

@@ -104,6 +104,29 @@ def _meaning(name: str, v: dict[str, Any]) -> str:
             lambda: f"{v['caller']} is not the committee's governance: only the DAO timelock "
                     "reverses settlements and sets the appeal window, by an executed proposal",
         "CommitteeUnknownChallenge": lambda: f"no committee challenge {v['challengeId']}",
+        "RewardsNotGovernance":
+            lambda: f"{v['caller']} is not the RewardDistributor's governance: only the DAO "
+                    "timelock sets the budget and the appeal window and reverses roots, by an "
+                    "executed proposal",
+        "RewardsInvalidSplit":
+            lambda: f"the reward split sums to {v['sum']} basis points, not 10000",
+        "RewardsAppealWindowTooLong":
+            lambda: f"a reward appeal window of {v['appealWindow']} s is above the "
+                    f"distributor's maximum {v['maxAppealWindow']} s",
+        "RewardsNotAttested":
+            lambda: f"epoch {v['epoch']} has no attested reward root (never attested, or "
+                    "reversed)",
+        "RewardsAppealWindowOver":
+            lambda: f"the appeal window of epoch {v['epoch']}'s reward root ended at "
+                    f"{v['finalAt']} (it is {v['timestamp']}): it can no longer be reversed",
+        "RewardsNotFinal":
+            lambda: f"epoch {v['epoch']}'s rewards are claimable from {v['finalAt']} (it is "
+                    f"{v['timestamp']}), when its appeal window ends",
+        "RewardsAlreadyClaimed":
+            lambda: f"{v['account']} already claimed its rewards of epoch {v['epoch']}",
+        "RewardsInvalidProof":
+            lambda: f"({v['account']}, {v['amount']}) is not a line of epoch {v['epoch']}'s "
+                    "attested table",
         "ExperienceLedgerNotLogOwner":
             lambda: f"{v['caller']} does not own log {v['logId']} (the owner is {v['owner']})",
     }

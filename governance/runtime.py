@@ -1,5 +1,5 @@
-"""The DAO's wiring: the ledger runtime plus the governor, token, timelock, NodeRegistry and
-VerifierCommittee of a deployment, and who signs.
+"""The DAO's wiring: the ledger runtime plus the governor, token, timelock, NodeRegistry,
+VerifierCommittee and RewardDistributor of a deployment, and who signs.
 
 ``GovernanceRuntime.client(account=None)`` returns a ``GovernanceClient`` that signs, when it
 first sends, with Anvil's public dev account ``account`` on the devnet (chain id 31337), else
@@ -42,6 +42,7 @@ class GovernanceConfig:
     curated_log_id: int
     node_registry_address: str | None = None  # NodeRegistry governed by the timelock
     committee_address: str | None = None  # VerifierCommittee governed by the timelock
+    reward_distributor_address: str | None = None  # RewardDistributor governed by the timelock
 
 
 @dataclass
@@ -62,7 +63,8 @@ class GovernanceRuntime:
             curated_log_id=config.curated_log_id,
             key_source=lambda: voter_key(w3.eth.chain_id, account),
             from_block=self.ledger.chain.deployment_block, node_registry_address=registry,
-            committee_address=config.committee_address)
+            committee_address=config.committee_address,
+            reward_distributor_address=config.reward_distributor_address)
 
 
 VOTER_KEY_ENV = "GYM_VOTER_KEY"

@@ -7,6 +7,10 @@
   checked against the root the ExperienceLedger anchored).
 - ``committee``: the VerifierCommittee's verifiers and latest challenges (verdict, reason,
   appeal window, what finalizing moved), read through ``committee.client``, bounded.
+- ``rewards``: the RewardDistributor's latest epochs; one account's line of each attested
+  table (fetched by its attested CID, checked against the attested root, with the source
+  lines that paid it) and the unsigned ``claim`` its wallet sends, the proof computed from
+  that table.
 - ``ballots``: EIP-712 ballots for the voter's wallet (``eth_signTypedData_v4``), relayed by
   the server (``castVoteBySig``; with a reason, ``castVoteWithReasonAndParamsBySig``).
 - ``transactions``: unsigned delegate / propose / queue / execute transactions for the

@@ -3,14 +3,17 @@
 Reads: ``/health``, ``/api/proposals[/{id}]`` (one proposal with its ``evidence``: each
 evaluation's cid, verdict, verdict line, summary, verified, badge, detail and command),
 ``/api/committee`` (verifiers and the latest challenges of the VerifierCommittee),
+``/api/rewards`` (the RewardDistributor's latest epochs), ``/api/rewards/accounts/{address}``
+(the account's line of each attested epoch's table, checked, with its source lines),
 ``/api/proposals/{id}/verify`` (422 when a proposed leaf fails),
 ``/api/proposals/{id}/ballot`` (typed data to sign),
 ``/api/proposals/{id}/voters/{address}`` (whether the account can vote, why not, or how it
 voted: what the page shows the vote buttons by), ``/api/accounts/{address}``. A proposal is
 named by its id or by its number in `gym gov list`. Writes, each behind the Origin and CSRF checks:
 ``/api/proposals/{id}/relay`` (a signed ballot, relayed), ``/api/delegate``,
-``/api/proposals`` (propose), ``/api/proposals/{id}/queue|execute`` (unsigned transactions
-for the wallet), ``/api/devnet/advance`` and ``/rpc`` (devnet only). POST bodies are read
+``/api/proposals`` (propose), ``/api/proposals/{id}/queue|execute`` and
+``/api/rewards/{epoch}/claim`` (unsigned transactions for the wallet), ``/api/devnet/advance``
+and ``/rpc`` (devnet only). POST bodies are read
 within ``protocol``'s limits (``JSONBodyRoute``).
 """
 
@@ -31,6 +34,7 @@ from governance.dashboard.pages import Runtime, indexed_proposal
 from governance.dashboard.protocol import (
     MAX_REASON,
     AdvanceRequest,
+    ClaimRequest,
     DelegateRequest,
     JSONBodyRoute,
     ProposeRequest,
@@ -40,6 +44,7 @@ from governance.dashboard.protocol import (
     parse_address,
     parse_support,
 )
+from governance.dashboard.rewards import account_rewards_json, claim_tx, rewards_json
 from governance.dashboard.runtime import DashboardRuntime
 from governance.dashboard.transactions import (
     delegate_tx,
@@ -173,6 +178,30 @@ def execute(rt: Runtime, proposal_id: str, body: SenderRequest) -> dict:
 def committee(rt: Runtime) -> dict:
     """The VerifierCommittee: parameters, verifiers, the latest challenges (newest first)."""
     return committee_json(rt.client)
+
+
+@router.get("/api/rewards")
+def rewards(rt: Runtime) -> dict:
+    """The RewardDistributor: parameters and the latest epochs (newest first)."""
+    return rewards_json(rt.client, rt.client.now())
+
+
+@router.get("/api/rewards/accounts/{address}")
+def account_rewards(rt: Runtime, address: str) -> dict:
+    """``address``'s line of each attested epoch's table (fetched by its attested CID and
+    checked against the attested root), with the source lines that paid it."""
+    address = _input(parse_address, address)
+    return account_rewards_json(rt.client, rt.content, rt.reward_tables, address,
+                                rt.client.now(), rt.names.label)
+
+
+@router.post("/api/rewards/{epoch}/claim")
+def claim(rt: Runtime, epoch: int, body: ClaimRequest) -> dict:
+    """``claim(epoch, account, amount, proof)`` for the wallet to send, the proof computed from
+    the checked table."""
+    if not 0 <= epoch < 2**64:
+        raise DashboardInputError(f"a reward epoch is a number from 0, not {epoch}")
+    return claim_tx(rt.client, rt.content, rt.reward_tables, body.sender, epoch, body.account)
 
 
 @router.get("/api/accounts/{address}")

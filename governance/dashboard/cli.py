@@ -37,7 +37,8 @@ def dashboard(
     governor's events; each proposal's entries verified independently (entry re-hashed, proof
     checked against the root anchored on chain) and its evidence re-checked (every receipt and
     figure of each evaluation it cites); delegate, vote by EIP-712 ballot, queue and execute
-    from the browser's wallet.
+    from the browser's wallet; an account's rewards, read from the attested tables and claimed
+    from its wallet.
 
     Ballots are signed in the browser and relayed with castVoteBySig by GYM_PUBLISHER_KEY,
     which pays the gas and cannot change a vote. On the devnet, without a wallet extension, the

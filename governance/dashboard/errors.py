@@ -32,17 +32,26 @@ class UnknownProposalError(GovernanceError, LookupError):
     """No proposal of the indexed governor has this id."""
 
 
+class NoDistributorError(GovernanceError, LookupError):
+    """The deployment has no RewardDistributor: the Rewards page has nothing to show."""
+
+
+class RewardsClaimError(GovernanceError):
+    """A reward claim that cannot be made now: no attested root, or already claimed."""
+
+
 def http_status(exc: Exception) -> int:
     """The status that answers ``exc``."""
     if isinstance(exc, JSONInputError):  # a request body over the limits, or not JSON
         return 413 if exc.reason == "too_large" else 400
     if isinstance(exc, VotingPowerError | NotDevnetError):
         return 403
-    if isinstance(exc, UnknownProposalError | NoCommitteeError | NotFoundError):
+    if isinstance(exc, UnknownProposalError | NoCommitteeError | NoDistributorError
+                  | NotFoundError):
         return 404
     if isinstance(exc, GovernorRevertError):
         return 404 if exc.name == "GovernorNonexistentProposal" else 409
-    if isinstance(exc, ProposalStateError):
+    if isinstance(exc, ProposalStateError | RewardsClaimError):
         return 409
     if isinstance(exc, SignatureError | CurationError | DashboardInputError):
         return 422

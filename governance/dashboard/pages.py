@@ -1,6 +1,6 @@
 """Server-rendered pages: the proposal list, one proposal with its verified entries, the
-curated library as the chain holds it, and the verifier committee (its verifiers and
-challenges).
+curated library as the chain holds it, the verifier committee (its verifiers and
+challenges), and the rewards (the distributor's epochs; one account's lines and claims).
 
 A proposal is addressed by its full id or by its number in `gym gov list` (``/proposals/3``),
 read as `gym gov` reads an argument: a number from 1 to ``MAX_PROPOSAL_NUMBER`` is a list
@@ -23,6 +23,8 @@ from governance.dashboard.committee import committee_json
 from governance.dashboard.curation import check_curated_leaves
 from governance.dashboard.errors import DashboardInputError, UnknownProposalError
 from governance.dashboard.indexer import IndexedProposal
+from governance.dashboard.protocol import parse_address
+from governance.dashboard.rewards import account_rewards_json, rewards_json
 from governance.dashboard.runtime import DashboardRuntime
 from governance.dashboard.views import (
     SUPPORT_LABELS,
@@ -33,7 +35,7 @@ from governance.dashboard.views import (
     reason_paragraphs,
     when,
 )
-from governance.proposals import format_duration
+from governance.proposals import format_duration, format_split
 from ledger.rfc9162 import root as merkle_root
 
 router = APIRouter()
@@ -132,3 +134,23 @@ def committee_page(request: Request, rt: Runtime) -> HTMLResponse:
     rt.indexer.sync()
     return _render(request, rt, "committee.html", {"c": committee_json(rt.client),
                                                    "duration": format_duration})
+
+
+@router.get("/rewards", response_class=HTMLResponse)
+def rewards_page(request: Request, rt: Runtime, account: str = "") -> HTMLResponse:
+    """The reward distributor's latest epochs; with ``?account=`` (the wallet's, or one
+    entered) that account's line of each attested table, where it came from, and a Claim
+    button once the root is final."""
+    rt.indexer.sync()
+    now = rt.client.now()
+    mine = None
+    if account.strip():
+        try:
+            address = parse_address(account.strip())
+        except ValueError as exc:
+            raise DashboardInputError(str(exc)) from None
+        mine = account_rewards_json(rt.client, rt.content, rt.reward_tables, address, now,
+                                    rt.names.label)
+    return _render(request, rt, "rewards.html", {
+        "r": rewards_json(rt.client, now), "mine": mine, "account": account.strip(),
+        "duration": format_duration, "split": format_split})

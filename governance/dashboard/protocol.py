@@ -122,6 +122,12 @@ class DelegateRequest(SenderRequest):
     to: Address | None = None  # default: the sender itself
 
 
+class ClaimRequest(SenderRequest):
+    """Claim ``account``'s line of an epoch (paid to ``account``), sent by ``from``."""
+
+    account: Address
+
+
 class ProposeRequest(SenderRequest):
     log: Annotated[str, Field(min_length=1, max_length=200)]
     indices: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1, max_length=256)]

@@ -8,7 +8,8 @@ may ask of accounts that anyone holding the URL could otherwise drive:
 
 - only the methods in ``ALLOWED_METHODS``; no ``anvil_*``, ``evm_*``, ``debug_*`` or raw
   signing of arbitrary bytes;
-- ``eth_sendTransaction`` only to the DAO's own contracts (governor, token), without value;
+- ``eth_sendTransaction`` only to the DAO's own contracts (governor, token, and the reward
+  distributor's permissionless ``claim``), without value;
 - ``eth_signTypedData_v4`` only for the governor's EIP-712 domain (ballots).
 
 It exists only on the devnet (chain id 31337), where the keys are public anyway, and sits
@@ -31,7 +32,7 @@ import re
 from typing import Any
 
 import httpx
-from eth_utils import to_checksum_address
+from eth_utils import keccak, to_checksum_address
 
 from governance.client import GovernanceClient
 from ledger.json_input import JSONInputError, parse_json
@@ -52,6 +53,7 @@ MAX_TYPED_DATA_DEPTH = 16
 PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32602, -32603
 UNSUPPORTED_METHOD = 4200  # EIP-1193
 
+CLAIM_SELECTOR = "0x" + keccak(text="claim(uint256,address,uint256,bytes32[])")[:4].hex()
 _QUANTITY = re.compile(r"0x[0-9a-fA-F]{1,64}|[0-9]{1,78}")  # hex as JSON-RPC writes it; decimal
 
 
@@ -128,9 +130,19 @@ def check(request: Any, client: GovernanceClient) -> None:
                 to = to_checksum_address(to) if isinstance(to, str) else None
             except ValueError:
                 to = None
-            if to not in (client.governor.address, client.token.address):
+            distributor = client.reward_distributor
+            allowed = {client.governor.address, client.token.address}
+            if distributor is not None:
+                allowed.add(distributor.address)
+            if to not in allowed:
                 raise RpcRefusal(UNSUPPORTED_METHOD, "transactions through the dashboard go to "
-                                 f"the governor or the token only, not {_shown(tx.get('to'))}")
+                                 "the governor, the token or the reward distributor only, not "
+                                 f"{_shown(tx.get('to'))}")
+            data = tx.get("data") or tx.get("input") or ""
+            if distributor is not None and to == distributor.address and not (
+                    isinstance(data, str) and data.lower().startswith(CLAIM_SELECTOR)):
+                raise RpcRefusal(UNSUPPORTED_METHOD, "transactions through the dashboard call "
+                                                     "the reward distributor's claim only")
             if value != 0:
                 raise RpcRefusal(UNSUPPORTED_METHOD, "transactions through the dashboard carry "
                                                      "no value")

@@ -9,6 +9,7 @@ from governance.client import GovernanceClient
 from governance.dashboard.evidence import VerificationCache
 from governance.dashboard.indexer import GovernorIndexer
 from governance.dashboard.names import AddressBook, address_book
+from governance.dashboard.rewards import RewardTables
 from governance.dashboard.security import CsrfTokens
 from governance.devnet_time import is_devnet
 from ledger.content import ContentStore
@@ -35,6 +36,7 @@ class DashboardRuntime:
     trusted_verifiers: frozenset[str] = frozenset()
     csrf: CsrfTokens = field(default_factory=CsrfTokens)
     evidence_cache: VerificationCache = field(default_factory=VerificationCache)
+    reward_tables: RewardTables = field(default_factory=RewardTables)  # checked, by CID
     indexer: GovernorIndexer = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """Proposals on the VerifierCommittee: reverse a settlement (`gym gov propose-reverse`) and set
 the appeal window (`gym gov propose-appeal-window`), on a real Anvil with a settled challenge;
-the refusals before anything is sent; the decoding of both actions, offline."""
+reverse an attested reward root on the RewardDistributor (`gym gov propose-reverse-rewards`);
+the refusals before anything is sent; the decoding of the actions, offline."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from eth_account import Account
 from eth_utils import keccak
 
 from committee.client import ChallengeState
+from committee.rewards.distributor import EpochStatus
+from committee.rewards.table import Settlement
 from contracts import load_artifact
+from contracts.devnet_accounts import devnet_account_key
 from contracts.gym_token import GYM
 from devnet.deploy import Deployment
-from governance.appeals import AppealWindowProposal, ReverseProposal
+from governance.appeals import AppealWindowProposal, ReverseProposal, RootReverseProposal
 from governance.errors import CommitteeProposalError, GovernanceError, ParameterError
 from governance.proposals import ActionDecoder, parse_duration
 
@@ -25,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the slash tests' DAO client an
 from test_params_and_slash import make_client, pass_and_execute
 
 COMMITTEE = "0x" + "44" * 20
+DISTRIBUTOR = "0x" + "55" * 20
 DAY = 86400
 
 
@@ -55,6 +60,18 @@ def test_both_committee_actions_decode_readably():
     window = decoder.decode(COMMITTEE, AppealWindowProposal(COMMITTEE, 300, 300, "").calldata)
     assert window.summary == "VerifierCommittee: set the appeal window to 300 s (5 min)"
     assert window.short == "appeal window -> 300 s (5 min)"
+
+
+def test_a_reward_root_reversal_decodes_readably():
+    decoder = ActionDecoder({DISTRIBUTOR: ("RewardDistributor",
+                                           load_artifact("RewardDistributor").abi)})
+    (target,), (value,), (calldata,) = RootReverseProposal(DISTRIBUTOR, 3, "").actions
+    action = decoder.decode(target, calldata)
+    assert (action.contract, action.function, action.args, value) == (
+        "RewardDistributor", "reverse", {"epoch": 3}, 0)
+    assert action.summary == ("RewardDistributor: reverse the attested reward root of epoch 3 "
+                              "(nothing is paid from it; the epoch may be attested again)")
+    assert action.short == "reverse reward root of epoch 3"
 
 
 # -- on Anvil ---------------------------------------------------------------------------------
@@ -215,3 +232,55 @@ def test_reverse_and_appeal_window_through_the_cli(ledger_devnet, deployment, wo
     assert f"committee challenge {challenge_id}: reversed; signers' stakes now slot 0 " in executed
     assert executed.count(left) == 2, executed
     assert world.client().challenge(challenge_id).status == ChallengeState.REVERSED
+
+
+@pytest.mark.anvil
+def test_a_reward_root_is_reversed_by_proposal_only_within_its_own_appeal_window(
+        deployment, tmp_path):
+    from committee_world import register_verifiers
+    from reward_epochs import attest_table
+
+    from ledger import LocalBlockStore
+
+    world = register_verifiers(deployment)
+    content = LocalBlockStore(tmp_path / "content")
+    client = make_client(deployment)
+    distributor = client.reward_distributor
+    signers = tuple(Account.from_key(devnet_account_key(i)).address for i in (1, 2))
+    attest_table(world, content, 0, settlements=(Settlement(1, signers),))
+    with pytest.raises(CommitteeProposalError, match="epoch 5 has no attested reward root"):
+        client.build_root_reverse(5, "wrong")
+    with pytest.raises(CommitteeProposalError, match="--reason"):
+        client.build_root_reverse(0, "  ")
+    # The devnet's 300 s window is shorter than voting (1 + 300 s) plus the timelock (60 s).
+    with pytest.raises(CommitteeProposalError, match=r"the appeal window of epoch 0's reward "
+                       r"root ends at .*: it could never reverse in time\. A root's window is "
+                       r"fixed when it is attested"):
+        client.build_root_reverse(0, "wrong")
+
+    # A longer window, by proposal: for roots attested afterwards, not epoch 0's.
+    pass_and_execute(client, client.propose(client.build_params_change(
+        reward_appeal_window=DAY))[0])
+    with pytest.raises(CommitteeProposalError, match="could never reverse in time"):
+        client.build_root_reverse(0, "wrong")
+    table = attest_table(world, content, 1, settlements=(Settlement(2, signers),))
+    standing = distributor.epoch_root(1)
+    assert standing.final_at - standing.attested_at == DAY
+
+    plan = client.build_root_reverse(1, "It pays a settlement the DAO reversed.")
+    text = plan.description
+    first, last = distributor.epoch_bounds(1)
+    assert text.startswith("# Reverse the reward root of epoch 1\n\nIt pays a settlement the "
+                           "DAO reversed.")
+    assert (f"Epoch 1 (blocks {first}-{last}): root 0x{table.root.hex()}, total 15 GYM, table "
+            f"ipfs://{standing.table_cid}") in text
+    assert f"Action: RewardDistributor {distributor.address}.reverse(1)" in text
+    proposal_id, _ = client.propose(plan)
+    (action,) = client.describe_actions(client.proposal(proposal_id))
+    assert action.short == "reverse reward root of epoch 1"
+    pass_and_execute(client, proposal_id)
+    reversed_ = distributor.epoch_root(1)
+    assert (reversed_.status, reversed_.root) == (EpochStatus.REVERSED, table.root)
+    assert distributor.epoch_root(0).status == EpochStatus.ATTESTED
+    with pytest.raises(CommitteeProposalError, match="epoch 1 was reversed already"):
+        client.build_root_reverse(1, "again")

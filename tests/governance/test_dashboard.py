@@ -93,7 +93,8 @@ class Devnet:
             d.contracts["TimelockController"].address, load_artifact("TimelockController").abi,
             curated_log_id=d.curated_log_id, private_key=ANVIL_DEV_KEYS[0],
             from_block=d.deployment_block,
-            committee_address=d.contracts["VerifierCommittee"].address)
+            committee_address=d.contracts["VerifierCommittee"].address,
+            reward_distributor_address=d.contracts["RewardDistributor"].address)
 
 
 @pytest.fixture(scope="module")
@@ -507,7 +508,12 @@ def test_the_rpc_proxy_forwards_only_what_the_page_needs(dash):
     assert refused["error"]["code"] == 4200 and "not forwarded" in refused["error"]["message"]
     elsewhere = dash.rpc("eth_sendTransaction", [{"from": accounts[1], "to": accounts[2],
                                                   "value": "0x1"}])
-    assert "go to the governor or the token only" in elsewhere["error"]["message"]
+    assert "go to the governor, the token or the reward distributor only" in \
+        elsewhere["error"]["message"]
+    distributor = dash.client.reward_distributor.address
+    attest = dash.rpc("eth_sendTransaction", [{"from": accounts[1], "to": distributor,
+                                               "data": "0xdeadbeef"}])
+    assert "the reward distributor's claim only" in attest["error"]["message"]
     typed = {"domain": {"verifyingContract": dash.client.token.address}, "types": {},
              "message": {}, "primaryType": "Permit"}
     signed = dash.rpc("eth_signTypedData_v4", [accounts[1], json.dumps(typed)])
@@ -685,6 +691,128 @@ def test_the_committee_page_says_plainly_when_there_is_no_committee(dash):
         assert dash.http.get("/committee").status_code == 404
     finally:
         dash.runtime.client.committee = committee
+
+
+@pytest.mark.anvil
+def test_reward_parameter_proposals_read_as_gym_gov_show_reads_them(dash):
+    plan = dash.client.build_params_change(reward_budget=150 * GYM, reward_appeal_window=600)
+    proposal_id, _ = dash.client.propose(plan)
+    expected = [a.summary for a in dash.client.describe_actions(dash.client.proposal(proposal_id))]
+    shown = dash.http.get(f"/api/proposals/{proposal_id}").json()
+    assert [(a["contract"], a["function"], a["summary"]) for a in shown["actions"]] == [
+        ("RewardDistributor", "setBudget", expected[0]),
+        ("RewardDistributor", "setAppealWindow", expected[1])]
+    assert expected == [
+        ("RewardDistributor: set the reward budget to 150 GYM per epoch, split data 40%, "
+         "compute 30%, verification 15%, availability 15%, from the epoch it executes in"),
+        ("RewardDistributor: set the reward appeal window to 600 s (10 min) (for roots "
+         "attested afterwards)")]
+    page = dash.http.get(f"/proposals/{proposal_id}").text
+    assert f'<p class="summary">{html.escape(expected[0])}</p>' in page
+    assert ">RewardDistributor</span>" in page  # the target, named
+
+
+@pytest.mark.anvil
+def test_the_rewards_page_shows_an_accounts_checked_line_and_its_wallet_claims_it(dash, tmp_path):
+    from committee_world import register_verifiers
+    from reward_epochs import attest_table
+
+    from committee.rewards.table import Settlement, Use
+    from governance.dashboard.rewards import RewardTables, account_rewards_json
+
+    author, signer, node, nobody = (dev_account(i).address for i in (1, 2, 3, 5))
+    world = register_verifiers(dash.net.deployment)
+    table = attest_table(world, dash.net.content, 0, stakes={node: 300 * GYM},
+                         uses=(Use(node, "bafkreiexperience", author, 5),),
+                         settlements=(Settlement(1, (author, signer)),), anchors={node: 2})
+    distributor = dash.client.reward_distributor
+    standing = distributor.epoch_root(0)
+    token = dash.client.token.functions
+
+    listed = dash.http.get("/api/rewards").json()
+    assert (listed["address"], listed["current_epoch"], listed["budget"], listed["pool_bps"]) == (
+        distributor.address, 1, str(100 * GYM), [4000, 3000, 1500, 1500])
+    running, attested = listed["epochs"]
+    assert (running["epoch"], running["status"], running["root"]) == (1, "running", None)
+    assert {k: attested[k] for k in ("epoch", "status", "root", "total", "claimed", "table_cid",
+                                     "final_at")} == {
+        "epoch": 0, "status": "attested", "root": "0x" + table.root.hex(),
+        "total": str(table.total()), "claimed": "0", "table_cid": standing.table_cid,
+        "final_at": standing.final_at}
+
+    def lines(address: str) -> list[dict]:
+        answer = dash.http.get(f"/api/rewards/accounts/{address}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()["epochs"]
+
+    (line,) = lines(author)  # the verification pool's 15 GYM for two, the data pool's 40
+    assert (line["epoch"], line["verified"], line["error"], line["status"]) == (
+        0, True, None, "attested")
+    assert line["total"] == str(table.total(author)) == str(475 * GYM // 10)
+    assert line["pools"] == {"data": str(40 * GYM), "compute": "0",
+                             "verification": str(75 * GYM // 10), "availability": "0"}
+    assert [(s["pool"], s["amount"], s["text"]) for s in line["sources"]] == [
+        ("data", str(40 * GYM), ("experience bafkreiexperience, curated from this account's "
+                                 "log, named in 5 of the 5 counted uses of node dev account 3 "
+                                 "(stake 300 GYM)")),
+        ("verification", str(75 * GYM // 10),
+         "signed the settlement of committee challenge 1, finalized")]
+    assert (line["claimed"], line["can_claim"]) == (False, False)
+    # Too early: the distributor's own error, named, before the wallet sees anything.
+    early = dash.post("/api/rewards/0/claim", {"from": signer, "account": author})
+    assert early.status_code == 409 and error_of(early)["code"] == "RewardsNotFinal"
+    page = dash.http.get("/rewards", params={"account": author}).text
+    assert "Claimable from" in page and 'class="claim needs-account"' not in page
+    assert "experience bafkreiexperience, curated from this account&#39;s log" in page
+
+    dash.advance(distributor.value("appealWindow") + 1)
+    (line,) = lines(author)
+    assert (line["status"], line["can_claim"]) == ("final", True)
+    page = dash.http.get("/rewards", params={"account": author}).text
+    assert (f'data-epoch="0"\n        data-account="{author}" disabled>Claim 47.5 GYM</button>'
+            ) in page
+    (none,) = lines(nobody)
+    assert (none["verified"], none["total"], none["sources"], none["can_claim"]) == (
+        True, "0", [], False)
+    refused = dash.post("/api/rewards/0/claim", {"from": nobody, "account": nobody})
+    assert refused.status_code == 422
+    assert error_of(refused)["message"] == f"{nobody} earned nothing in epoch 0"
+
+    # Anyone's wallet sends the claim; the account is paid, to the wei.
+    before = token.balanceOf(author).call()
+    tx = dash.post("/api/rewards/0/claim", {"from": signer, "account": author}).json()
+    assert (tx["from"], tx["to"], tx["account"], tx["amount"]) == (
+        signer, distributor.address, author, str(table.total(author)))
+    assert tx["proof"] == ["0x" + p.hex() for p in table.tree().proof(author)]
+    dash.send(tx)  # through the page's /rpc proxy, as its script does
+    assert token.balanceOf(author).call() - before == table.total(author)
+    (line,) = lines(author)
+    assert (line["claimed"], line["can_claim"]) == (True, False)
+    again = dash.post("/api/rewards/0/claim", {"from": signer, "account": author})
+    assert again.status_code == 409
+    assert error_of(again)["message"] == f"{author} already claimed its rewards of epoch 0"
+    assert dash.http.get("/api/rewards").json()["epochs"][1]["claimed"] == \
+        str(table.total(author))
+    page = dash.http.get("/rewards", params={"account": author}).text
+    assert "Claimed." in page and '<a href="/rewards">Rewards</a>' in page
+
+    # A table the content store does not hold: shown unchecked, with the reason, never a 5xx.
+    elsewhere = account_rewards_json(dash.client, LocalBlockStore(tmp_path / "empty"),
+                                     RewardTables(), author, dash.client.now())
+    (unchecked,) = elsewhere["epochs"]
+    assert not unchecked["verified"] and not unchecked["can_claim"]
+    assert standing.table_cid in unchecked["error"], unchecked["error"]
+    assert dash.http.get("/api/rewards/accounts/nobody").status_code == 422
+    assert dash.http.get("/rewards", params={"account": "nobody"}).status_code == 422
+    assert "Connect a wallet, or enter an account" in dash.http.get("/rewards").text
+    dash.client.reward_distributor = None  # a deployment without one: said plainly
+    try:
+        assert dash.http.get("/rewards").status_code == 404
+        answer = dash.http.get("/api/rewards")
+        assert answer.status_code == 404
+        assert "no RewardDistributor" in error_of(answer)["message"]
+    finally:
+        dash.client.reward_distributor = distributor
 
 
 @pytest.mark.anvil

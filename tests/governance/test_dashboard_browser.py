@@ -20,6 +20,11 @@ headings are measured, then let through); the decision first, "No measured evide
 place, the proofs folded in a closed <details>. A screenshot is saved at each stage under
 ``$GYM_TEST_ARTIFACTS/dashboard`` (default ``tests/.artifacts/dashboard``), among them
 ``proposal-without-evidence.png`` and ``proposal-with-evidence.png``.
+
+Rewards: with reward epoch 0 attested (a table that pays dev account 1 from the data and the
+verification pools) and its appeal window over, the Rewards page shows the wallet's account
+at once, another account when it is picked, its line with where each amount came from, and
+its "Claim" button sends the claim from the wallet (``rewards.png``, ``rewards-claimed.png``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from contracts import load_artifact
 from contracts.devnet_accounts import devnet_account_key
 from devnet.deploy import Deployment
 from devnet.settings import ANVIL_DEV_KEYS, DEVNET_DIR
-from ledger import LogStore
+from ledger import LocalBlockStore, LogStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [pytest.mark.anvil, pytest.mark.browser, pytest.mark.skipif(
@@ -368,3 +373,88 @@ def evaluate_rules(gym_env, model_dir: Path, tmp_path: Path) -> tuple[str, int]:
         return cid, store.get_log("bob/rules").chain_log_id
     finally:
         store.engine.dispose()
+
+
+@pytest.fixture
+def rewards_dashboard(gym_env, ledger_devnet):
+    """Reward epoch 0 attested, its table paying dev account 1 (40 GYM of data, 7.5 GYM of
+    verification) in the content store `gym dashboard` reads, the appeal window over; and
+    `gym dashboard`."""
+    from committee_world import register_verifiers
+    from reward_epochs import attest_table
+
+    from committee.rewards.table import Settlement, Use
+
+    deployment = Deployment.load(gym_env.deployment_file)
+    world = register_verifiers(deployment)
+    author, signer, node = ACCOUNT[1], ACCOUNT[2], ACCOUNT[3]
+    table = attest_table(world, LocalBlockStore(gym_env.data_dir / "ipfs"), 0,
+                         stakes={node: 300 * GYM_UNIT},
+                         uses=(Use(node, "bafkreiexperience", author, 5),),
+                         settlements=(Settlement(1, (author, signer)),), anchors={node: 2})
+    world.w3.provider.make_request("evm_increaseTime", [deployment.governance.reward_appeal_window
+                                                        + 1])
+    world.w3.provider.make_request("evm_mine", [])
+    with gym_dashboard(gym_env.env, subprocess.PIPE,
+                       lambda proc: proc.stdout.read().decode()) as (_, base):
+        yield base, deployment, world.w3, table
+
+
+def test_an_account_sees_its_rewards_and_claims_them_with_its_wallet(rewards_dashboard):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, deployment, w3, table = rewards_dashboard
+    shots = ARTIFACTS / "dashboard"
+    shots.mkdir(parents=True, exist_ok=True)
+    token = w3.eth.contract(address=deployment.contracts["GymToken"].address,
+                            abi=load_artifact("GymToken").abi)
+    problems: list[str] = []
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--headless", "--no-sandbox", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page.on("console", lambda msg: problems.append(msg.text)
+                    if "Content Security Policy" in msg.text else None)
+
+            # No account asked for: the wallet's first account (dev account 0), which earned
+            # nothing in epoch 0.
+            page.goto(base + "/rewards")
+            page.wait_for_url(f"{base}/rewards?account={OPTION[0]}")
+            page.wait_for_selector('body[data-ready="1"]')
+            line = page.locator("article.reward-line[data-epoch='0']")
+            expect(line).to_contain_text("Epoch 0: 0 GYM")
+            expect(line).to_contain_text("Nothing in this epoch's table.")
+            expect(page.locator("#epochs tr[data-epoch='0']")).to_contain_text(
+                "final: claims open")
+
+            # Another wallet account picked: its rewards, and where they came from.
+            page.select_option("#account", OPTION[1])
+            page.wait_for_url(f"{base}/rewards?account={OPTION[1]}")
+            page.wait_for_selector('body[data-ready="1"]')
+            expect(line).to_contain_text("Epoch 0: 47.5 GYM")
+            sources = line.locator("ul.sources li")
+            expect(sources).to_have_text([
+                re.compile(r"^data 40 GYM: experience bafkreiexperience, curated from this "
+                           r"account's log, named in 5 of the 5 counted uses of node dev "
+                           r"account 3 \(stake 300 GYM\)$"),
+                re.compile(r"^verification 7\.5 GYM: signed the settlement of committee "
+                           r"challenge 1, finalized$")])
+            expect(line).to_contain_text(f"its root is the attested root 0x{table.root.hex()}")
+            page.screenshot(path=str(shots / "rewards.png"), full_page=True)
+
+            before = token.functions.balanceOf(ACCOUNT[1]).call()
+            line.locator("button.claim").click()
+            expect(page.locator("#message")).to_contain_text(
+                "claimed 47.5 GYM of epoch 0 for dev account 1 (sent by dev account 1, tx 0x")
+            expect(line.locator(".claim-status")).to_have_text("Claimed.")
+            expect(line.locator("button.claim")).to_have_count(0)
+            assert token.functions.balanceOf(ACCOUNT[1]).call() - before == \
+                table.total(ACCOUNT[1])
+            page.screenshot(path=str(shots / "rewards-claimed.png"), full_page=True)
+        finally:
+            browser.close()
+    assert problems == []

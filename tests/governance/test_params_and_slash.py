@@ -1,5 +1,6 @@
-"""Governance-parameter proposals, node slashing proposals and cancellation, on a real Anvil;
-and the decoding of proposal actions, offline."""
+"""Governance-parameter proposals (the RewardDistributor's budget, split and appeal window
+among them), node slashing proposals and cancellation, on a real Anvil; and the decoding of
+proposal actions, offline."""
 
 from __future__ import annotations
 
@@ -32,8 +33,11 @@ from governance.proposals import (
     ActionDecoder,
     ChallengeStatus,
     GovernanceParameters,
+    RewardParameters,
     format_duration,
     format_gym,
+    format_split,
+    parse_split,
     plan_params_change,
 )
 from ledger.chain import LedgerContract
@@ -125,6 +129,115 @@ def test_params_plan_refuses_bad_values(wanted, why):
         _plan(**wanted)
 
 
+DISTRIBUTOR = "0x" + "55" * 20
+REWARDS = RewardParameters(budget=100 * GYM, pool_bps=(4000, 3000, 1500, 1500), appeal_window=300,
+                           max_appeal_window=7 * 86400, current_epoch=2,
+                           treasury=Web3.to_checksum_address(TIMELOCK),
+                           treasury_balance=1_250 * GYM, treasury_allowance=1_200 * GYM)
+DEVNET_SPLIT = "data 40%, compute 30%, verification 15%, availability 15%"
+
+
+def _reward_plan(description: str = "", **wanted):
+    return plan_params_change(CURRENT, wanted, governor_address=GOVERNOR,
+                              timelock_address=TIMELOCK, total_supply=5000 * GYM,
+                              description=description, rewards=REWARDS,
+                              distributor_address=DISTRIBUTOR)
+
+
+def test_a_reward_split_reads_as_percent_or_basis_points():
+    assert parse_split("40,30,15,15") == parse_split("4000,3000,1500,1500") == \
+        (4000, 3000, 1500, 1500)
+    assert parse_split(" 33.34, 33.33,33.33 ,0") == (3334, 3333, 3333, 0)
+    assert format_split((3334, 3333, 3333, 0)) == \
+        "data 33.34%, compute 33.33%, verification 33.33%, availability 0%"
+    for bad, why in (("40,30,15,10", "'40,30,15,10' sums to 95"),
+                     ("4000,3000,1500,1400", "sums to 9900"),
+                     ("40,30,30", "not '40,30,30'"), ("40,30,15,15,0", "not "),
+                     ("40,-30,45,45", "not "), ("40.001,29.999,15,15", "not "),
+                     ("4000.5,2999.5,1500,1500", "sums to 10000"), ("a,b,c,d", "not ")):
+        with pytest.raises(ParameterError, match=f"the reward split is four numbers, for data, "
+                                                 f".*{re.escape(why)}"):
+            parse_split(bad)
+
+
+def test_reward_parameters_are_one_set_budget_and_one_set_appeal_window_and_decode_back():
+    plan = _reward_plan(reward_budget=150 * GYM, reward_split=(5000, 2000, 1500, 1500),
+                        reward_appeal_window=600, description="Pay more, check longer.")
+    targets, values, calldatas = plan.actions
+    assert targets == [Web3.to_checksum_address(DISTRIBUTOR)] * 2 and values == [0, 0]
+    assert [c[:4] for c in calldatas] == [keccak(text=s)[:4] for s in (
+        "setBudget(uint256,uint16[4])", "setAppealWindow(uint64)")]
+    assert plan.description.split("\n") == [
+        "# Change reward parameters: budget, split, appeal window",
+        "",
+        "Pay more, check longer.",
+        "",
+        "Changes (executed by the timelock):",
+        "- reward budget: 100 GYM -> 150 GYM per epoch",
+        (f"- reward split: {DEVNET_SPLIT} -> data 50%, compute 20%, verification 15%, "
+         "availability 15%"),
+        "- reward appeal window: 300 s (5 min) -> 600 s (10 min)",
+        "",
+        (f"The reward budget applies from the epoch in which the proposal executes (epoch 2 "
+         f"now) on; ended epochs keep theirs. The treasury {Web3.to_checksum_address(TIMELOCK)} "
+         "holds 1,250 GYM and allows the distributor 1,200 GYM: 8 epochs at the new budget."),
+        ("The reward appeal window applies to roots attested after execution; a root attested "
+         "before keeps the claim time it was attested with."),
+    ]
+
+    decoder = ActionDecoder({DISTRIBUTOR: ("RewardDistributor",
+                                           load_artifact("RewardDistributor").abi)})
+    decoded = [decoder.decode(t, c) for t, c in zip(targets, calldatas, strict=True)]
+    assert [d.summary for d in decoded] == [
+        ("RewardDistributor: set the reward budget to 150 GYM per epoch, split data 50%, "
+         "compute 20%, verification 15%, availability 15%, from the epoch it executes in"),
+        ("RewardDistributor: set the reward appeal window to 600 s (10 min) (for roots "
+         "attested afterwards)")]
+    assert [d.short for d in decoded] == ["reward budget -> 150 GYM",
+                                          "reward appeal window -> 600 s (10 min)"]
+    assert decoded[0].args == {"budgetPerEpoch": 150 * GYM, "poolBps": [5000, 2000, 1500, 1500]}
+
+    # One of budget and split: the other is sent as it stands, and said to be unchanged.
+    budget_only = _reward_plan(reward_budget=0)
+    assert decoder.decode(DISTRIBUTOR, budget_only.actions[2][0]).args["poolBps"] == \
+        [4000, 3000, 1500, 1500]
+    assert (f"- reward budget: 100 GYM -> 0 GYM per epoch (split unchanged: {DEVNET_SPLIT})"
+            ) in budget_only.description
+    assert "a budget of 0 pays no rewards" in budget_only.description
+    split_only = _reward_plan(reward_split=(2500, 2500, 2500, 2500))
+    assert split_only.description.startswith("# Change reward parameters: split\n")
+    assert "(budget unchanged: 100 GYM per epoch)" in split_only.description
+    mixed = _reward_plan(voting_period=600, reward_budget=150 * GYM)
+    assert mixed.description.startswith("# Change governance parameters: voting period, reward "
+                                        "budget\n")
+    assert "Governance parameters apply to proposals made after execution." in mixed.description
+    assert mixed.actions[0] == [Web3.to_checksum_address(a) for a in (GOVERNOR, DISTRIBUTOR)]
+
+
+@pytest.mark.parametrize("wanted, why", [
+    ({"reward_split": (4000, 3000, 1500, 1400)},
+     (r"split's four parts must sum to 10000 basis points \(100%\), not \[4000, 3000, 1500, "
+      r"1400\] \(sum 9900\): the distributor refuses it \(RewardsInvalidSplit\)")),
+    ({"reward_split": (12000, 0, 0, -2000)}, "must sum to 10000 basis points"),
+    ({"reward_budget": 2**128}, r"below 2\^128 GYM base units \(setBudget stores 128 bits\)"),
+    ({"reward_budget": -1}, "reward budget cannot be negative"),
+    ({"reward_budget": 100 * GYM},
+     f"reward budget is already 100 GYM per epoch, split {DEVNET_SPLIT}"),
+    ({"reward_split": (4000, 3000, 1500, 1500)}, "reward budget is already 100 GYM"),
+    ({"reward_appeal_window": 8 * 86400},
+     r"at most 604800 s \(7 d\) \(MAX_APPEAL_WINDOW\), not 691200 s"),
+    ({"reward_appeal_window": 300}, "reward appeal window is already 300 s"),
+])
+def test_reward_parameters_the_distributor_would_refuse_are_refused(wanted, why):
+    with pytest.raises(ParameterError, match=why):
+        _reward_plan(**wanted)
+
+
+def test_reward_parameters_need_a_distributor():
+    with pytest.raises(ParameterError, match="no RewardDistributor is known"):
+        _plan(reward_budget=GYM)
+
+
 # -- on Anvil ---------------------------------------------------------------------------------
 
 
@@ -177,7 +290,8 @@ def make_client(deployment: Deployment, key: str = ANVIL_DEV_KEYS[0], *,
                                else None),
         committee_address=(deployment.contracts["VerifierCommittee"].address
                            if with_committee and "VerifierCommittee" in deployment.contracts
-                           else None))
+                           else None),
+        reward_distributor_address=deployment.contracts["RewardDistributor"].address)
 
 
 @pytest.fixture
@@ -426,3 +540,67 @@ def test_slash_and_cancel_through_the_cli(ledger_devnet, deployment):
     executed = gym("gov", "execute", "1", "--account", "0").stdout
     assert f"node {node.operator}: stake now 250 GYM" in executed
     assert node.token.functions.balanceOf(challenger).call() == 50 * GYM
+
+
+@pytest.mark.anvil
+def test_a_reward_budget_proposal_through_the_cli_applies_from_the_epoch_it_executes_in(
+        ledger_devnet, deployment):
+    from reward_epochs import end_epoch
+
+    from committee.rewards.distributor import RewardDistributor
+
+    gym_env = ledger_devnet.gym
+    distributor = RewardDistributor(Web3(Web3.HTTPProvider(deployment.rpc_url)),
+                                    deployment.contracts["RewardDistributor"].address)
+    assert distributor.current_epoch() == 0
+    assert distributor.budget_of(0) == (100 * GYM, (4000, 3000, 1500, 1500))
+
+    def gym(*args: str, ok: bool = True):
+        result = gym_env.run(*args)
+        assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
+        if not ok:
+            assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+        return result
+
+    for options, why in (
+            (["--reward-split", "40,30,15,10"], "'40,30,15,10' sums to 95"),
+            (["--reward-split", "4000,3000,1500,1500"],
+             "the reward budget is already 100 GYM per epoch, split data 40%"),
+            (["--reward-budget", "lots"], "--reward-budget is an amount of GYM"),
+            (["--reward-appeal-window", "8d"], "at most 604800 s (7 d) (MAX_APPEAL_WINDOW)")):
+        assert why in gym("gov", "propose-params", *options, "--account", "1", ok=False).stderr
+    assert "epoch 0 has no attested reward root: nothing to reverse" in gym(
+        "gov", "propose-reverse-rewards", "0", "--reason", "x", "--account", "1",
+        ok=False).stderr
+
+    proposed = gym("gov", "propose-params", "--reward-budget", "150", "--reward-split",
+                   "50,20,15,15", "--reward-appeal-window", "10m", "--description",
+                   "Pay more, check longer.", "--account", "1").stdout
+    assert "# Change reward parameters: budget, split, appeal window" in proposed
+    assert "- reward budget: 100 GYM -> 150 GYM per epoch" in proposed
+    assert "- reward appeal window: 300 s (5 min) -> 600 s (10 min)" in proposed
+    assert "(epoch 0 now)" in proposed and "Pending" in proposed
+    shown = json.loads(gym("gov", "show", "1", "--json").stdout)
+    assert [(a["contract"], a["function"]) for a in shown["actions"]] == [
+        ("RewardDistributor", "setBudget"), ("RewardDistributor", "setAppealWindow")]
+    assert shown["actions"][0]["summary"] == (
+        "RewardDistributor: set the reward budget to 150 GYM per epoch, split data 50%, "
+        "compute 20%, verification 15%, availability 15%, from the epoch it executes in")
+    assert "reward budget -> 150 GYM; reward appeal window -> 600 s" in \
+        " ".join(gym("gov", "list").stdout.split())
+
+    for account in ("1", "2", "3"):
+        gym("gov", "vote", "1", "for", "--account", account)
+    gym("devnet", "mine", "--seconds", "301")
+    gym("gov", "queue", "1", "--account", "0")
+    gym("devnet", "mine", "--seconds", "61")
+    end_epoch(distributor, 0)  # executed in epoch 1: epoch 0 keeps its budget
+    executed = gym("gov", "execute", "1", "--account", "0").stdout
+    assert ("reward budget now 150 GYM per epoch from epoch 1, split data 50%, compute 20%, "
+            "verification 15%, availability 15%; reward appeal window 600 s (10 min)"
+            ) in " ".join(executed.split())
+    current = distributor.current_epoch()
+    assert current == 1
+    assert distributor.budget_of(current) == (150 * GYM, (5000, 2000, 1500, 1500))
+    assert distributor.budget_of(0) == (100 * GYM, (4000, 3000, 1500, 1500))
+    assert distributor.value("appealWindow") == 600

@@ -7,8 +7,12 @@
 // ever in this page or on the server's path for votes.
 //
 // Votes: GET the EIP-712 ballot, have the provider sign it, POST the signature; the server
-// relays it (castVoteBySig). Delegate / queue / execute / propose: POST to get {from, to, data},
-// then eth_sendTransaction from the selected account. Every POST carries the CSRF token.
+// relays it (castVoteBySig). Delegate / queue / execute / propose / claim rewards: POST to get
+// {from, to, data}, then eth_sendTransaction from the selected account. Every POST carries the
+// CSRF token.
+//
+// The Rewards page (main[data-rewards]) is rendered for one account (?account=): when none is
+// given it shows the wallet's, and picking another wallet account shows that one's.
 //
 // What the voter sees: accounts and contracts by name (the body's data-names, from the
 // server's address book), the full address on hover and behind a copy button; on a proposal
@@ -147,6 +151,12 @@
   const accountInfo = $("#account-info");
   const main = document.querySelector("main[data-proposal-id]");
   const proposalId = main ? main.dataset.proposalId : null; // a uint256: kept as a string
+  const rewardsPage = document.querySelector("main[data-rewards]");
+
+  // The Rewards page for another account (a navigation: the server renders its lines).
+  function showRewardsOf(address) {
+    window.location.replace(`/rewards?account=${encodeURIComponent(address)}`);
+  }
 
   // The account every action is sent from; an action without one says how to get one.
   function account() {
@@ -235,6 +245,10 @@
     document.querySelectorAll("button.needs-account").forEach((button) => {
       button.disabled = false;
     });
+    if (rewardsPage && !rewardsPage.dataset.account) {
+      showRewardsOf(selected()); // no account asked for: the wallet's
+      return;
+    }
     await Promise.all([describeAccount(), describeVoter()]).catch((error) => show(error.message));
     document.body.dataset.wallet = "connected";
     document.body.dataset.ready = "1";
@@ -242,6 +256,10 @@
 
   select.addEventListener("change", () => {
     localStorage.setItem("gym.account", selected());
+    if (rewardsPage) {
+      showRewardsOf(selected());
+      return;
+    }
     Promise.all([describeAccount(), describeVoter()]).catch((error) => show(error.message));
   });
 
@@ -316,6 +334,16 @@
       return `${step === "queue" ? "queued" : "executed"} by ${label(tx.from)} (tx ${hash})`;
     });
   }
+
+  // Claim an account's line of an epoch: the server computes the proof from the attested
+  // table; the selected account sends it; the tokens go to the account.
+  document.querySelectorAll("button.claim").forEach((button) => action(button, async () => {
+    const tx = await postJSON(`/api/rewards/${button.dataset.epoch}/claim`,
+      { from: account(), account: button.dataset.account });
+    const hash = await send(tx);
+    return `claimed ${gym(tx.amount)} of epoch ${tx.epoch} for ${label(tx.account)} ` +
+      `(sent by ${label(tx.from)}, tx ${hash})`;
+  }));
 
   async function advance(seconds) {
     const head = await postJSON("/api/devnet/advance", { seconds: Number(seconds) });
