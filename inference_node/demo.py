@@ -6,9 +6,10 @@ it as the demo's step 6, under its heading):
 1. starts ``gym node serve`` in a subprocess on a free loopback port, following the library log
    (verified from chain + content store), signing with the key the caller gives (``gym demo``:
    a public devnet key that it uses for nothing else, Anvil account 4), and registering that
-   key in the NodeRegistry (stake: the minimum) before it serves; it runs the transformers
-   engine, since one question does not repay vLLM's start-up (20 to 70 s on a
-   2-core CPU), where ``gym node serve`` by default picks vLLM when it can serve the model;
+   key in the NodeRegistry (stake: twice the minimum, ``DEMO_STAKE_GYM``, so that the slash for
+   its forged receipt leaves it active) before it serves; it runs the transformers engine,
+   since one question does not repay vLLM's start-up (20 to 70 s on a 2-core CPU), where
+   ``gym node serve`` by default picks vLLM when it can serve the model;
 2. waits until ``/health`` reports the library verified at its on-chain size;
 3. asks one question through the official ``openai`` SDK and prints the answer and how many
    experiences were injected (the receipt's ``experience_ids``);
@@ -54,6 +55,7 @@ QUESTION = ("A farmer has 12 apples and buys 3 boxes with 7 apples in each. How 
 ANSWER = "33"  # 12 + 3 * 7
 MAX_TOKENS = 320  # room for SmolLM2's whole worked answer (64 cut it mid-sentence)
 ANCHOR_INTERVAL_S = 2
+DEMO_STAKE_GYM = 200  # GYM the demo node stakes: twice the devnet minimum
 POLL_S = 2  # the node checks the curated library for new checkpoints this often
 CHALLENGER_KEY = devnet_account_key(5)  # a public devnet key: the auditor who challenges
 
@@ -192,6 +194,9 @@ def running_node(settings: Any, ledger_rt: Any, console: Any, *, library_log_id:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "devnet.cli", "node", "serve", "--model", str(model_dir),
                "--follow-log", str(library_log_id), "--key-env", "GYM_NODE_KEY", "--register",
+               # twice the minimum: the slash for the demo's forged receipt leaves it active,
+               # so its receipts still count in the epoch's rewards (docs/rewards.md)
+               "--stake", str(DEMO_STAKE_GYM),
                "--port", str(port), "--anchor-interval", str(ANCHOR_INTERVAL_S),
                "--poll", str(POLL_S), "--engine", "transformers"]
     if curated:

@@ -62,6 +62,9 @@ def test_demo_runs_and_cleans_up(gym_env):
     assert re.search(r"three verifiers computed the same table \(baf\w+, root 0x[0-9a-f]{64}\)",
                      result.stdout), result.stdout
     assert "attested on chain with one aggregate signature" in result.stdout
+    # the curated farm rule's uses in the node's receipts pay its author; the node is available
+    assert re.search(r"\(.*data [\d.]+ GYM", result.stdout), result.stdout
+    assert re.search(r"\(.*availability [\d.]+ GYM", result.stdout), result.stdout
     assert re.search(r"0x[0-9a-fA-F]{40} claimed [\d.]+ GYM", result.stdout), result.stdout
     assert running_anvil(gym_env.data_dir) is None
 
