@@ -22,7 +22,8 @@ abstract contract RewardFixture is CommitteeFixture {
     uint64 internal constant REWARD_WINDOW = 1 hours;
     uint256 internal constant BUDGET = 1_000e18;
     uint256 internal constant TREASURY_FUNDS = 100_000e18;
-    string internal constant CID = "bafkreirewardtable";
+    // a real table's CIDv1 (59 characters: three storage words, as on the devnet)
+    string internal constant CID = "bafkreigunhqakt5pluxk2s5rrdc7j3ajganuwbrarjdnjnwvo4h67j4w4q";
 
     RewardDistributor internal distributor;
     address internal treasury = address(0x7EA5);
@@ -35,7 +36,8 @@ abstract contract RewardFixture is CommitteeFixture {
         vm.prank(carol);
         require(token.transfer(treasury, TREASURY_FUNDS), "fund the treasury");
         vm.prank(treasury);
-        token.approve(address(distributor), type(uint256).max);
+        // a finite allowance, as the deployment's: each claim writes it
+        token.approve(address(distributor), TREASURY_FUNDS);
     }
 
     function _split() internal pure returns (uint16[4] memory) {
@@ -724,9 +726,9 @@ contract RewardDistributorTest is RewardFixture {
 /// higher) + execution. The ceilings are regression bounds a little over the figures measured
 /// when this was written (docs/design.md 4.4).
 contract RewardDistributorGasTest is RewardFixture {
-    uint256 internal constant ATTEST_16_CEILING = 255_000;
-    uint256 internal constant ATTEST_64_CEILING = 300_000;
-    uint256 internal constant CLAIM_CEILING = 95_000;
+    uint256 internal constant ATTEST_16_CEILING = 320_000;
+    uint256 internal constant ATTEST_64_CEILING = 360_000;
+    uint256 internal constant CLAIM_CEILING = 100_000;
 
     function test_gas_attest16() public {
         assertLe(_measureAttest(16), ATTEST_16_CEILING, "attest execution gas at 16 verifiers");

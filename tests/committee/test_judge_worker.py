@@ -125,7 +125,9 @@ def test_the_verifier_service_rejects_a_stalling_challenge_and_judges_the_next(t
     try:
         started = time.monotonic()
         stalled = judge_challenge(opened[0])
-        assert time.monotonic() - started < 6
+        # cut by the 3 s deadline, long before the 60 s the evidence stalls for (6 s was once
+        # exceeded under a full `make test` beside a benchmark: the bound is what is tested)
+        assert time.monotonic() - started < 30
         assert stalled.outcome == REJECTED_OUTCOME and stalled.reason == ""
         assert "took more than 3 s: more than verifiers allow" in stalled.detail
         assert stalled.verdict(1, bytes(32)).verdict == 2  # signed as a rejection
