@@ -4,9 +4,9 @@ of a quorum of them that ``attest`` takes (docs/rewards.md "Attestation").
 A verifier signs only a table it computed itself: ``RootClaim`` names the epoch, the root,
 the total and the CID of the table's bytes, and ``SignedRoot`` carries the verifier's BLS
 signature of the RewardDistributor's ``rewardDigest`` of it (``distributor.reward_digest``).
-``aggregate`` keeps the signatures that verify under the keys of the committee's current set
-(each from the slot's holder) for one claim and sums them once the signers hold two thirds of
-the set's active stake, as ``attest`` requires.
+``verified`` keeps the signatures that verify under the keys of the committee's current set
+(each from the slot's holder); ``quorum`` sums one claim's once its signers hold two thirds of
+the set's active stake, as ``attest`` requires (``aggregate``: both).
 
 JSON::
 
@@ -114,8 +114,9 @@ def decode_signed_root(data: bytes | str) -> SignedRoot:
         raise BLSError(f"epoch: expected a non-negative integer, got {epoch!r:.60}")
     if type(index) is not int or not 0 <= index < 256:
         raise BLSError(f"verifier index: expected 0..255, got {index!r:.60}")
-    if not isinstance(total, str) or not total.isdigit() or len(total) > 78:
-        raise BLSError(f"total: expected a decimal string, got {total!r:.60}")
+    if not isinstance(total, str) or not total.isdigit() or len(total) > 78 \
+            or int(total) >= 2**256:
+        raise BLSError(f"total: expected a uint256 as a decimal string, got {total!r:.60}")
     if not isinstance(obj["root"], str) or not _BYTES32.fullmatch(obj["root"]):
         raise BLSError("root: expected 0x and 64 hex digits")
     if not isinstance(obj["table_cid"], str) or not _CID.fullmatch(obj["table_cid"]):
@@ -139,24 +140,32 @@ class Aggregate:
     active_stake: int
 
 
-def aggregate(signed: Iterable[SignedRoot], active_set: CommitteeSet,
-              holders: dict[int, str], *, chain_id: int, distributor: str
-              ) -> tuple[Aggregate | None, list[str]]:
-    """The first claim whose valid signatures hold two thirds of ``active_set``'s stake
-    (None without one), and why each refused signature was refused. ``holders``: slot index
-    -> the verifier holding it now."""
+def verified(signed: Iterable[SignedRoot], active_set: CommitteeSet, holders: dict[int, str],
+             *, chain_id: int, distributor: str) -> tuple[list[SignedRoot], list[str]]:
+    """The signatures of active slots held by their named verifier that verify under the
+    slot's key (one pairing check each), and why each other one was refused. ``holders``:
+    slot index -> the verifier holding it now."""
+    kept: list[SignedRoot] = []
     refused: list[str] = []
-    by_claim: dict[RootClaim, dict[int, SignedRoot]] = {}
     for s in signed:
         index = s.verifier_index
         if not active_set.active(index) or holders.get(index, "").lower() != s.verifier.lower():
             refused.append(f"slot {index} is no active verifier held by {s.verifier}")
-            continue
-        if not s.verify(g1_from_ints(active_set.pk1s[index]), chain_id=chain_id,
-                        distributor=distributor):
+        elif not s.verify(g1_from_ints(active_set.pk1s[index]), chain_id=chain_id,
+                          distributor=distributor):
             refused.append(f"the signature of slot {index} does not verify under its key")
-            continue
-        by_claim.setdefault(s.claim, {})[index] = s
+        else:
+            kept.append(s)
+    return kept, refused
+
+
+def quorum(signed: Iterable[SignedRoot], active_set: CommitteeSet) -> Aggregate | None:
+    """The first claim whose signers (already ``verified``, active in ``active_set``) hold two
+    thirds of its active stake, summed; None without one. No pairing runs here."""
+    by_claim: dict[RootClaim, dict[int, SignedRoot]] = {}
+    for s in signed:
+        if active_set.active(s.verifier_index):
+            by_claim.setdefault(s.claim, {})[s.verifier_index] = s
     for claim, members in by_claim.items():
         bitmap = sum(1 << i for i in members)
         stake = active_set.stake_of(bitmap)
@@ -164,8 +173,17 @@ def aggregate(signed: Iterable[SignedRoot], active_set: CommitteeSet,
             ordered = [members[i] for i in sorted(members)]
             return Aggregate(claim, bitmap, aggregate_signatures(s.sigma for s in ordered),
                              aggregate_pk2(s.pk2 for s in ordered), stake,
-                             active_set.active_stake), refused
-    return None, refused
+                             active_set.active_stake)
+    return None
+
+
+def aggregate(signed: Iterable[SignedRoot], active_set: CommitteeSet,
+              holders: dict[int, str], *, chain_id: int, distributor: str
+              ) -> tuple[Aggregate | None, list[str]]:
+    """``quorum`` of the ``verified`` ones, and why each refused signature was refused."""
+    kept, refused = verified(signed, active_set, holders, chain_id=chain_id,
+                             distributor=distributor)
+    return quorum(kept, active_set), refused
 
 
 __all__ = [
@@ -175,4 +193,6 @@ __all__ = [
     "SignedRoot",
     "aggregate",
     "decode_signed_root",
+    "quorum",
+    "verified",
 ]

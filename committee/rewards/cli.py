@@ -187,6 +187,8 @@ def show(
     used and how often, the runs, the settlements, the nodes' checkpoints."""
     from eth_utils import is_address, to_checksum_address
 
+    from committee.rewards.table import line_document
+
     table = _attested_table(ctx, epoch, table_from)
     if address is None:
         if as_json:
@@ -204,7 +206,7 @@ def show(
         print(json.dumps({"account": account, "total": str(table.total(account)),
                           "pools": {p: str(table.accounts.get(account, {}).get(p, 0))
                                     for p in lines},
-                          "sources": {p: [{**x, "amount": str(x["amount"])} for x in ls]
+                          "sources": {p: [line_document(x) for x in ls]
                                       for p, ls in lines.items()}}))
         return
     stdout_console.print(f"{account} earned {format_gym(table.total(account))} in epoch "
@@ -249,11 +251,10 @@ def sign(
     sk = keyfile.load(path)
     committee = VerifierCommittee(_runtime(ctx).contract.w3, _lookup(ctx, "committee_address"))
     with console.status(f"epoch {epoch}: reading the chain and the content endpoint") as status:
-        table, signed = sign_epoch(_sources(ctx), open_distributor(ctx), committee, epoch, sk,
-                                   verifier, expect=expect, progress=_progress(status, epoch))
-    from committee.rewards.table import encode_table
-
-    _save(ctx, epoch, encode_table(table))
+        table, data, signed = sign_epoch(_sources(ctx), open_distributor(ctx), committee,
+                                         epoch, sk, verifier, expect=expect,
+                                         progress=_progress(status, epoch))
+    _save(ctx, epoch, data)
     cid = signed.claim.table_cid
     if out is not None:
         out.write_bytes(signed.to_bytes())

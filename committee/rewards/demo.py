@@ -62,7 +62,7 @@ def demo_rewards(settings: Any, ledger_rt: Any, console: Any, *, distributor_add
             status.update(f"verifier {n} computes the epoch's table")
             sk = keyfile.load(Path(settings.data_dir) / "verifiers" / str(n) / "bls-key.json")
             verifier = Account.from_key(devnet_account_key(n)).address
-            table, root = sign_epoch(sources, distributor, committee, epoch, sk, verifier)
+            table, _, root = sign_epoch(sources, distributor, committee, epoch, sk, verifier)
             signed.append(root)
             tables.add(root.claim)
     if len(tables) != 1:

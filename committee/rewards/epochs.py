@@ -7,17 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from committee.rewards.table import RewardsError
+from committee.rewards.table import MAX_TABLE_BYTES, RewardsError
 
 if TYPE_CHECKING:
     from committee.bls import SecretKey
     from committee.client import VerifierCommittee
+    from committee.committee_set import CommitteeSet
     from committee.rewards.attestation import Aggregate, SignedRoot
     from committee.rewards.distributor import RewardDistributor
     from committee.rewards.facts import Sources
     from committee.rewards.table import RewardTable
-
-MAX_TABLE_BYTES = 64 * 1024 * 1024
 
 
 def compute_epoch(sources: Sources, distributor: RewardDistributor, epoch: int,
@@ -34,9 +33,9 @@ def compute_epoch(sources: Sources, distributor: RewardDistributor, epoch: int,
 def sign_epoch(sources: Sources, distributor: RewardDistributor, committee: VerifierCommittee,
                epoch: int, sk: SecretKey, verifier: str, *, expect: str | None = None,
                progress: Callable[[str, int, int], None] | None = None
-               ) -> tuple[RewardTable, SignedRoot]:
+               ) -> tuple[RewardTable, bytes, SignedRoot]:
     """As verifier ``verifier`` (its BLS key ``sk``): compute the table, publish its bytes, sign
-    its root. ``expect``: the CID of a proposed table, signed only when it is the one computed
+    its root; (the table, its bytes, the signed root). ``expect``: the CID of a proposed table, signed only when it is the one computed
     here (``RewardsError`` otherwise)."""
     from committee.rewards.attestation import RootClaim, SignedRoot
 
@@ -52,7 +51,7 @@ def sign_epoch(sources: Sources, distributor: RewardDistributor, committee: Veri
     signed = SignedRoot.create(sk, RootClaim(epoch, table.root, table.total(), cid),
                                chain_id=distributor.chain_id, distributor=distributor.address,
                                verifier_index=index, verifier=verifier)
-    return table, signed
+    return table, data, signed
 
 
 def attest_epoch(distributor: RewardDistributor, committee: VerifierCommittee, epoch: int,
@@ -76,9 +75,16 @@ def attest_epoch(distributor: RewardDistributor, committee: VerifierCommittee, e
     if found is None:
         raise RewardsError(f"no root of epoch {epoch} is signed by two thirds of the "
                            "committee's stake")
-    distributor.attest(epoch, found.claim.root, found.claim.total, found.claim.table_cid,
-                       found.signer_bitmap, found.sigma, found.apk2, active)
+    post_aggregate(distributor, found, active)
     return found
+
+
+def post_aggregate(distributor: RewardDistributor, found: Aggregate, active: CommitteeSet
+                   ) -> None:
+    """Send ``attest`` with ``found``, a quorum of ``active`` (the committee's current set)."""
+    claim = found.claim
+    distributor.attest(claim.epoch, claim.root, claim.total, claim.table_cid,
+                       found.signer_bitmap, found.sigma, found.apk2, active)
 
 
 def attested_table(distributor: RewardDistributor, content: Any, epoch: int) -> RewardTable:
@@ -118,5 +124,5 @@ def claim_line(distributor: RewardDistributor, table: RewardTable, account: str)
     return amount
 
 
-__all__ = ["attest_epoch", "attested_table", "claim_line", "compute_epoch", "read_table",
-           "sign_epoch"]
+__all__ = ["attest_epoch", "attested_table", "claim_line", "compute_epoch", "post_aggregate",
+           "read_table", "sign_epoch"]

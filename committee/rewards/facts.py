@@ -64,7 +64,7 @@ from ledger.errors import (
 if TYPE_CHECKING:
     from committee.client import VerifierCommittee
     from inference_node.registry import NodeRegistry
-    from ledger.chain import LedgerContract
+    from ledger.chain import AnchoredEvent, LedgerContract
     from ledger.content import ContentStore
 
 MAX_EPOCH_LEAVES = 1 << 20  # leaves of one log read for an epoch, in log order
@@ -123,13 +123,15 @@ class _Budget:
     bytes: int
 
 
-def _checkpoint_entries(sources: Sources, log_id: int, first: int, last: int):
-    """(cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored in blocks
-    ``[first, last]``, in log order, within a ``_Budget``; a checkpoint whose manifest is
-    missing or does not match its event is skipped whole."""
+def _checkpoint_entries(sources: Sources, log_id: int, events: list[AnchoredEvent],
+                        first: int):
+    """(cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored from block
+    ``first`` on (``events``: the log's ``Anchored`` events from its first, in chain order), in
+    log order, within a ``_Budget``; a checkpoint whose manifest is missing or does not match
+    its event is skipped whole."""
     budget = _Budget(MAX_EPOCH_LEAVES, MAX_EPOCH_BYTES)
     previous = 0
-    for event in sources.ledger.anchored(log_id, sources.from_block, last):
+    for event in events:
         old, previous = previous, event.size
         if event.block_number < first or event.batch_cid is None:
             continue
@@ -151,9 +153,8 @@ def _checkpoint_entries(sources: Sources, log_id: int, first: int, last: int):
             yield cid, entry
 
 
-def _anchored_in(sources: Sources, log_id: int, first: int, last: int) -> int:
-    return sum(1 for event in sources.ledger.anchored(log_id, first, last)
-               if event.block_number >= first)
+def _anchored_since(events: list[AnchoredEvent], first: int) -> int:
+    return sum(1 for event in events if event.block_number >= first)
 
 
 def _owner_at(sources: Sources, log_id: int, block: int) -> str | None:
@@ -222,8 +223,9 @@ def gather(sources: Sources, window: EpochWindow,
         report("receipt logs", n, len(logs))
         if operator not in stakes:
             continue
-        anchors[operator] = _anchored_in(sources, log_id, first, last)
-        for _cid, entry in _checkpoint_entries(sources, log_id, first, last):
+        events = sources.ledger.anchored(log_id, sources.from_block, last)
+        anchors[operator] = _anchored_since(events, first)
+        for _cid, entry in _checkpoint_entries(sources, log_id, events, first):
             if isinstance(entry, ReceiptEntry):
                 for experience in set(entry.experience_ids):
                     if experience in authors:
@@ -233,7 +235,8 @@ def gather(sources: Sources, window: EpochWindow,
     contributions: list[Contribution] = []
     for run_cid, log_id in sorted(runs.items()):
         seen: set[str] = set()
-        for cid, entry in _checkpoint_entries(sources, log_id, 0, last):
+        events = sources.ledger.anchored(log_id, sources.from_block, last)
+        for cid, entry in _checkpoint_entries(sources, log_id, events, 0):
             if isinstance(entry, ContributionEntry) and entry.run_cid == run_cid \
                     and cid not in seen and _signed(entry):
                 seen.add(cid)
@@ -251,9 +254,10 @@ def _signed(entry: ContributionEntry) -> bool:
     from ledger.contributions import recover_contributor
 
     try:
-        return recover_contributor(entry).lower() == entry.contributor.lower()
-    except (EntryError, VerificationError, ValueError):
+        recover_contributor(entry)  # raises unless the contributor signed it
+    except EntryError:
         return False
+    return True
 
 
 def settlements(sources: Sources, first: int, last: int) -> list[Settlement]:

@@ -8,9 +8,10 @@ is now, every cheap one before the pairing: it decodes; its poster is its verifi
 has ended and has no attested root; its slot is active in the committee's current set and held
 by that verifier; its signature verifies. A verifier's later root for an epoch replaces its
 earlier one (one claim per verifier per epoch). ``tick`` attests every epoch whose signatures
-reach the quorum (``epochs.attest_epoch``) and forgets attested ones. Only the last
-``MAX_EPOCHS`` ended epochs are collected (an older one is attested by hand, `gym rewards
-attest`), so the pool holds at most ``MAX_EPOCHS`` × the set's slots roots.
+reach the quorum (``attestation.quorum``: verified as they came, no pairing per tick) and
+forgets attested ones. Only the last ``MAX_EPOCHS`` ended epochs are collected (an older one
+is attested by hand, `gym rewards attest`), so the pool holds at most ``MAX_EPOCHS`` × the
+set's slots roots.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class RootPool:
         self.distributor = distributor
         self.committee = committee
         self._report = report or log.info
-        self._held: dict[int, dict[int, SignedRoot]] = {}  # epoch -> slot -> its root
+        # epoch -> slot -> (its root, the slot's key it verified under)
+        self._held: dict[int, dict[int, tuple[SignedRoot, tuple[int, int]]]] = {}
         self._lock = threading.Lock()
 
     def add(self, data: bytes | str, *, poster: str | None = None) -> dict[str, Any]:
@@ -67,7 +69,7 @@ class RootPool:
         epoch, index = signed.claim.epoch, signed.verifier_index
         answer = {"epoch": epoch, "verifier_index": index}
         with self._lock:
-            if self._held.get(epoch, {}).get(index) == signed:
+            if self._held.get(epoch, {}).get(index, (None,))[0] == signed:
                 return {"status": "duplicate", **answer}
         current = self.distributor.current_epoch()
         if epoch >= current:
@@ -80,11 +82,12 @@ class RootPool:
         active = self.committee.active_set()
         if not active.active(index) or self.committee.slot(index).verifier != signed.verifier:
             raise PoolError(f"slot {index} is no active verifier held by {signed.verifier}")
-        if not signed.verify(g1_from_ints(active.pk1s[index]), chain_id=self.distributor.chain_id,
+        key = active.pk1s[index]
+        if not signed.verify(g1_from_ints(key), chain_id=self.distributor.chain_id,
                              distributor=self.distributor.address):
             raise PoolError(f"the signature of verifier {index} does not verify under its key")
         with self._lock:
-            self._held.setdefault(epoch, {})[index] = signed
+            self._held.setdefault(epoch, {})[index] = (signed, key)
         self._report(f"root of epoch {epoch} from verifier {index}: 0x{signed.claim.root.hex()} "
                      f"(table {signed.claim.table_cid})")
         return {"status": "accepted", **answer}
@@ -95,23 +98,30 @@ class RootPool:
 
     def tick(self) -> None:
         """Attest each held epoch whose roots reach the quorum; forget attested epochs and
-        those fallen out of the last ``MAX_EPOCHS``."""
-        from committee.rewards.epochs import attest_epoch
+        those fallen out of the last ``MAX_EPOCHS``. The signatures were verified as they
+        came: a tick sums those whose slot still holds the key they verified under (no pairing
+        runs here; the contract checks the aggregate)."""
+        from committee.rewards.attestation import quorum
+        from committee.rewards.epochs import post_aggregate
 
         current = self.distributor.current_epoch()
+        active = self.committee.active_set() if self.pending() else None
         for epoch in self.pending():
             if epoch < current - MAX_EPOCHS:
                 self._drop(epoch)
                 continue
             with self._lock:
-                signed = list(self._held.get(epoch, {}).values())
+                held = list(self._held.get(epoch, {}).values())
+            found = quorum([signed for signed, key in held
+                            if active.active(signed.verifier_index)
+                            and active.pk1s[signed.verifier_index] == key], active)
             try:
                 if self.distributor.epoch_root(epoch).status == EpochStatus.ATTESTED:
-                    self._drop(epoch)
+                    self._drop(epoch)  # by another aggregator, or by hand
                     continue
-                found = attest_epoch(self.distributor, self.committee, epoch, signed)
-            except RewardsError:
-                continue  # no quorum yet
+                if found is None:
+                    continue  # no quorum yet
+                post_aggregate(self.distributor, found, active)
             except ChainError as exc:
                 self._report(f"attesting epoch {epoch} failed: {exc}")
                 continue
@@ -163,8 +173,8 @@ class RootSigner:
                 continue
             if epoch not in self._signed:
                 try:
-                    table, signed = sign_epoch(self.sources, self.distributor, self.committee,
-                                               epoch, self.sk, self.verifier)
+                    table, _, signed = sign_epoch(self.sources, self.distributor,
+                                                  self.committee, epoch, self.sk, self.verifier)
                 except (RewardsError, LedgerError) as exc:  # the chain or the endpoint: later
                     self._report(f"epoch {epoch}'s table not computed: {exc}")
                     continue

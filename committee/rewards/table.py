@@ -251,9 +251,14 @@ def table_document(table: RewardTable) -> dict[str, Any]:
         "accounts": [{"account": account, "total": str(sum(pools.values())),
                       **{pool: str(pools.get(pool, 0)) for pool in POOLS}}
                      for account, pools in table.accounts.items()],
-        "sources": {pool: [{k: str(v) if k in _AMOUNTS else v for k, v in line.items()}
-                           for line in lines] for pool, lines in table.sources.items()},
+        "sources": {pool: [line_document(line) for line in lines]
+                    for pool, lines in table.sources.items()},
     }
+
+
+def line_document(line: dict[str, Any]) -> dict[str, Any]:
+    """A source line as the document writes it: its uint256 values as decimal strings."""
+    return {k: str(v) if k in _AMOUNTS else v for k, v in line.items()}
 
 
 def encode_table(table: RewardTable) -> bytes:
@@ -347,7 +352,6 @@ def decode_table(data: bytes) -> RewardTable:
     return table
 
 
-__all__ = ["FORMAT", "POOLS", "Contribution", "EpochFacts", "EpochWindow", "RewardTable",
-           "RewardsError",
-           "Settlement", "Use", "compute_table", "decode_table", "encode_table", "pool_budgets",
-           "table_document"]
+__all__ = ["FORMAT", "MAX_TABLE_BYTES", "POOLS", "Contribution", "EpochFacts", "EpochWindow",
+           "RewardTable", "RewardsError", "Settlement", "Use", "compute_table", "decode_table",
+           "encode_table", "line_document", "pool_budgets", "table_document"]

@@ -48,23 +48,27 @@ def log(tmp_path):
     return sources, cids
 
 
+def entries(sources, first: int) -> list:
+    return list(facts._checkpoint_entries(sources, LOG, sources.ledger.anchored(LOG), first))
+
+
 def test_an_epoch_reads_the_checkpoints_anchored_in_its_blocks(log):
     sources, cids = log
-    read = list(facts._checkpoint_entries(sources, LOG, 15, 30))
+    read = entries(sources, 15)
     assert [cid for cid, _ in read] == cids[3:9]
     assert all(entry.text.startswith("Rule") for _, entry in read)
-    assert facts._anchored_in(sources, LOG, 15, 30) == 2
+    assert facts._anchored_since(sources.ledger.anchored(LOG), 15) == 2
 
 
 def test_a_log_costs_an_epoch_at_most_its_leaf_and_byte_budgets(log, monkeypatch):
     sources, cids = log
     monkeypatch.setattr(facts, "MAX_EPOCH_LEAVES", 5)
     # 3 leaves, then a checkpoint of 3 more than the 2 left: nothing from it on
-    assert [cid for cid, _ in facts._checkpoint_entries(sources, LOG, 0, 30)] == cids[:3]
+    assert [cid for cid, _ in entries(sources, 0)] == cids[:3]
     monkeypatch.setattr(facts, "MAX_EPOCH_LEAVES", 1 << 20)
     size = len(_entry(0))
     monkeypatch.setattr(facts, "MAX_EPOCH_BYTES", 4 * size + 1)
-    read = list(facts._checkpoint_entries(sources, LOG, 0, 30))
+    read = entries(sources, 0)
     # four whole entries fit; the fifth is read up to what is left, too little: no entry
     assert [cid for cid, _ in read] == cids[:5]
     assert [entry is not None for _, entry in read] == [True] * 4 + [False]
@@ -78,4 +82,4 @@ def test_a_missing_manifest_counts_nothing_and_the_next_checkpoint_still_counts(
     third = store_batch(other, BatchManifest("log", LOG, 6, 9, cids[6:9]))
     assert third == sources.ledger.anchored(LOG)[2].batch_cid
     sources.content = other
-    assert [cid for cid, _ in facts._checkpoint_entries(sources, LOG, 0, 30)] == cids[6:9]
+    assert [cid for cid, _ in entries(sources, 0)] == cids[6:9]

@@ -180,3 +180,23 @@ def test_the_published_table_gives_the_same_root_to_openzeppelins_merkle_tree(tm
     out = json.loads(done.stdout)
     assert out["root"] == "0x" + table.root.hex()
     assert int(out["total"]) == table.total() and out["accounts"] == len(table.accounts)
+
+
+def test_a_signed_root_decodes_and_a_malformed_one_is_one_bls_error():
+    from committee import BLSError, SecretKey
+    from committee.rewards.attestation import RootClaim, SignedRoot, decode_signed_root
+
+    sk = SecretKey.from_seed("reward-table-test")
+    claim = RootClaim(3, b"\x01" * 32, 100 * GYM,
+                      "bafkreigunhqakt5pluxk2s5rrdc7j3ajganuwbrarjdnjnwvo4h67j4w4q")
+    signed = SignedRoot.create(sk, claim, chain_id=31337, distributor=V1, verifier_index=2,
+                               verifier=V2)
+    assert decode_signed_root(signed.to_bytes()).to_json() == signed.to_json()
+    assert signed.verify(sk.pk1(), chain_id=31337, distributor=V1)
+    assert not signed.verify(sk.pk1(), chain_id=31337, distributor=V2)  # another distributor
+    for change in ({"total": str(2**256)}, {"total": "-1"}, {"epoch": -1}, {"root": "0x12"},
+                   {"verifier_index": 256}, {"v": 2}, {"table_cid": "not a cid!"}):
+        with pytest.raises(BLSError):
+            decode_signed_root(json.dumps({**signed.to_json(), **change}))
+    with pytest.raises(BLSError):
+        decode_signed_root(b"{" * 5000)

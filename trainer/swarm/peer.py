@@ -361,10 +361,9 @@ class SwarmSession:
         from transformers import get_scheduler
 
         from trainer.swarm.gather import GymGradAverager
-
-        t = self.config.training
         from trainer.swarm.work_checks import WorkChecks
 
+        t = self.config.training
         params = [p for p in trainer.model.parameters() if p.requires_grad]
         self.work = WorkChecks(
             run=self.options.run, peer_id=self.spec.peer_id, trainer=trainer, params=params,
