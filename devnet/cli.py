@@ -179,12 +179,24 @@ def audit(
 
     from inference_node.receipt_audit import ReceiptCollector
     from ledger.audit import audit_report_json
+    from ledger.runtime import runtime_of
+    from trainer.swarm.audit import SwarmCollector, check_swarm, print_swarm_audit
 
-    collector = ReceiptCollector()
-    report = ledger.cli.replay_log(ctx, log, log_id, from_block, on_entry=collector,
+    collector, runs = ReceiptCollector(), SwarmCollector()
+
+    def on_entry(index: int, cid: str, data: bytes) -> None:
+        collector(index, cid, data)
+        runs(index, cid, data)
+
+    report = ledger.cli.replay_log(ctx, log, log_id, from_block, on_entry=on_entry,
                                    as_json=as_json, resume=resume,
                                    receipts=lambda: len(collector.receipts))
-    ok, receipts = report.ok, None
+    ok, receipts, swarm = report.ok, None, None
+    if runs.runs or runs.contributions:
+        swarm = check_swarm(runs, runtime_of(ctx).content, whole=not resume)
+        if not as_json:
+            print_swarm_audit(swarm, console)
+        ok = swarm.ok and ok
     if collector.receipts:
         receipts = inference_node.cli.audit_receipt_log(ctx, collector, owner=report.owner,
                                                         model=model, sample=sample, node=node,
@@ -200,6 +212,7 @@ def audit(
         data = audit_report_json(report)
         data["receipts"] = (None if receipts is None
                             else {**dataclasses.asdict(receipts), "ok": receipts.ok})
+        data["swarm"] = None if swarm is None else {**dataclasses.asdict(swarm), "ok": swarm.ok}
         data["ok"] = ok
         typer.echo(json.dumps(data, indent=2))
     if not ok:

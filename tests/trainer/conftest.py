@@ -23,3 +23,21 @@ def tiny_backend(tiny_model_dir):
     from trainer.backends import TransformersBackend
 
     return TransformersBackend(tiny_model_dir, batch_size=16, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def identities(tmp_path_factory):
+    """Four libp2p identities (key file, DER private key, peer id), as swarm peers hold."""
+    from hivemind.p2p import P2P
+    from hivemind.proto import crypto_pb2
+
+    from trainer.swarm.records import libp2p_peer_id, sign_with_libp2p_key
+
+    out = []
+    for i in range(4):
+        path = tmp_path_factory.mktemp("ids") / f"id{i}.key"
+        P2P.generate_identity(str(path))
+        der = crypto_pb2.PrivateKey.FromString(path.read_bytes()).data
+        key, _ = sign_with_libp2p_key(der, b"")
+        out.append((path, der, libp2p_peer_id(bytes.fromhex(key))))
+    return out

@@ -248,8 +248,10 @@ def test_volunteers_train_one_adapter_and_the_ledger_lists_their_shares(ledger_d
     assert [(e["peer_id"], e["contributor"], e["credited_samples"], e["share"])
             for e in entries] == [(c["peer_id"], c["address"], c["samples"], c["share"])
                                   for c in swarm["a"]["contributors"]]
-    audit = gym.run("audit", "alice/swarm")  # re-checks each contribution's signature
-    assert audit.returncode == 0, audit.stdout + audit.stderr
+    audit = gym.run("audit", "alice/swarm")  # re-checks each contribution's signature, and
+    assert audit.returncode == 0, audit.stdout + audit.stderr  # that credit to another peer
+    assert (f"swarm: 1 run, {len(contributors)} contributions; 0 bans re-checked"  # passed
+            in audit.stdout and "swarm audit clean" in audit.stdout), audit.stdout  # its checks
 
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(a.run_dir / "base"),
                                       a.run_dir / "adapter")

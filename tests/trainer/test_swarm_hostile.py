@@ -156,7 +156,10 @@ def loss(peer: Peer) -> float:
 @pytest.mark.slow
 def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp_path,
                                                                            honest_only):
-    from trainer.swarm.commitments import decode_commitment, non_finite_evidence
+    from ledger.blockstore import LocalBlockStore
+    from ledger.entries import entry_cid
+    from trainer.adapters.publish import build_adapter_entries
+    from trainer.swarm.audit import SwarmCollector, check_swarm
 
     baseline = honest_only[1]
     for attempt in (1, 2):
@@ -181,10 +184,16 @@ def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp
             # steps outrun the DHT): it averaged nothing of it, and credits it nothing
         banners.append(name)
         assert banned[hostile_id]["reason"] == "non_finite", s["banned"]
-        evidence = banned[hostile_id]["evidence"]
-        payload = (peers[name].run_dir / "swarm_evidence" / evidence["payload"]).read_bytes()
-        assert non_finite_evidence(decode_commitment(evidence["commitment"]), payload,
-                                   evidence["shapes"], evidence["codec"]) == hostile_id
+        # published, the ban is proven by its evidence as `gym audit` reads it back
+        content = LocalBlockStore(tmp_path / f"ipfs-{name}")
+        entries = build_adapter_entries(peers[name].run_dir, content)
+        collector = SwarmCollector()
+        for index, data in enumerate([entries.run, entries.adapter, *entries.contributions]):
+            collector(index, entry_cid(data), data)
+        audit = check_swarm(collector, content)
+        assert audit.ok, audit.problems
+        assert [(b.peer_id, b.reason, b.proven) for b in audit.bans] == [
+            (hostile_id, "non_finite", True)]
         assert any(r["peer_id"] == hostile_id and r["reason"].startswith("banned from the run")
                    for r in s["refused"]), s["refused"]
     assert banners, summary(peers)  # its first round with an honest peer banned it

@@ -13,6 +13,7 @@ from statistics import NormalDist
 import pytest
 import torch
 
+from trainer.swarm.ban_evidence import check_ban, local_reader
 from trainer.swarm.commitments import (
     decode_commitment,
     equivocation,
@@ -101,23 +102,6 @@ def test_an_update_round_trips_through_each_codec(codec, tolerance):
     assert not bool(torch.isfinite(poisoned[0]).all())
 
 
-@pytest.fixture(scope="module")
-def identities(tmp_path_factory):
-    from hivemind.p2p import P2P
-    from hivemind.proto import crypto_pb2
-
-    from trainer.swarm.records import libp2p_peer_id, sign_with_libp2p_key
-
-    out = []
-    for i in range(4):
-        path = tmp_path_factory.mktemp("ids") / f"id{i}.key"
-        P2P.generate_identity(str(path))
-        der = crypto_pb2.PrivateKey.FromString(path.read_bytes()).data
-        key, _ = sign_with_libp2p_key(der, b"")
-        out.append((path, der, libp2p_peer_id(bytes.fromhex(key))))
-    return out
-
-
 def test_a_commitment_verifies_and_proves_equivocation_and_poison(identities):
     _, der, peer = identities[0]
     one = update_payload([torch.ones(3)])
@@ -150,6 +134,66 @@ def test_a_commitment_verifies_and_proves_equivocation_and_poison(identities):
         non_finite_evidence(a, one, [(3,)])
     with pytest.raises(SwarmRecordError, match="not the payload"):
         non_finite_evidence(bad, one, [(3,)])
+
+
+GROUP = b"\x05\x06"
+
+
+def signed_update(directory: Path, der: bytes, peer: str, tensor: torch.Tensor):
+    """``peer``'s commitment of ``tensor`` for round GROUP, its payload kept in ``directory``."""
+    payload = update_payload([tensor])
+    commitment = sign_commitment(der, peer, "run-1", "grad", GROUP, payload)
+    (directory / f"{commitment.digest[7:]}.update").write_bytes(payload)
+    return commitment
+
+
+def ban_line(reason: str, accused, others, **extra) -> dict:
+    """A ban of ``accused``'s update with the round of ``others``' updates, as a peer writes it."""
+    members = {c.peer_id: {"commitment": c.encode(), "payload": f"{c.digest[7:]}.update"}
+               for c in [accused, *others]}
+    return {"peer_id": accused.peer_id, "reason": reason, "averager": "grad",
+            "group": GROUP.hex(), "evidence": {
+                "commitment": accused.encode(), "codec": "none", "shapes": [[4]],
+                "payload": members[accused.peer_id]["payload"], "round": members, **extra}}
+
+
+def test_ban_evidence_proves_what_it_says_and_a_forged_line_is_refused(identities, tmp_path):
+    (_, hostile_der, hostile), (_, der1, peer1), (_, der2, peer2) = identities[:3]
+    read = local_reader(tmp_path)
+
+    def signed(der, peer, tensor):
+        return signed_update(tmp_path, der, peer, tensor)
+
+    honest = [signed(der1, peer1, torch.ones(4)), signed(der2, peer2, torch.full((4,), 1.1))]
+    huge = signed(hostile_der, hostile, torch.full((4,), 1e6))
+    assert check_ban(ban_line("out_of_bound", huge, honest), read).proven
+    poisoned = signed(hostile_der, hostile, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    assert check_ban(ban_line("non_finite", poisoned, []), read).proven
+    mild = signed(hostile_der, hostile, torch.full((4,), 1.2))
+    refusals = [
+        (ban_line("out_of_bound", mild, honest), "does not refuse its update"),  # within the bound
+        (ban_line("out_of_bound", huge, []), "2 to 64"),
+        (ban_line("non_finite", mild, []), "finite"),
+        ({**ban_line("non_finite", poisoned, []), "group": "07"}, "another round"),
+        ({**ban_line("non_finite", poisoned, []), "peer_id": peer1}, "another peer"),
+        (ban_line("equivocation", mild, [], commitments=[mild.encode(), mild.encode()]),
+         "same update"),
+        (ban_line("equivocation", mild, [], commitments=[mild.encode(), honest[0].encode()]),
+         "different rounds or peers"),
+        ({**ban_line("non_finite", poisoned, []), "reason": "disliked"}, "one of"),
+    ]
+    # an evidence file that is not the signed update, or not a file of the run's evidence
+    swapped = ban_line("out_of_bound", huge, honest)
+    swapped["evidence"]["round"][peer1]["payload"] = f"{honest[1].digest[7:]}.update"
+    refusals.append((swapped, "not its signed update"))
+    outside = ban_line("non_finite", poisoned, [])
+    outside["evidence"]["payload"] = "../../etc/passwd"
+    refusals.append((outside, "named by its sha256"))
+    for forged, message in refusals:
+        with pytest.raises(SwarmRecordError, match=message):
+            check_ban(forged, read)
+    assert check_ban(ban_line("equivocation", mild, [], commitments=[
+        mild.encode(), poisoned.encode()]), read).reason == "equivocation"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -289,16 +333,10 @@ def test_one_hostile_peer_of_four_cannot_spoil_the_honest_peers_average(swarm, i
             bans = read_bans(tmp_path / f"peer{i}")
             assert bans[hostile_id]["reason"] == banned_for, bans
             assert hostile_id not in results[i]  # not credited with the round
-        if banned_for == "non_finite":
-            line = read_bans(tmp_path / "peer0")[hostile_id]
-            payload = (tmp_path / "peer0" / line["evidence"]["payload"]).read_bytes()
-            assert non_finite_evidence(decode_commitment(line["evidence"]["commitment"]),
-                                       payload, line["evidence"]["shapes"],
-                                       line["evidence"]["codec"]) == hostile_id
-        if banned_for == "equivocation":
-            line = read_bans(tmp_path / "peer1")[hostile_id]
-            a, b = (decode_commitment(c) for c in line["evidence"]["commitments"])
-            assert equivocation(a, b) == hostile_id
+            # the evidence proves the ban to anyone who holds it (as `gym audit` re-checks it)
+            check = check_ban(read_bans(tmp_path / f"peer{i}")[hostile_id],
+                              local_reader(tmp_path / f"peer{i}"))
+            assert (check.peer_id, check.reason, check.proven) == (hostile_id, banned_for, True)
     else:
         assert all(read_bans(tmp_path / f"peer{i}") == {} for i in range(3))
     if attack == "sign_flip_inflated_weight":  # plain averaging of the same parts, to compare
@@ -407,3 +445,87 @@ def test_the_end_median_is_the_same_bits_in_any_order_and_outvotes_one_state():
     assert first[0] == again[0] == 6
     assert torch.equal(first[1][0], again[1][0]) and torch.equal(first[1][0], b[1][0])
     assert torch.equal(_median_state([a, b])[1][0], torch.tensor([1.25, 2.25]))  # two: the mean
+
+
+def test_the_audit_re_checks_published_bans_and_refuses_credit_it_cannot_account_for(
+        identities, tmp_path):
+    """What `gym audit` runs on a published swarm run: the evidence files go out with the run
+    entry (the publishing code's own path), and the audit reads them back from the content
+    store; credit to a banned peer, to a run the log lacks, or without a passed check is named."""
+    from eth_account import Account
+
+    from contracts.devnet_accounts import devnet_account_key
+    from ledger.blockstore import LocalBlockStore
+    from ledger.contributions import sign_contribution_data
+    from ledger.entries import entry_cid
+    from trainer.adapters.publish import build_adapter_entries
+    from trainer.swarm.audit import SwarmCollector, check_swarm
+
+    (_, hostile_der, hostile), (_, der1, peer1), (_, der2, peer2) = identities[:3]
+    run_dir = tmp_path / "run"
+    evidence = run_dir / "swarm_evidence"
+    evidence.mkdir(parents=True)
+    honest = [signed_update(evidence, der1, peer1, torch.ones(4)),
+              signed_update(evidence, der2, peer2, torch.full((4,), 1.1))]
+    ban = ban_line("out_of_bound", signed_update(evidence, hostile_der, hostile,
+                                                 torch.full((4,), 1e6)), honest)
+    (run_dir / "adapter").mkdir()
+    (run_dir / "adapter" / "adapter_config.json").write_text('{"r": 8}')
+    swarm = {"run": "run-1", "peer_id": peer1, "local_steps": 0, "banned": [ban]}
+    (run_dir / "run.json").write_text(json.dumps({
+        "method": "sft", "base_model": {"name": "tiny", "weights_digest": "sha256:" + "cd" * 32},
+        "adapter_dir": "adapter", "adapter": {"dataset_digest": "sha256:" + "ef" * 32},
+        "run": {"config": {}, "code_version": "test", "packages": {},
+                               "hardware": {"swarm": swarm}, "dataset_digests": [],
+                               "metrics": {}}}))
+
+    def row(peer: str, key: int, credited: int, checks: dict | None) -> dict:
+        account = Account.from_key(devnet_account_key(key))
+        fields = {"run": "run-1", "config_digest": "sha256:" + "ab" * 32, "peer_id": peer,
+                  "contributor": account.address.lower(), "samples": 8, "steps": 2,
+                  "epoch": 1, "rounds": [{"epoch": 1, "samples": 8}]}
+        view = type("Record", (), {**fields, "rounds": [
+            type("Round", (), r) for r in fields["rounds"]]})
+        record = {**fields, "signature": sign_contribution_data(view, account.key)}
+        return {"record": record, "credited_samples": credited, "credited_rounds": 1,
+                "share": 0.5, **({"checks": checks} if checks else {})}
+
+    passed = {"checked": 1, "passed": 1, "tolerance": 0.001}
+    rows = [row(peer1, 1, 8, None),  # the publisher's own work: no check needed
+            row(peer2, 2, 8, passed)]
+
+    def audit(rows, content=None):
+        (run_dir / "swarm_records.json").write_text(json.dumps({"records": rows}))
+        content = content or LocalBlockStore(tmp_path / f"ipfs{len(rows)}")
+        entries = build_adapter_entries(run_dir, content)
+        collector = SwarmCollector()
+        for index, data in enumerate([entries.run, entries.adapter, *entries.contributions]):
+            collector(index, entry_cid(data), data)
+        return check_swarm(collector, content), entries, content
+
+    clean, entries, content = audit(rows)
+    assert clean.ok, clean.problems
+    assert (clean.runs, clean.contributions) == (1, 2)
+    assert [(b.peer_id, b.reason, b.proven) for b in clean.bans] == [
+        (hostile, "out_of_bound", True)]
+    run = json.loads(entries.run)
+    assert sorted(run["artifacts"]) == sorted(
+        ["run.json"] + [f"swarm_evidence/{c.digest[7:]}.update" for c in [
+            *honest, decode_commitment(ban["evidence"]["commitment"])]])
+
+    unchecked = audit([*rows, row(peer2, 3, 8, None), row(hostile, 4, 0, None)])[0]
+    assert unchecked.problems == [
+        f"leaf 4: 8 samples credited to {peer2} without a passed work check",
+        f"leaf 5: a contribution of {hostile}, whom the run banned"]
+
+    # a run published with a payload that is not the one its member signed
+    honest_file = evidence / f"{honest[0].digest[7:]}.update"
+    honest_file.write_bytes(update_payload([torch.zeros(4)]))
+    swapped = audit(rows)[0]
+    assert len(swapped.problems) == 1 and "not its signed update" in swapped.problems[0]
+    # and one whose evidence files are not on the endpoint
+    honest_file.write_bytes(update_payload([torch.ones(4)]))
+    collector = SwarmCollector()
+    collector(0, entry_cid(entries.run), entries.run)
+    gone = check_swarm(collector, LocalBlockStore(tmp_path / "empty"))
+    assert len(gone.problems) == 1 and "not in the local content store" in gone.problems[0]

@@ -128,3 +128,56 @@ def test_claims_round_trip_and_a_malformed_one_is_one_clear_error(trained):
             ([{"step": 1}], "step, samples"), ("x", "a list")):
         with pytest.raises(SwarmRecordError, match=message):
             decode_claims(bad, 4)
+
+
+def test_a_failed_check_bans_with_evidence_anyone_can_re_check(trained, identities, tmp_path):
+    from trainer.swarm.ban_evidence import check_ban, local_reader
+    from trainer.swarm.commitments import sign_commitment, update_payload
+    from trainer.swarm.gather import CLAIMS_ROUND, parameters_digest, read_bans
+    from trainer.swarm.work_checks import WorkChecks
+
+    trainer, config, seen = trained
+    batch = config.training.batch_size * config.training.grad_accumulation
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    (_, der, peer), (_, der2, peer2) = identities[:2]
+    work = WorkChecks(run=RUN, peer_id="QmChecker", trainer=trainer, params=params,
+                      evidence_dir=tmp_path, seed=config.training.seed,
+                      micro_batch=config.training.batch_size, local_batch=batch, check_steps=1)
+    rows = rows_of_step(len(trainer.train_dataset), config.training.seed, peer, 5, batch)
+    honest = make_claim(5, batch, recompute(trainer, rows, 2), parameters_digest(params), RUN,
+                        peer)
+    forged = make_claim(5, batch, [g * 1.01 for g in recompute(trainer, rows, 2)],
+                        parameters_digest(params), RUN, peer)
+
+    def round_of(epoch, claim):
+        commitment = sign_commitment(der, peer, RUN, "grad", bytes([epoch]),
+                                     update_payload([torch.ones(2)]), (claim.to_json(),))
+        (tmp_path / CLAIMS_ROUND).write_text(json.dumps({
+            "members": [peer, peer2], "commitments": {peer: commitment.encode()}}))
+        work.check_round(epoch, frozenset([peer, peer2]))
+        return work.take(epoch)[peer]
+
+    assert round_of(1, honest) == {"claimed": batch, "checked": 1, "passed": 1,
+                                   "tolerance": TOLERANCE}
+    assert read_bans(tmp_path) == {}
+    assert round_of(2, forged)["passed"] == 0
+    line = read_bans(tmp_path)[peer]
+    check = check_ban(line, local_reader(tmp_path))
+    assert (check.reason, check.proven) == ("work_check", False)  # the re-computation is the
+    assert "off by 0.01" in check.detail  # banner's figure; everything else is proven
+    evidence = line["evidence"]
+    kept = (tmp_path / evidence["parameters_payload"]).read_bytes()
+    assert kept == update_payload(params)  # what a committee re-computes the step at
+    for change, message in (
+            ({"claimed": [x * 2 for x in evidence["claimed"]]}, "not the one its commitment"),
+            ({"recomputed": evidence["claimed"]}, "within the tolerance"),
+            ({"rows": list(reversed(evidence["rows"]))}, "not the rows assigned"),
+            ({"step": 6}, "claims no step 6"),
+            ({"commitment": sign_commitment(der2, peer2, RUN, "grad", bytes([2]),
+                                            update_payload([torch.ones(2)])).encode()},
+             "another peer")):
+        with pytest.raises(SwarmRecordError, match=message):
+            check_ban({**line, "evidence": {**evidence, **change}}, local_reader(tmp_path))
+    (tmp_path / evidence["parameters_payload"]).write_bytes(b"\0" * len(kept))
+    with pytest.raises(SwarmRecordError, match="not the parameters claimed at"):
+        check_ban(line, local_reader(tmp_path))

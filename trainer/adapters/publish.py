@@ -113,6 +113,9 @@ def build_adapter_entries(run_dir: str | Path, content) -> AdapterRunEntries:
     artifacts = {RUN_MANIFEST: content.add_file(run_dir / RUN_MANIFEST, pin=True)}
     if (run_dir / "base").is_dir():  # a tiny random base exists nowhere else: keep it
         artifacts.update((f.path, f.cid) for f in store_files(run_dir / "base", content, "base/"))
+    swarm = (manifest["run"].get("hardware") or {}).get("swarm")
+    if isinstance(swarm, dict):  # the files a ban's evidence names: anyone can re-check it
+        artifacts.update(store_evidence(run_dir, swarm.get("banned"), content))
     where = run_dir / RUN_MANIFEST
     run_section = dict(manifest["run"])
     run_section["artifacts"] = {**(run_section.get("artifacts") or {}), **artifacts}
@@ -134,6 +137,21 @@ def build_adapter_entries(run_dir: str | Path, content) -> AdapterRunEntries:
         raise AdapterRunError(f"{where}: the adapter entry it describes is not valid: {exc}"
                               ) from None
     return AdapterRunEntries(run, adapter, files, contribution_entries(run_dir, entry_cid(run)))
+
+
+def store_evidence(run_dir: Path, bans, content) -> dict[str, str]:
+    """Store the evidence files the run's ``bans`` name (``swarm_evidence/NAME`` -> CID)."""
+    from trainer.swarm.audit import EVIDENCE_PREFIX, evidence_files
+    from trainer.swarm.ban_evidence import FILE_NAME
+
+    out = {}
+    for name in evidence_files(bans):
+        path = run_dir / EVIDENCE_PREFIX / name
+        if not FILE_NAME.fullmatch(name) or not path.is_file():
+            raise AdapterRunError(f"{run_dir / RUN_MANIFEST}: a ban names the evidence file "
+                                  f"{name}, which {path.parent} does not hold")
+        out[EVIDENCE_PREFIX + name] = content.add_file(path, pin=True)
+    return out
 
 
 def contribution_entries(run_dir: Path, run_cid: str) -> tuple[bytes, ...]:

@@ -234,13 +234,15 @@ class RobustAveraging:
                 left_out[me] = reason
                 continue
             commitment, data = received[peer]
-            evidence = {"commitment": commitment.encode()}
-            if reason == "non_finite":
-                name = commitment.digest.split(":")[1] + ".update"
-                (Path(self.gym.evidence_dir) / name).write_bytes(data)
-                evidence.update(payload=name, codec=self.gym.codec,
-                                shapes=[list(shape) for shape in shapes])
-            else:
+            evidence = {"commitment": commitment.encode(), "payload": self._gym_keep(commitment,
+                                                                                   data),
+                        "codec": self.gym.codec, "shapes": [list(shape) for shape in shapes]}
+            if reason == "out_of_bound":  # the bound is the round's: every update it was
+                # measured against, each with its signed commitment (ban_evidence re-checks)
+                signed = {me: (served.commitment, payload), **received}
+                evidence["round"] = {p: {"commitment": signed[p][0].encode(),
+                                         "payload": self._gym_keep(*signed[p])}
+                                     for p in sorted(updates)}
                 evidence["norms"] = {p: _finite(n) for p, n in zip(
                     sorted(updates), [max(norms(u)) for _, u in sorted(updates.items())],
                     strict=True)}
@@ -282,6 +284,12 @@ class RobustAveraging:
         except (FileNotFoundError, ValueError):
             return ()
         return tuple(claims) if isinstance(claims, list) else ()
+
+    def _gym_keep(self, commitment: Commitment, payload: bytes) -> str:
+        """Keep ``payload`` (signed by ``commitment``) as evidence; its file name."""
+        name = commitment.digest.split(":")[1] + ".update"
+        (Path(self.gym.evidence_dir) / name).write_bytes(payload)
+        return name
 
     def _gym_ban(self, peer: str, reason: str, group_id: bytes, evidence: dict) -> None:
         write_ban(self.gym.evidence_dir, {

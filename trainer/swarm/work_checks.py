@@ -20,7 +20,7 @@ import json
 import random
 from pathlib import Path
 
-from trainer.swarm.commitments import decode_commitment
+from trainer.swarm.commitments import decode_commitment, payload_digest, update_payload
 from trainer.swarm.gather import (
     CLAIMS_PENDING,
     CLAIMS_ROUND,
@@ -123,7 +123,21 @@ class WorkChecks:
                 write_ban(self.evidence_dir, {
                     "peer_id": peer, "reason": "work_check", "averager": "grad",
                     "group": commitment.group, "by": self.peer_id,
-                    "evidence": {"commitment": text, "parameters": mine, **failed}})
+                    "evidence": {"commitment": text, "parameters": mine, **failed,
+                                 **self._inputs(peer, failed["step"])}})
+
+    def _inputs(self, peer: str, step: int) -> dict:
+        """What re-computing ``peer``'s ``step`` takes besides the run's published base model,
+        dataset and config: the parameters it was claimed at (kept beside the ban, float32 in
+        order: their sha256 is the claim's ``parameters``), their shapes and the assignment."""
+        payload = update_payload([p.detach() for p in self.params])
+        name = payload_digest(payload).split(":")[1] + ".params"
+        (self.evidence_dir / name).write_bytes(payload)
+        rows = len(self.trainer.train_dataset)
+        return {"parameters_payload": name, "shapes": [list(p.shape) for p in self.params],
+                "dataset_rows": rows, "seed": self.seed, "local_batch": self.local_batch,
+                "micro_batch": self.micro_batch,
+                "rows": rows_of_step(rows, self.seed, peer, step, self.local_batch)}
 
     def _check(self, peer: str, claim) -> tuple[float, tuple[float, ...]]:
         """(difference, re-computed sketch) of one claimed step of ``peer``."""

@@ -1,0 +1,193 @@
+"""What `gym audit` re-checks of a published swarm run from the chain and the content endpoint
+alone (docs/swarm.md "What is recorded, checked and trusted"):
+
+    swarm = SwarmCollector()                     # audit_log(..., on_entry=swarm)
+    result = check_swarm(swarm, content)         # after the replay
+    result.ok, result.bans, result.problems
+
+- every ban the run entry lists (``hardware.swarm.banned``) is re-checked from its evidence
+  (trainer.swarm.ban_evidence), the evidence files read from the run's ``swarm_evidence/NAME``
+  artifacts;
+- no ``contribution`` entry credits a peer the run banned, or a run this log does not hold;
+- in a run with work checks (no ``--local-steps``), a peer other than the publisher is credited
+  samples only when the publisher re-computed its claims and every one passed.
+
+Each problem is one line naming the leaf. Runs, bans and files come from whoever published
+them: the counts are bounded, each file is read to its expected length at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ledger.entries import ContributionEntry, EntryError, RunEntry, decode_entry
+from ledger.errors import ContentStoreUnreachableError, LedgerError
+from ledger.multiformats import MultiformatError
+from trainer.swarm.ban_evidence import BanCheck, check_ban
+from trainer.swarm.peer import EVIDENCE_DIR
+from trainer.swarm.records import SwarmRecordError
+
+MAX_BANS = 256  # ban lines of one run that are re-checked
+MAX_RUNS = 4096  # swarm runs of one log that are re-checked
+MAX_CONTRIBUTIONS = 1 << 20  # contribution entries of one log that are re-checked
+EVIDENCE_PREFIX = f"{EVIDENCE_DIR}/"  # the run entry's artifacts of its bans' evidence files
+
+
+@dataclass
+class _Run:
+    index: int
+    swarm: dict
+    artifacts: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Credit:
+    """What the audit needs of a contribution entry."""
+
+    index: int
+    run_cid: str
+    peer_id: str
+    credited_samples: int
+    checks: tuple[int, int] | None  # (checked, passed)
+
+
+@dataclass
+class SwarmCollector:
+    """``on_entry`` hook of `ledger.audit.audit_log`: the log's run entries with a swarm
+    section and its contribution entries, by leaf (at most ``MAX_RUNS`` and
+    ``MAX_CONTRIBUTIONS``; ``skipped`` counts the rest)."""
+
+    runs: dict[str, _Run] = field(default_factory=dict)  # run entry CID -> run
+    contributions: list[_Credit] = field(default_factory=list)
+    skipped: int = 0
+
+    def __call__(self, index: int, cid: str, data: bytes) -> None:
+        if b'"type":"run"' not in data and b'"type":"contribution"' not in data:
+            return  # most leaves (receipts, experiences) are neither: not decoded twice
+        try:
+            entry = decode_entry(data)
+        except EntryError:
+            return  # the replay flags it
+        if isinstance(entry, RunEntry) and isinstance(entry.hardware.get("swarm"), dict):
+            if len(self.runs) >= MAX_RUNS:
+                self.skipped += 1
+                return
+            self.runs[cid] = _Run(index, entry.hardware["swarm"], dict(entry.artifacts or {}))
+        elif isinstance(entry, ContributionEntry):
+            if len(self.contributions) >= MAX_CONTRIBUTIONS:
+                self.skipped += 1
+                return
+            checks = entry.checks and (entry.checks.checked, entry.checks.passed)
+            self.contributions.append(_Credit(index, entry.run_cid, entry.peer_id,
+                                              entry.credited_samples, checks))
+
+
+@dataclass
+class SwarmAudit:
+    runs: int = 0
+    contributions: int = 0
+    bans: list[BanCheck] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_swarm(collector: SwarmCollector, content, whole: bool = True) -> SwarmAudit:
+    """Re-check the runs and contributions ``collector`` gathered (module docstring);
+    ``content``: the endpoint the artifacts are read from; ``whole`` False (a resumed replay,
+    which saw only the later entries): a contribution to a run it did not see is not flagged."""
+    result = SwarmAudit(len(collector.runs), len(collector.contributions))
+    banned: dict[str, set[str]] = {}
+    for cid, run in collector.runs.items():
+        lines = run.swarm.get("banned") or []
+        if not isinstance(lines, list):
+            result.problems.append(f"leaf {run.index}: run {cid}: 'banned' is not a list")
+            continue
+        banned[cid] = set()
+        for line in lines[:MAX_BANS]:
+            peer = line.get("peer_id") if isinstance(line, dict) else None
+            try:
+                result.bans.append(check_ban(line, _reader(run, content)))
+            except SwarmRecordError as exc:
+                result.problems.append(f"leaf {run.index}: the ban of {peer or '?'} is not "
+                                       f"proven by its evidence: {exc}")
+            if isinstance(peer, str):
+                banned[cid].add(peer)  # proven or not, the publisher banned it
+        if len(lines) > MAX_BANS:
+            result.problems.append(f"leaf {run.index}: {len(lines)} bans, over the "
+                                   f"{MAX_BANS} an audit re-checks")
+    for credit in collector.contributions:
+        run, index = collector.runs.get(credit.run_cid), credit.index
+        if run is None and whole and not collector.skipped:
+            result.problems.append(f"leaf {index}: a contribution to run {credit.run_cid}, "
+                                   "which this log does not hold")
+        elif run is None:
+            continue
+        elif credit.peer_id in banned.get(credit.run_cid, ()):
+            result.problems.append(f"leaf {index}: a contribution of {credit.peer_id}, whom "
+                                   "the run banned")
+        elif (credit.credited_samples and credit.peer_id != run.swarm.get("peer_id")
+              and not run.swarm.get("local_steps")
+              and (credit.checks is None or not credit.checks[1]
+                   or credit.checks[1] < credit.checks[0])):
+            result.problems.append(f"leaf {index}: {credit.credited_samples} samples credited "
+                                   f"to {credit.peer_id} without a passed work check")
+    if collector.skipped:
+        result.problems.append(f"{collector.skipped} run or contribution entries past the "
+                               f"{MAX_RUNS} runs and {MAX_CONTRIBUTIONS} contributions an "
+                               "audit re-checks")
+    return result
+
+
+def print_swarm_audit(result: SwarmAudit, console) -> None:
+    """``result`` as `gym audit` shows it, after the log's report."""
+    proven = sum(b.proven for b in result.bans)
+    console.print(f"swarm: {_count(result.runs, 'run')}, "
+                  f"{_count(result.contributions, 'contribution')}; "
+                  f"{_count(len(result.bans), 'ban')} re-checked from the published evidence "
+                  f"({proven} proven by it, {len(result.bans) - proven} resting on the banning "
+                  "peer's re-computation)", highlight=False)
+    for ban in result.bans:
+        console.print(f"  banned {ban.peer_id} ({ban.reason}): {ban.detail}", highlight=False)
+    for problem in result.problems:
+        console.print(f"  [red]problem[/red]: {problem}", highlight=False)
+    if result.ok:
+        console.print("[green]swarm audit clean[/green]")
+    else:
+        console.print(f"[red]swarm audit failed[/red]: {_count(len(result.problems), 'problem')}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _reader(run: _Run, content):
+    def read(name: str, limit: int) -> bytes:
+        cid = run.artifacts.get(EVIDENCE_PREFIX + name)
+        if cid is None:
+            raise SwarmRecordError(f"its evidence file {name} was not published with the run")
+        try:
+            return content.cat(cid, max_bytes=limit + 1)
+        except ContentStoreUnreachableError:
+            raise  # the endpoint is down: not a fault of the run
+        except (LedgerError, MultiformatError) as exc:  # missing, corrupt or over the limit
+            raise SwarmRecordError(f"its evidence file {name} ({cid}): {exc}") from None
+
+    return read
+
+
+def evidence_files(lines) -> list[str]:
+    """The evidence file names the ban ``lines`` refer to (what publishing stores)."""
+    names = []
+    for line in lines if isinstance(lines, list) else ():
+        evidence = line.get("evidence") if isinstance(line, dict) else None
+        if not isinstance(evidence, dict):
+            continue
+        found = [evidence.get("payload"), evidence.get("parameters_payload")]
+        round_ = evidence.get("round")
+        if isinstance(round_, dict):
+            found += [m.get("payload") for m in round_.values() if isinstance(m, dict)]
+        names += [n for n in found if isinstance(n, str) and n not in names]
+    return names
