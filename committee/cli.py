@@ -228,6 +228,13 @@ def serve(
     judge_memory: Annotated[int, typer.Option(
         min=64, help="MiB of memory one judgement may add to the judge process (Linux); past "
                      "it, likewise.")] = 4096,
+    swarm_data: Annotated[Path | None, typer.Option(
+        help="Judge challenges of staked swarm volunteers too: a run's dataset (a file, or a "
+             "directory holding it: the file whose sha256 is the run's) to re-compute a failed "
+             "work check with the run's own trainer (docs/swarm.md).", exists=True)] = None,
+    swarm_model: Annotated[Path | None, typer.Option(
+        help="With --swarm-data: the runs' base weights (default: the base/ a run published, "
+             "a tiny model's).", exists=True, file_okay=False)] = None,
     rewards: Annotated[bool, typer.Option(
         help="Also compute the table of every ended reward epoch with no attested root, sign "
              "its root and send it to the aggregators (docs/rewards.md).")] = True,
@@ -237,7 +244,8 @@ def serve(
 ) -> None:
     """Watch the committee's challenges; judge each with the full receipt verification
     (`gym verify receipt --model`); sign the verdict with the BLS key and send it to the
-    aggregator. Also audit the nodes' anchored receipts at random (--audit-rate), with
+    aggregator (with --swarm-data, also a staked swarm volunteer's failed work check, re-computed
+    with the run's own trainer). Also audit the nodes' anchored receipts at random (--audit-rate), with
     randomness fixed by a block mined after each anchor, and the receipts of evaluations
     (--audit-evaluation-log, --audit-evaluation). Stops on SIGINT/SIGTERM."""
     from functools import partial
@@ -262,7 +270,9 @@ def serve(
     registry = _lookup(ctx, "node_registry_address")
     # the judgements run in a worker process under these bounds (docs/committee.md "Judging
     # under bounds"); it rebuilds this deployment's runtime from the same settings
-    worker = JudgeWorker(partial(verifier_ops, ctx.meta["ledger_runtime"], str(model), registry),
+    worker = JudgeWorker(partial(verifier_ops, ctx.meta["ledger_runtime"], str(model), registry,
+                                 swarm_data and str(swarm_data),
+                                 swarm_model and str(swarm_model)),
                          JudgeBounds(deadline_s=judge_deadline, memory_mib=judge_memory))
     judge_challenge, judge_evidence = worker_judges(worker)
     service = VerifierService(
@@ -509,6 +519,38 @@ def challenge(
     console.print(f"committee challenge {opened.id} opened against operator {opened.operator} "
                   f"(receipt 0x{opened.receipt_hash.hex()}, evidence {opened.evidence_cid}, "
                   f"bond {format_gym(bond)})", highlight=False)
+    print(opened.id)
+
+
+@app.command("challenge-work")
+def challenge_work(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The CID of the published run entry that bans the "
+                                            "peer (gym ledger show LOG N --json: entry_cid).")],
+    peer: Annotated[str, typer.Argument(help="The banned peer's id (its ban must be for a "
+                                             "failed work check).")],
+    key_env: KeyEnv = KEY_ENV,
+    account: Account_ = None,
+) -> None:
+    """Open a committee challenge against a staked swarm volunteer banned for a failed work
+    check: its signed contribution record (which the run keeps) is challenged, the run is the
+    evidence, and each verifier re-computes the step (gym verifier serve --swarm-data). Bonds
+    the committee's challenge bond, as `gym verifier challenge`. Prints the challenge id."""
+    from committee.work_judge import open_work_challenge
+    from inference_node.registry import NodeRegistry
+
+    rt = _runtime(ctx)
+    committee = open_committee(ctx, _key(rt, key_env, account))
+    registry = NodeRegistry(rt.contract.w3, _lookup(ctx, "node_registry_address"),
+                            from_block=rt.chain.deployment_block)
+    bond = committee.challenge_bond()
+    with console.status(f"opening the challenge (bond {format_gym(bond)})"):
+        opened = open_work_challenge(run, peer, committee=committee, registry=registry,
+                                     content=rt.content)
+    console.print(f"committee challenge {opened.id} opened against volunteer {opened.operator} "
+                  f"(peer {peer}, record 0x{opened.record_hash.hex()} signed by "
+                  f"{opened.contributor}, evidence {opened.evidence_cid}, bond "
+                  f"{format_gym(bond)})", highlight=False)
     print(opened.id)
 
 

@@ -373,12 +373,15 @@ class VerifierService:
             return False
 
 
-def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[OpenedChallenge],
-                                                                            Judgement]:
+def evidence_judge(content: Any, check: Callable[[dict], Any], recheck: Any = None
+                   ) -> Callable[[OpenedChallenge], Judgement]:
     """The production ``judge_challenge``: the evidence from ``content`` (bounded), judged with
     ``check`` (``inference_node.verify.check_receipt_bundle`` with the chain, the registry and
-    the model). A document the content store does not have is an abstention."""
+    the model); a swarm volunteer's work-check evidence by ``committee.work_judge`` with
+    ``recheck`` (``trainer.swarm.audit.recomputer``, or None: it abstains). A document the
+    content store does not have is an abstention."""
     from committee.judge import judge
+    from committee.work_judge import is_work_evidence, judge_work
 
     def judge_challenge(opened: OpenedChallenge) -> Judgement:
         from ledger.unixfs import DagError
@@ -395,20 +398,28 @@ def evidence_judge(content: Any, check: Callable[[dict], Any]) -> Callable[[Open
         except Exception as exc:  # noqa: BLE001 - a CID we cannot fetch: abstain, retry later
             return Judgement(ABSTAIN_OUTCOME, "", f"cannot fetch the evidence "
                              f"{opened.evidence_cid!r:.120}: {type(exc).__name__}: {exc}")
+        if is_work_evidence(evidence):
+            return judge_work(evidence, opened.receipt_hash, content=content, recheck=recheck)
         return judge(evidence, opened.receipt_hash, check=check)
 
     return judge_challenge
 
 
-def verifier_ops(runtime: Callable[[], Any], model_dir: str, registry: str | None
+def verifier_ops(runtime: Callable[[], Any], model_dir: str, registry: str | None,
+                 swarm_data: str | None = None, swarm_model: str | None = None
                  ) -> dict[str, Callable[..., Any]]:
     """The judge worker's ops for `gym verifier serve` (``committee.judge_worker``; run in the
     worker): ``runtime()`` builds the deployment's ``LedgerRuntime`` there, the model in
     ``model_dir`` is loaded once; ``challenge(opened)`` is ``evidence_judge``, ``audit(evidence,
     receipt_hash)`` is ``committee.audits.judge_checked``, both with the full receipt
-    verification against the NodeRegistry at ``registry``."""
+    verification against the NodeRegistry at ``registry``. With ``swarm_data`` (a dataset file
+    or a directory of them) a volunteer's failed work check is re-computed, on the base weights
+    in ``swarm_model`` or those the run published."""
+    import tempfile
+
     from committee.audits import judge_checked
     from inference_node.verify import check_receipt_bundle, load_verifier_model
+    from trainer.swarm.audit import recomputer
 
     rt, model = runtime(), Path(model_dir)
     loaded = load_verifier_model(model)
@@ -417,7 +428,12 @@ def verifier_ops(runtime: Callable[[], Any], model_dir: str, registry: str | Non
         return check_receipt_bundle(bundle, rt, registry=registry, model_dir=model,
                                     loaded=loaded)
 
-    return {"challenge": evidence_judge(rt.content, check),
+    recheck = None
+    if swarm_data is not None:  # the worker's scratch lives as long as the worker
+        scratch = Path(tempfile.mkdtemp(prefix="gym-verifier-swarm-"))
+        recheck = recomputer(Path(swarm_data), swarm_model and Path(swarm_model), scratch,
+                             rt.content)
+    return {"challenge": evidence_judge(rt.content, check, recheck),
             "audit": lambda evidence, digest: judge_checked(evidence, digest, check=check)}
 
 

@@ -24,6 +24,7 @@ import contracts.cli
 import governance.cli
 import governance.dashboard.cli
 import inference_node.cli
+import inference_node.volunteer
 import ledger.cli
 import trainer.adapters.cli
 import trainer.cli
@@ -60,6 +61,7 @@ app.add_typer(ledger.cli.verify_app, name="verify")
 trainer.gradient.cli.register(trainer.cli.train_app)
 app.add_typer(trainer.cli.train_app, name="train")
 app.add_typer(trainer.adapters.cli.app, name="adapter")
+trainer.swarm.cli.app.command("register")(inference_node.volunteer.register)
 app.add_typer(trainer.swarm.cli.app, name="swarm")
 app.add_typer(inference_node.cli.app, name="node")
 app.add_typer(committee.cli.app, name="verifier")
@@ -139,7 +141,14 @@ def audit(
                                                    "deployment block).")] = None,
     model: Annotated[Path | None, typer.Option(
         help="Receipt log with --sample: recheck each sampled receipt's activations, "
-             "termination and sampling with this model.", exists=True, file_okay=False)
+             "termination and sampling with this model. With --recompute: the swarm run's "
+             "base weights (default: the base/ the run published, a tiny model's).",
+        exists=True, file_okay=False)
+    ] = None,
+    recompute: Annotated[Path | None, typer.Option(
+        help="Swarm runs: re-compute each failed work check a ban names, with the run's own "
+             "trainer on this copy of its dataset (refused unless its sha256 is the run's); a "
+             "ban that does not re-compute is a discrepancy.", exists=True, dir_okay=False)
     ] = None,
     sample: Annotated[int | None, typer.Option(
         min=1, help="Receipt log: fetch this many receipts' bundles, chosen at random, from the "
@@ -173,14 +182,19 @@ def audit(
     under this deployment's domain and that one signer (the node) signed them all, naming each
     failure; with --sample N, check N random receipts in full from the bundles the node keeps
     (a bundle past the node's retention is reported as not retained, not as a failure).
+
+    When the log holds swarm runs, re-check each ban a run lists from its published evidence
+    and each contribution's credit against the run's bans and work checks; with --recompute
+    DATASET, re-compute each failed work check with the run's own trainer.
     """
     import dataclasses
     import json
+    import tempfile
 
     from inference_node.receipt_audit import ReceiptCollector
     from ledger.audit import audit_report_json
     from ledger.runtime import runtime_of
-    from trainer.swarm.audit import SwarmCollector, check_swarm, print_swarm_audit
+    from trainer.swarm.audit import SwarmCollector, check_swarm, print_swarm_audit, recomputer
 
     collector, runs = ReceiptCollector(), SwarmCollector()
 
@@ -193,7 +207,11 @@ def audit(
                                    receipts=lambda: len(collector.receipts))
     ok, receipts, swarm = report.ok, None, None
     if runs.runs or runs.contributions:
-        swarm = check_swarm(runs, runtime_of(ctx).content, whole=not resume)
+        content = runtime_of(ctx).content
+        with tempfile.TemporaryDirectory(prefix="gym-audit-") as scratch:
+            again = (None if recompute is None
+                     else recomputer(recompute, model, Path(scratch), content))
+            swarm = check_swarm(runs, content, whole=not resume, recompute=again)
         if not as_json:
             print_swarm_audit(swarm, console)
         ok = swarm.ok and ok
@@ -204,10 +222,14 @@ def audit(
                                                         key_env=key_env,
                                                         reader_account=account)
         ok = receipts.ok and ok
-    elif sample is not None or model is not None or node is not None or account is not None:
+    elif (sample is not None or node is not None or account is not None
+          or (model is not None and recompute is None)):
         raise typer.BadParameter("--model, --sample, --node and --account apply to a log of "
-                                 "receipts; "
+                                 "receipts (--model also with --recompute); "
                                  f"log {report.log_id} holds none")
+    if recompute is not None and not runs.runs:
+        raise typer.BadParameter(f"--recompute applies to a log of swarm runs; log "
+                                 f"{report.log_id} holds none")
     if as_json:
         data = audit_report_json(report)
         data["receipts"] = (None if receipts is None

@@ -6,6 +6,7 @@ and check it (`trainer.swarm`) and by the ledger that keeps the accepted ones as
     typed = contribution_typed_data(record)          # eth_signTypedData_v4 JSON
     signature = sign_contribution_data(record, key)  # 0x + 130 hex
     assert recover_contributor(record) == record.contributor
+    digest = contribution_digest(record)             # the 32 bytes signed (a challenge names it)
 
 A record is anything with the fields ``run``, ``config_digest`` (``sha256:`` + 64 hex),
 ``peer_id``, ``contributor`` (0x + 40 lowercase hex), ``samples``, ``steps``, ``epoch``,
@@ -48,6 +49,16 @@ def contribution_typed_data(record: Any) -> dict[str, Any]:
                         "samples": record.samples, "steps": record.steps, "epoch": record.epoch,
                         "rounds": [{"epoch": r.epoch, "samples": r.samples}
                                    for r in record.rounds]}}
+
+
+def contribution_digest(record: Any) -> bytes:
+    """The EIP-712 digest the record's signature signs: keccak256(0x1901 || domain separator ||
+    hashStruct(record)), what a NodeRegistry challenge of its contributor names."""
+    from eth_account.messages import encode_typed_data
+    from eth_utils import keccak
+
+    signable = encode_typed_data(full_message=contribution_typed_data(record))
+    return keccak(b"\x19" + signable.version + signable.header + signable.body)
 
 
 def sign_contribution_data(record: Any, key: str | bytes) -> str:

@@ -284,7 +284,9 @@ SERIAL_GROUPS = {
 # file just runs in collection order.
 LONGEST_GROUPS = (
     "test_readme_roles.py", "devnet/test_demo.py", "trainer/test_swarm.py", "vllm",
-    "inference_node/test_across_hosts.py",
+    "trainer/test_swarm_hostile.py", "trainer/test_tfgrpo_trainer.py",
+    "inference_node/test_engine_select.py", "inference_node/test_across_hosts.py",
+    "trainer/test_swarm_work.py",
     "trainer/test_swarm_modes.py", "ledger/test_ledger_cli.py",
     "devnet/test_devnet.py", "governance/test_cli.py", "ledger/test_auditor_cli.py",
     "governance/test_committee_proposals.py", "ledger/test_append_library.py",

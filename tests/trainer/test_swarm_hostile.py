@@ -194,8 +194,11 @@ def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp
         assert audit.ok, audit.problems
         assert [(b.peer_id, b.reason, b.proven) for b in audit.bans] == [
             (hostile_id, "non_finite", True)]
-        assert any(r["peer_id"] == hostile_id and r["reason"].startswith("banned from the run")
-                   for r in s["refused"]), s["refused"]
+        refused = [r for r in s["refused"] if r["peer_id"] == hostile_id]
+        assert refused and all(r["reason"].startswith("banned from the run")
+                               for r in refused), s["refused"]
+        # its own signed record is kept beside the ban: what a challenge of its stake names
+        assert {r["record"]["contributor"] for r in refused} == {swarm["h"]["address"]}
     assert banners, summary(peers)  # its first round with an honest peer banned it
     adapters = {(peers[n].run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
                 for n in "ab"}

@@ -360,11 +360,12 @@ def test_a_banned_peer_s_records_are_refused_and_the_watcher_counts_its_bans(lib
         return {"spec": spec.to_json(), "contribution": sign_contribution(record, account.key)
                 .to_json(), "_owner": spec.dht_owner}
 
-    contributors, refused, _ = judge_records([value(alice_spec, ALICE), value(bob_spec, BOB)],
-                                             witness)
+    bob_value = value(bob_spec, BOB)
+    contributors, refused, _ = judge_records([value(alice_spec, ALICE), bob_value], witness)
     assert [c["peer_id"] for c in contributors] == [alice_spec.peer_id]
-    assert refused == [{"peer_id": bob_spec.peer_id,
-                        "reason": "banned from the run: non_finite"}]
+    # Bob's own signed record is kept beside the refusal: what a challenge of his stake names
+    assert refused == [{"peer_id": bob_spec.peer_id, "reason": "banned from the run: non_finite",
+                        "record": bob_value["contribution"]}]
 
     # the watcher: Alice lists Bob (and a peer that is not in the run) as banned; a value
     # beside a copy of Bob's spec, under another owner key, listing Alice speaks for nobody

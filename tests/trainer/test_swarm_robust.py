@@ -494,16 +494,16 @@ def test_the_audit_re_checks_published_bans_and_refuses_credit_it_cannot_account
     rows = [row(peer1, 1, 8, None),  # the publisher's own work: no check needed
             row(peer2, 2, 8, passed)]
 
-    def audit(rows, content=None):
+    def audit(rows):
         (run_dir / "swarm_records.json").write_text(json.dumps({"records": rows}))
-        content = content or LocalBlockStore(tmp_path / f"ipfs{len(rows)}")
+        content = LocalBlockStore(tmp_path / f"ipfs{len(rows)}")
         entries = build_adapter_entries(run_dir, content)
         collector = SwarmCollector()
         for index, data in enumerate([entries.run, entries.adapter, *entries.contributions]):
             collector(index, entry_cid(data), data)
-        return check_swarm(collector, content), entries, content
+        return check_swarm(collector, content), entries
 
-    clean, entries, content = audit(rows)
+    clean, entries = audit(rows)
     assert clean.ok, clean.problems
     assert (clean.runs, clean.contributions) == (1, 2)
     assert [(b.peer_id, b.reason, b.proven) for b in clean.bans] == [

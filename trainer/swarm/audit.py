@@ -18,26 +18,46 @@ them: the counts are bounded, each file is read to its expected length at most.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ledger.entries import ContributionEntry, EntryError, RunEntry, decode_entry
 from ledger.errors import ContentStoreUnreachableError, LedgerError
 from ledger.multiformats import MultiformatError
-from trainer.swarm.ban_evidence import BanCheck, check_ban
+from trainer.swarm.ban_evidence import BanCheck, Read, check_ban
 from trainer.swarm.peer import EVIDENCE_DIR
+from trainer.swarm.recheck import (
+    CannotRecompute,
+    WorkRecheck,
+    find_dataset,
+    recheck_work,
+    signed_record,
+    work_trainer,
+)
 from trainer.swarm.records import SwarmRecordError
 
 MAX_BANS = 256  # ban lines of one run that are re-checked
 MAX_RUNS = 4096  # swarm runs of one log that are re-checked
 MAX_CONTRIBUTIONS = 1 << 20  # contribution entries of one log that are re-checked
+MAX_BASE_FILE = 1 << 30  # bytes of one published base-weights file a re-computation reads
 EVIDENCE_PREFIX = f"{EVIDENCE_DIR}/"  # the run entry's artifacts of its bans' evidence files
 
 
 @dataclass
-class _Run:
-    index: int
-    swarm: dict
+class SwarmRun:
+    """What the audit and a re-computation need of a published swarm run's entry."""
+
+    index: int  # its leaf
+    swarm: dict  # hardware.swarm
     artifacts: dict[str, str]
+    config: dict  # what a re-computation rebuilds the run's trainer from
+    dataset_digests: list[str]
+
+    @classmethod
+    def of(cls, entry: RunEntry, index: int = 0) -> SwarmRun:
+        return cls(index, entry.hardware["swarm"], dict(entry.artifacts or {}), entry.config,
+                   list(entry.dataset_digests))
 
 
 @dataclass(frozen=True)
@@ -57,7 +77,7 @@ class SwarmCollector:
     section and its contribution entries, by leaf (at most ``MAX_RUNS`` and
     ``MAX_CONTRIBUTIONS``; ``skipped`` counts the rest)."""
 
-    runs: dict[str, _Run] = field(default_factory=dict)  # run entry CID -> run
+    runs: dict[str, SwarmRun] = field(default_factory=dict)  # run entry CID -> run
     contributions: list[_Credit] = field(default_factory=list)
     skipped: int = 0
 
@@ -72,7 +92,7 @@ class SwarmCollector:
             if len(self.runs) >= MAX_RUNS:
                 self.skipped += 1
                 return
-            self.runs[cid] = _Run(index, entry.hardware["swarm"], dict(entry.artifacts or {}))
+            self.runs[cid] = SwarmRun.of(entry, index)
         elif isinstance(entry, ContributionEntry):
             if len(self.contributions) >= MAX_CONTRIBUTIONS:
                 self.skipped += 1
@@ -94,10 +114,16 @@ class SwarmAudit:
         return not self.problems
 
 
-def check_swarm(collector: SwarmCollector, content, whole: bool = True) -> SwarmAudit:
+Recompute = Callable[[SwarmRun, dict, Read], WorkRecheck]
+
+
+def check_swarm(collector: SwarmCollector, content, whole: bool = True,
+                recompute: Recompute | None = None) -> SwarmAudit:
     """Re-check the runs and contributions ``collector`` gathered (module docstring);
     ``content``: the endpoint the artifacts are read from; ``whole`` False (a resumed replay,
-    which saw only the later entries): a contribution to a run it did not see is not flagged."""
+    which saw only the later entries): a contribution to a run it did not see is not flagged;
+    ``recompute`` (`recomputer`): each failed work check is re-computed here, and a ban it
+    does not reproduce is a problem."""
     result = SwarmAudit(len(collector.runs), len(collector.contributions))
     banned: dict[str, set[str]] = {}
     for cid, run in collector.runs.items():
@@ -109,7 +135,21 @@ def check_swarm(collector: SwarmCollector, content, whole: bool = True) -> Swarm
         for line in lines[:MAX_BANS]:
             peer = line.get("peer_id") if isinstance(line, dict) else None
             try:
-                result.bans.append(check_ban(line, _reader(run, content)))
+                check = check_ban(line, reader_of(run.artifacts, content))
+                if recompute is not None and check.reason == "work_check":
+                    again = recompute(run, line, reader_of(run.artifacts, content))
+                    if not again.upheld:
+                        raise SwarmRecordError(
+                            f"re-computed here, its claim of step {again.step} is off by "
+                            f"{again.difference:.3g}, within the tolerance {again.tolerance}")
+                    check = replace(check, proven=True, detail=(
+                        f"its signed claim of step {again.step} is off by "
+                        f"{again.difference:.3g} (tolerance {again.tolerance}) from the step "
+                        "re-computed here"))
+                result.bans.append(check)
+            except CannotRecompute as exc:
+                result.problems.append(f"leaf {run.index}: the ban of {peer or '?'} could not "
+                                       f"be re-computed here: {exc}")
             except SwarmRecordError as exc:
                 result.problems.append(f"leaf {run.index}: the ban of {peer or '?'} is not "
                                        f"proven by its evidence: {exc}")
@@ -163,9 +203,11 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _reader(run: _Run, content):
+def reader_of(artifacts: dict[str, str], content) -> Read:
+    """``read`` of a published run's evidence files (its ``swarm_evidence/NAME`` artifacts)."""
+
     def read(name: str, limit: int) -> bytes:
-        cid = run.artifacts.get(EVIDENCE_PREFIX + name)
+        cid = artifacts.get(EVIDENCE_PREFIX + name)
         if cid is None:
             raise SwarmRecordError(f"its evidence file {name} was not published with the run")
         try:
@@ -176,6 +218,55 @@ def _reader(run: _Run, content):
             raise SwarmRecordError(f"its evidence file {name} ({cid}): {exc}") from None
 
     return read
+
+
+def recomputer(dataset: Path, model: Path | None, scratch: Path, content) -> Recompute:
+    """``recompute`` for `check_swarm` (and a verifier's judge of a volunteer): the run's own
+    trainer (its published config) on ``dataset`` (the file, or the file of a directory whose
+    sha256 is the run's) and the base weights in ``model``, or else in the run's published
+    ``base/`` artifacts (a tiny model's), each checked against the run's digests. The last two
+    runs' trainers are kept."""
+    import json
+
+    trainers: dict[str, object] = {}
+
+    def recompute(run: SwarmRun, line: dict, read: Read) -> WorkRecheck:
+        key = json.dumps([run.config, run.dataset_digests], sort_keys=True)
+        if key not in trainers:
+            where = scratch / f"run-{len(trainers)}-{run.index}"
+            base = model if model is not None else _published_base(run, content, where / "base")
+            trainer = work_trainer(run.config, run.dataset_digests,
+                                   dataset=find_dataset(dataset, run.dataset_digests),
+                                   model=base, scratch=where / "trainer")
+            while len(trainers) >= 2:
+                trainers.pop(next(iter(trainers)))
+            trainers[key] = trainer
+        return recheck_work(line, read, trainers[key],
+                            signed_record(run.swarm, line.get("peer_id")))
+
+    return recompute
+
+
+def _published_base(run: SwarmRun, content, directory: Path) -> Path:
+    """The run's ``base/`` artifacts written under ``directory`` (paths checked)."""
+    files = {name.removeprefix("base/"): cid for name, cid in run.artifacts.items()
+             if name.startswith("base/")}
+    if not files:
+        raise CannotRecompute("re-computing needs the base weights: the run published none "
+                              "(give them with --model)")
+    for name, cid in files.items():
+        parts = name.split("/")
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise SwarmRecordError(f"the run's artifact base/{name}: not a relative path")
+        target = directory.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.write_bytes(content.cat(cid, max_bytes=MAX_BASE_FILE))
+        except ContentStoreUnreachableError:
+            raise
+        except (LedgerError, MultiformatError) as exc:
+            raise SwarmRecordError(f"the run's artifact base/{name} ({cid}): {exc}") from None
+    return directory
 
 
 def evidence_files(lines) -> list[str]:

@@ -89,14 +89,21 @@ class SwarmOptions:
     check_steps: int = 1  # claimed local steps of each other member re-computed per round
 
 
-def config_digest(config) -> str:
-    """sha256 over the run's training settings: the config without what may differ between
-    machines (output dir, dataset and model paths: their digests are compared instead, device)."""
-    data = config.to_dict()
-    data.pop("output_dir", None)
-    data.pop("model", None)
-    data["dataset"] = {k: v for k, v in data["dataset"].items() if k != "path"}
-    data["training"] = {k: v for k, v in data["training"].items() if k != "device"}
+def config_digest(config, base_digest: str, dataset_digest: str) -> str:
+    """sha256 over the run's training settings and the digests of its base weights and dataset
+    (`settings_digest` of the config): what every peer's spec and signed records name, so a
+    record binds the work it claims to what re-computing it takes."""
+    return settings_digest(config.to_dict(), base_digest, dataset_digest)
+
+
+def settings_digest(data: dict, base_digest: str, dataset_digest: str) -> str:
+    """`config_digest` of a config as a dict (a published run entry's ``config``, whose
+    ``base_model`` is left out): the config without what may differ between machines (output
+    dir, dataset and model paths: their digests are in instead, device)."""
+    data = {k: v for k, v in data.items() if k not in ("output_dir", "model", "base_model")}
+    data["dataset"] = {k: v for k, v in (data.get("dataset") or {}).items() if k != "path"}
+    data["training"] = {k: v for k, v in (data.get("training") or {}).items() if k != "device"}
+    data["base_digest"], data["dataset_digest"] = base_digest, dataset_digest
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -139,7 +146,7 @@ class SwarmSession:
         self.target = options.target_batch_size or (
             options.local_steps * self.batch_per_step * options.min_peers if options.local_steps
             else 4 * self.batch_per_step)
-        self.config_digest = config_digest(config)
+        self.config_digest = None  # config_digest, once the base weights are known (join)
         self.local = _Local()
         self.dht = self.optimizer = self.spec = None
         self.witness = Witness(options.run, self.config_digest, self.batch_per_step, self.target)
@@ -250,11 +257,13 @@ class SwarmSession:
         ``min_peers``."""
         from trainer.provenance import file_digest
 
+        dataset = file_digest(self.config.dataset.path)
+        self.config_digest = config_digest(self.config, base.weights_digest, dataset)
+        self.witness.config_digest = self.config_digest
         self.spec = PeerSpec(
             run=self.options.run, peer_id=str(self.dht.peer_id), address=self.address,
             method=self.config.method, base_model=base.name, base_digest=base.weights_digest,
-            dataset_digest=file_digest(self.config.dataset.path),
-            config_digest=self.config_digest, target_batch_size=self.target,
+            dataset_digest=dataset, config_digest=self.config_digest, target_batch_size=self.target,
             local_steps=self.options.local_steps, max_steps=self.max_steps, maddrs=tuple(maddrs[:8]))
         owner = _owner(self._subkey)
         key, binding = sign_binding(self._identity_der, self.options.run, self.address, owner)

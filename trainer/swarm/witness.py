@@ -152,7 +152,7 @@ def judge_records(values: list, witness: Witness
     a valid spec of the same peer stored under the owner key that spec binds, and keep one accepted
     record per peer (the smallest credit). Contributors: `shares` of the accepted verdicts
     (``accepted``, in the same order); refused: ``{"peer_id", "reason"}`` for each record kept
-    out."""
+    out, with ``record`` (as signed) for a banned peer's own."""
     pairs, refused = [], []
     for value in values:
         if not isinstance(value, dict) or "contribution" not in value:
@@ -183,6 +183,11 @@ def judge_records(values: list, witness: Witness
         verdict = check_contribution(record, witness)
         if verdict.accepted:
             verdicts.append(verdict)
+        elif record.peer_id in witness.banned and record.contributor == spec.address:
+            # the banned peer's own signed record: what a challenge of its stake names
+            # (docs/swarm.md "Slashing a staked volunteer")
+            refused.append({"peer_id": record.peer_id, "reason": verdict.reason,
+                            "record": record.to_json()})
         else:
             refused.append({"peer_id": record.peer_id, "reason": verdict.reason})
     least: dict[str, Verdict] = {}
