@@ -24,8 +24,13 @@ NO_MODEL = "sha256:" + "0" * 64  # a volunteer trains many bases: its record nam
 def register_volunteer(registry: Any, rt: Any, stake: int) -> tuple[str, Any]:
     """Register ``registry``'s account (its key signs the contribution records) as a volunteer
     with ``stake`` (wei of GYM), or bring its record up to it: (what was done, the record)."""
+    from ledger.errors import NotFoundError
     from ledger.publish import ensure_chain_log
 
+    try:
+        rt.store.get_log(VOLUNTEER_LOG)
+    except NotFoundError:
+        rt.store.create_log(VOLUNTEER_LOG)
     log_id = ensure_chain_log(rt.store, rt.contract, VOLUNTEER_LOG)
     return registry.ensure_registered(signer=registry.account.address, model_digest=NO_MODEL,
                                       endpoint=VOLUNTEER_ENDPOINT, stake=stake,

@@ -157,9 +157,10 @@ def loss(peer: Peer) -> float:
 def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp_path,
                                                                            honest_only):
     from ledger.blockstore import LocalBlockStore
-    from ledger.entries import entry_cid
+    from ledger.entries import decode_entry, entry_cid
     from trainer.adapters.publish import build_adapter_entries
     from trainer.swarm.audit import SwarmCollector, check_swarm
+    from trainer.swarm.peer import settings_digest
 
     baseline = honest_only[1]
     for attempt in (1, 2):
@@ -199,6 +200,11 @@ def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp
                                for r in refused), s["refused"]
         # its own signed record is kept beside the ban: what a challenge of its stake names
         assert {r["record"]["contributor"] for r in refused} == {swarm["h"]["address"]}
+        # the records it signed name the published run's settings, base weights and dataset
+        published = decode_entry(entries.run)
+        assert {r["record"]["config_digest"] for r in refused} == {settings_digest(
+            published.config, published.config["base_model"]["weights_digest"],
+            published.dataset_digests[0])}
     assert banners, summary(peers)  # its first round with an honest peer banned it
     adapters = {(peers[n].run_dir / "adapter" / "adapter_model.safetensors").read_bytes()
                 for n in "ab"}

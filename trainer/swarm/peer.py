@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
+from ledger.canonical_json import canonical_bytes
 from trainer.errors import TrainerError
 from trainer.swarm.records import (
     SWARM_RECORDS,
@@ -99,13 +100,14 @@ def config_digest(config, base_digest: str, dataset_digest: str) -> str:
 def settings_digest(data: dict, base_digest: str, dataset_digest: str) -> str:
     """`config_digest` of a config as a dict (a published run entry's ``config``, whose
     ``base_model`` is left out): the config without what may differ between machines (output
-    dir, dataset and model paths: their digests are in instead, device)."""
+    dir, dataset and model paths: their digests are in instead, device), as RFC 8785 JSON."""
     data = {k: v for k, v in data.items() if k not in ("output_dir", "model", "base_model")}
     data["dataset"] = {k: v for k, v in (data.get("dataset") or {}).items() if k != "path"}
     data["training"] = {k: v for k, v in (data.get("training") or {}).items() if k != "device"}
     data["base_digest"], data["dataset_digest"] = base_digest, dataset_digest
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    # RFC 8785: the same bytes from the config in memory (epochs 1.0) and from a published run
+    # entry (canonical JSON, where it reads back as 1)
+    return "sha256:" + hashlib.sha256(canonical_bytes(data)).hexdigest()
 
 
 def _peers_key(run: str) -> str:
