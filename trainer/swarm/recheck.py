@@ -1,10 +1,10 @@
 """A failed work check re-computed by someone other than the peer that banned for it
 (docs/swarm.md "Work checks"): the auditor's `gym audit LOG --recompute DATASET`, and the
-re-computation a committee's judge of a staked volunteer would run.
+re-computation a committee's judge of a staked volunteer runs (committee/work_judge.py).
 
-    trainer = work_trainer(run.config, run.dataset_digests, dataset=Path("arith.jsonl"),
-                           model=Path("base"), scratch=Path("/tmp/x"))
-    result = recheck_work(line, read, trainer)   # after check_ban(line, read) passed
+    built = work_trainer(run.config, run.dataset_digests, dataset=Path("arith.jsonl"),
+                         model=Path("base"), scratch=Path("/tmp/x"))
+    result = recheck_work(line, read, built, signed_record(run.swarm, peer_id))
     result.upheld, result.difference
 
 The trainer is the run's own (its published config: method, LoRA, batch, clipping, loss) on a
