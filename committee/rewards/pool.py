@@ -41,6 +41,9 @@ log = logging.getLogger("gym.verifier.rewards")
 MAX_EPOCHS = 16  # epochs with roots held at once
 LOOKBACK_EPOCHS = 4  # ended epochs a verifier signs (the older ones: `gym rewards sign`)
 RESEND_S = 60.0  # a delivered root of an epoch still unattested is sent again after this
+# an epoch still unattested is computed again after this: its first table may have been made
+# while the endpoint lacked a document the others read, and a root nobody else signs waits
+RECOMPUTE_S = 600.0
 
 
 class RootPool:
@@ -139,7 +142,8 @@ class RootSigner:
     ``LOOKBACK_EPOCHS`` ended epochs with no attested root, compute the table, sign its root
     and ``send`` it (``send(signed)`` raises when it could not be delivered: tried again at the
     next tick; a delivered root of an epoch still unattested is sent again after
-    ``RESEND_S``). An epoch whose table pays nobody has no root to sign."""
+    ``RESEND_S``; its table is computed again after ``RECOMPUTE_S``, and a changed root is
+    sent at once). An epoch whose table pays nobody has no root to sign."""
 
     def __init__(self, sources: Sources, distributor: RewardDistributor,
                  committee: VerifierCommittee, sk: SecretKey, verifier: str,
@@ -152,6 +156,7 @@ class RootSigner:
         self._clock = clock
         self._signed: dict[int, SignedRoot | None] = {}  # epoch -> its root (None: empty)
         self._sent_at: dict[int, float] = {}
+        self._computed_at: dict[int, float] = {}
 
     def tick(self) -> None:
         from committee.rewards.epochs import sign_epoch
@@ -170,17 +175,24 @@ class RootSigner:
             if attested:
                 self._signed.pop(epoch, None)
                 self._sent_at.pop(epoch, None)
+                self._computed_at.pop(epoch, None)
                 continue
-            if epoch not in self._signed:
+            stale = (epoch in self._signed
+                     and self._clock() - self._computed_at[epoch] >= RECOMPUTE_S)
+            if epoch not in self._signed or stale:
                 try:
                     table, _, signed = sign_epoch(self.sources, self.distributor,
                                                   self.committee, epoch, self.sk, self.verifier)
                 except (RewardsError, LedgerError) as exc:  # the chain or the endpoint: later
                     self._report(f"epoch {epoch}'s table not computed: {exc}")
                     continue
-                self._signed[epoch] = signed if table.accounts else None
-                self._report(f"computed epoch {epoch}'s table: {len(table.accounts)} accounts, "
-                             f"root 0x{table.root.hex()} (table {signed.claim.table_cid})")
+                held, fresh = self._signed.get(epoch), signed if table.accounts else None
+                if (held and held.claim) != (fresh and fresh.claim):
+                    self._sent_at.pop(epoch, None)  # another root than the one sent: at once
+                self._signed[epoch], self._computed_at[epoch] = fresh, self._clock()
+                self._report(f"computed {'again ' if stale else ''}epoch {epoch}'s table: "
+                             f"{len(table.accounts)} accounts, root 0x{table.root.hex()} "
+                             f"(table {signed.claim.table_cid})")
             signed = self._signed[epoch]
             sent = self._sent_at.get(epoch)
             if signed is None or sent is not None and self._clock() - sent < RESEND_S:

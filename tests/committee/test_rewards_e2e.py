@@ -246,6 +246,37 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
                       str(tmp_path / "bls-0.json"), extra_env={"GYM_VERIFIER_KEY": VERIFIER_KEYS[0]})
     assert refused.returncode == 1 and "not signed" in refused.stderr, refused.stderr
 
+    # a verifier's service whose endpoint lacked one of A's receipts when it first computed the
+    # epoch signs another root; computed again after RECOMPUTE_S, it signs the epoch's and
+    # sends it at once (not only when the process restarts)
+    from committee.client import VerifierCommittee
+    from committee.rewards.facts import Sources
+    from committee.rewards.pool import RECOMPUTE_S, RESEND_S, RootSigner
+    from inference_node.registry import NodeRegistry
+
+    partial = tmp_path / "partial-ipfs"
+    shutil.copytree(gym.data_dir / "ipfs", partial)
+    missing = partial / "blocks" / store.leaf("node-A-receipts", 0).cid
+    aside = missing.read_bytes()
+    missing.unlink()
+    start, now, sent = deployment.deployment_block, [0.0], []
+    service = RootSigner(
+        Sources(ledger=ledger_of(OPERATOR_A), content=LocalBlockStore(partial),
+                registry=NodeRegistry(w3, registry.address, from_block=start),
+                committee=VerifierCommittee(w3, cw.address, from_block=start),
+                curated_log_id=deployment.curated_log_id, from_block=start),
+        distributor, VerifierCommittee(w3, cw.address, from_block=start), BLS[0], verifiers[0],
+        sent.append, report=lambda _: None, clock=lambda: now[0])
+    service.tick()
+    assert len(sent) == 1 and sent[0].claim.root != table.root  # 29 of A's answers counted
+    missing.write_bytes(aside)  # the endpoint has it now
+    now[0] = RESEND_S / 2
+    service.tick()
+    assert len(sent) == 1  # nothing new yet
+    now[0] = RECOMPUTE_S + 1
+    service.tick()
+    assert len(sent) == 2 and (sent[1].claim.root, sent[1].claim.table_cid) == (table.root, cid)
+
     # one aggregate attests the root
     attested = gym.run("rewards", "attest", "0", *map(str, signed), "--account", "0")
     assert attested.returncode == 0, attested.stderr
