@@ -455,6 +455,42 @@ def test_an_account_sees_its_rewards_and_claims_them_with_its_wallet(rewards_das
             assert token.functions.balanceOf(ACCOUNT[1]).call() - before == \
                 table.total(ACCOUNT[1])
             page.screenshot(path=str(shots / "rewards-claimed.png"), full_page=True)
+
+            # An injected wallet (window.ethereum, as a browser extension provides it) holding
+            # dev account 2 only: the page asks it for its accounts, and the claim is its
+            # eth_sendTransaction, which the wallet forwards to the chain.
+            asked: list[str] = []
+
+            def wallet(payload: str) -> str:
+                call = json.loads(payload)
+                asked.append(call["method"])
+                if call["method"] in ("eth_requestAccounts", "eth_accounts"):
+                    return json.dumps([OPTION[2]])
+                reply = w3.provider.make_request(call["method"], call.get("params") or [])
+                if "error" in reply:
+                    raise RuntimeError(reply["error"]["message"])
+                return json.dumps(reply["result"])
+
+            injected = browser.new_page(viewport={"width": 1280, "height": 1000})
+            injected.set_default_timeout(30_000)
+            injected.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            injected.expose_function("gymTestWallet", wallet)
+            injected.add_init_script("""window.ethereum = {
+                request: async (args) => JSON.parse(await window.gymTestWallet(
+                    JSON.stringify(args))),
+                on() {}, removeListener() {}};""")
+            injected.goto(base + "/rewards")
+            injected.wait_for_url(f"{base}/rewards?account={OPTION[2]}")
+            injected.wait_for_selector('body[data-ready="1"]')
+            mine = injected.locator("article.reward-line[data-epoch='0']")
+            expect(mine).to_contain_text("Epoch 0: 7.5 GYM")
+            before = token.functions.balanceOf(ACCOUNT[2]).call()
+            mine.locator("button.claim").click()
+            expect(injected.locator("#message")).to_contain_text(
+                "claimed 7.5 GYM of epoch 0 for dev account 2 (sent by dev account 2, tx 0x")
+            assert token.functions.balanceOf(ACCOUNT[2]).call() - before == \
+                table.total(ACCOUNT[2])
+            assert "eth_requestAccounts" in asked and "eth_sendTransaction" in asked, asked
         finally:
             browser.close()
     assert problems == []
