@@ -40,7 +40,8 @@ from trainer.swarm.records import SwarmRecordError
 MAX_BANS = 256  # ban lines of one run that are re-checked
 MAX_RUNS = 4096  # swarm runs of one log that are re-checked
 MAX_CONTRIBUTIONS = 1 << 20  # contribution entries of one log that are re-checked
-MAX_BASE_FILE = 1 << 30  # bytes of one published base-weights file a re-computation reads
+MAX_BASE_BYTES = 1 << 30  # bytes of a run's published base weights a re-computation reads
+MAX_BASE_FILES = 64  # files of them (a tiny model's: config, weights, tokenizer)
 EVIDENCE_PREFIX = f"{EVIDENCE_DIR}/"  # the run entry's artifacts of its bans' evidence files
 
 
@@ -254,6 +255,10 @@ def _published_base(run: SwarmRun, content, directory: Path) -> Path:
     if not files:
         raise CannotRecompute("re-computing needs the base weights: the run published none "
                               "(give them with --model)")
+    if len(files) > MAX_BASE_FILES:
+        raise CannotRecompute(f"the run published {len(files)} base files, over the "
+                              f"{MAX_BASE_FILES} read: give the weights with --model")
+    left = MAX_BASE_BYTES
     for name, cid in files.items():
         parts = name.split("/")
         if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
@@ -261,11 +266,14 @@ def _published_base(run: SwarmRun, content, directory: Path) -> Path:
         target = directory.joinpath(*parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            target.write_bytes(content.cat(cid, max_bytes=MAX_BASE_FILE))
+            data = content.cat(cid, max_bytes=left)
+            left -= len(data)
+            target.write_bytes(data)
         except ContentStoreUnreachableError:
             raise
-        except (LedgerError, MultiformatError) as exc:
-            raise SwarmRecordError(f"the run's artifact base/{name} ({cid}): {exc}") from None
+        except (LedgerError, MultiformatError) as exc:  # missing here, or over the bound
+            raise CannotRecompute(f"the run's artifact base/{name} ({cid}): {exc} (give the "
+                                  "weights with --model)") from None
     return directory
 
 
