@@ -34,7 +34,7 @@ ALLOWED = {
     "trainer": {"ledger"},
     "inference_node": {"ledger", "contracts", "trainer"},
     "governance": {"ledger", "contracts", "inference_node", "committee"},
-    "committee": {"ledger", "contracts", "inference_node"},
+    "committee": {"ledger", "contracts", "inference_node", "trainer"},
     "content_endpoint": {"ledger"},
     "devnet": set(PACKAGES),
 }

@@ -1,8 +1,9 @@
 """A hostile volunteer in a real `gym train sft --swarm` run on loopback (docs/swarm.md
 "Hostile peers"): it sends NaN gradients, serves a poisoned state (every weight 7.0, a far
-later epoch) at the highest priority, and its own records claim its work. The honest peers ban
-it with the signed evidence, refuse its records, and end with identical, finite weights whose
-loss is within 2 % of an honest-only run of the same length. The modes this run does not show
+later epoch) at the highest priority under a peer id chosen to sort first, and its own
+records claim its work. The honest peers ban it with the signed evidence, refuse its records,
+and end with identical, finite weights whose loss is within 2 % of an honest-only run of the
+same length. The modes this run does not show
 (scaling, sign flips, ALIE, equivocation, a poisoned state for a late joiner) are shown on
 hivemind's averagers directly, in tests/trainer/test_swarm_robust.py."""
 
@@ -39,6 +40,26 @@ def converge(self, model):
     return honest_converge(self, model)
 
 peer.SwarmSession._converge = converge
+
+# its peer id chosen to sort first (a key whose base58 id starts "Qm1", the smallest third
+# character: about 58 keys), as a takeover under "adopt the smallest peer id" would choose it
+import os
+from hivemind.p2p import P2P
+from hivemind.proto import crypto_pb2
+from trainer.swarm.records import libp2p_peer_id, sign_with_libp2p_key
+
+one_identity = P2P.generate_identity
+
+def smallest_identity(path):
+    for _ in range(1000):
+        one_identity(path)
+        der = crypto_pb2.PrivateKey.FromString(open(path, "rb").read()).data
+        if libp2p_peer_id(bytes.fromhex(sign_with_libp2p_key(der, b"")[0]))[2] == "1":
+            return
+        os.chmod(path, 0o600)
+        os.unlink(path)
+
+P2P.generate_identity = staticmethod(smallest_identity)
 """
 
 # A lazy volunteer: no forward pass (a zero loss on the parameters, so hivemind still gets
@@ -213,7 +234,10 @@ def test_a_hostile_volunteer_is_banned_and_cannot_spoil_or_take_over_the_run(tmp
     spoiled = loss(peers["a"])
     assert math.isfinite(spoiled)
     assert abs(spoiled - baseline) <= 0.02 * baseline, (spoiled, baseline)
-    print(f"\neval loss: honest-only {baseline:.4f}, with the hostile peer {spoiled:.4f}")
+    honest_ids = sorted(swarm[n]["peer_id"] for n in "ab")
+    print(f"\neval loss: honest-only {baseline:.4f}, with the hostile peer {spoiled:.4f}; its "
+          f"chosen id {hostile_id[:6]}… sorts {'before' if hostile_id < honest_ids[0] else 'after'}"
+          f" the honest peers' ({', '.join(i[:6] + '…' for i in honest_ids)})")
 
 
 @pytest.mark.slow

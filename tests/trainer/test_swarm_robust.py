@@ -225,7 +225,7 @@ def swarm(identities):
 _prefixes = itertools.count()
 
 
-def averagers(swarm, identities, tmp_path, tensors, hostile=None, cls=None):
+def averagers(swarm, identities, tmp_path, tensors, hostile=None, cls=None, max_epoch=None):
     """One averager per DHT node, the last one ``hostile`` (a dict of methods) if given."""
     import hivemind
 
@@ -246,7 +246,7 @@ def averagers(swarm, identities, tmp_path, tensors, hostile=None, cls=None):
                                      evidence_dir=tmp_path / f"peer{i}",
                                      # CI's load once kept an honest update past 5 s: that
                                      # member then averaged without it, apart from the others
-                                     wait_s=20.0)))
+                                     wait_s=20.0, max_epoch=max_epoch)))
     time.sleep(1.0)  # every averager announced in the DHT before the round
     return out
 
@@ -383,6 +383,24 @@ def test_a_late_joiner_does_not_load_a_poisoned_state_served_at_the_highest_prio
         assert torch.equal(tensors[0], good[0])
         assert group[0].load_state_from_peers(digest=parameters_digest([torch.ones(4)]),
                                               timeout=20) is None
+    finally:
+        shutdown(group)
+
+
+def test_a_state_claiming_an_epoch_past_the_run_s_end_is_refused(swarm, identities, tmp_path):
+    """The only source a lagging peer finds serves a state at epoch 10^9 (a real run's
+    optimizer would step its LR scheduler 10^9 times to catch up: a CI run hung on it): past the
+    run's last step, it is refused, and nothing is loaded."""
+    poison = {"get_current_state": lambda self: ({"epoch": 10**9, "lr": 1e9},
+                                                 [torch.full((4,), 7.0), torch.ones(2)], None)}
+    state = [torch.zeros(4), torch.zeros(2)]
+    group = averagers(swarm, identities, tmp_path, [state, state, state, state], hostile=poison,
+                      cls=state_averager_class(), max_epoch=50)
+    try:
+        for honest in group[:3]:
+            honest.allow_state_sharing = False  # the hostile peer is the only source
+        time.sleep(2.0)
+        assert group[0].load_state_from_peers(timeout=20) is None
     finally:
         shutdown(group)
 

@@ -92,6 +92,9 @@ class GymRound:
     evidence_dir: Path  # bans.jsonl and evidence payloads, shared by the peer's averagers
     wait_s: float = 20.0  # a member's update or echo is awaited this long, then left out
     codec: str = "none"  # how updates are sent: none (float32), float16, 8bit
+    # the run's last collaborative step: a state claiming a later epoch is refused (loading it,
+    # hivemind steps the LR scheduler once per epoch: 10^9 of them held a CI peer for good)
+    max_epoch: int | None = None
 
 
 @dataclass
@@ -549,7 +552,8 @@ class RobustAveraging:
             if parts:
                 tensors.append(deserialize_torch_tensor(combine_from_streaming(parts)))
             epoch = metadata.get("epoch") if isinstance(metadata, dict) else None
-            if type(epoch) is not int or epoch < 0:
+            if type(epoch) is not int or epoch < 0 or (
+                    self.gym.max_epoch is not None and epoch > self.gym.max_epoch):
                 return None
             if [tuple(t.shape) for t in tensors] != shapes:
                 return None

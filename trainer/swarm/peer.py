@@ -207,7 +207,7 @@ class SwarmSession:
         return GymRound(run=self.options.run, averager=averager, identity=self._identity_der,
                         evidence_dir=self.evidence_dir(),
                         wait_s=max(5.0, min(30.0, self.options.averaging_timeout / 4)),
-                        codec=self.options.compression)
+                        codec=self.options.compression, max_epoch=self.max_steps)
 
     def banned(self) -> dict[str, dict]:
         """peer id -> the ban line (reason, evidence) of each peer this peer's averagers banned."""
