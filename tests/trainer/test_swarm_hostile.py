@@ -41,8 +41,9 @@ def converge(self, model):
 
 peer.SwarmSession._converge = converge
 
-# its peer id chosen to sort first (a key whose base58 id starts "Qm1", the smallest third
-# character: about 58 keys), as a takeover under "adopt the smallest peer id" would choose it
+# its peer id chosen to sort first (a key whose base58 id sorts below "QmQ": the ids of RSA keys
+# run from "QmNL…" to "QmfZ…", so about one key in 11), as a takeover under "adopt the smallest
+# peer id" would choose it
 import os
 from hivemind.p2p import P2P
 from hivemind.proto import crypto_pb2
@@ -51,10 +52,10 @@ from trainer.swarm.records import libp2p_peer_id, sign_with_libp2p_key
 one_identity = P2P.generate_identity
 
 def smallest_identity(path):
-    for _ in range(1000):
+    for _ in range(200):
         one_identity(path)
         der = crypto_pb2.PrivateKey.FromString(open(path, "rb").read()).data
-        if libp2p_peer_id(bytes.fromhex(sign_with_libp2p_key(der, b"")[0]))[2] == "1":
+        if libp2p_peer_id(bytes.fromhex(sign_with_libp2p_key(der, b"")[0])) < "QmQ":
             return
         os.chmod(path, 0o600)
         os.unlink(path)
