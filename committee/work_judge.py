@@ -62,10 +62,10 @@ def work_evidence(run_cid: str, peer_id: str) -> bytes:
                       sort_keys=True, separators=(",", ":")).encode()
 
 
-def banned_record(entry: Any, peer_id: str) -> Any:
-    """The signed contribution record of ``peer_id`` that the run entry ``entry`` keeps beside
-    its ban for a failed work check (`trainer.swarm.records.Contribution`, signature checked);
-    `WorkChallengeError` naming what is missing."""
+def banned_record(entry: Any, peer_id: str) -> tuple[Any, dict]:
+    """(the signed contribution record of ``peer_id`` that the run entry ``entry`` keeps beside
+    its ban for a failed work check (`trainer.swarm.records.Contribution`, signature checked),
+    that ban line); `WorkChallengeError` naming what is missing."""
     from ledger.entries import RunEntry
     from trainer.swarm.recheck import signed_record
     from trainer.swarm.records import SwarmRecordError
@@ -73,8 +73,9 @@ def banned_record(entry: Any, peer_id: str) -> Any:
     swarm = entry.hardware.get("swarm") if isinstance(entry, RunEntry) else None
     if not isinstance(swarm, dict):
         raise WorkChallengeError("not the entry of a swarm run")
-    if not any(isinstance(b, dict) and b.get("peer_id") == peer_id
-               and b.get("reason") == REASON for b in swarm.get("banned") or []):
+    line = next((b for b in swarm.get("banned") or [] if isinstance(b, dict)
+                 and b.get("peer_id") == peer_id and b.get("reason") == REASON), None)
+    if line is None:
         raise WorkChallengeError(f"the run bans no peer {peer_id!r:.80} for a failed work check")
     try:
         record = signed_record(swarm, peer_id)
@@ -82,7 +83,7 @@ def banned_record(entry: Any, peer_id: str) -> Any:
         raise WorkChallengeError(str(exc)) from None
     if record is None:
         raise WorkChallengeError(f"the run keeps no signed record of peer {peer_id!r:.80}")
-    return record
+    return record, line
 
 
 def open_work_challenge(run_cid: str, peer_id: str, *, committee: Any, registry: Any,
@@ -93,8 +94,8 @@ def open_work_challenge(run_cid: str, peer_id: str, *, committee: Any, registry:
     from ledger.contributions import contribution_digest
     from ledger.entries import MAX_ENTRY_BYTES, decode_entry
 
-    record = banned_record(decode_entry(content.cat(run_cid, max_bytes=MAX_ENTRY_BYTES)),
-                           peer_id)
+    record, _ = banned_record(decode_entry(content.cat(run_cid, max_bytes=MAX_ENTRY_BYTES)),
+                              peer_id)
     operator = registry.operator_of_signer(record.contributor)
     if operator is None:
         raise WorkChallengeError(f"{record.contributor}, who signed peer {peer_id}'s record, is "
@@ -141,14 +142,12 @@ def judge_work(evidence: bytes, record_hash: bytes, *, content: Any,
     except (LedgerError, ValueError) as exc:  # not there, not an entry: the challenger's
         return _rejected(f"the run entry {doc['run']!r:.80}: {exc}")
     try:
-        record = banned_record(entry, doc["peer_id"])
+        record, line = banned_record(entry, doc["peer_id"])
     except WorkChallengeError as exc:
         return _rejected(f"the run entry {doc['run']!r:.80}: {exc}")
     if contribution_digest(record) != bytes(record_hash):
         return _rejected("the run's record of the peer is not the challenged one")
     peer = doc["peer_id"]
-    line = next(b for b in entry.hardware["swarm"]["banned"] if isinstance(b, dict)
-                and b.get("peer_id") == peer and b.get("reason") == REASON)
     read = reader_of(dict(entry.artifacts or {}), content)
     try:
         check_ban(line, read)

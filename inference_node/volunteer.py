@@ -48,11 +48,10 @@ def register(
 ) -> None:
     """Stake as a swarm volunteer: register the address that signs your contribution records in
     the NodeRegistry, so a committee can slash a failed work check (docs/swarm.md)."""
-    from rich.console import Console
-
     from contracts.gym_token import format_gym, parse_gym
     from inference_node.registry import NodeRegistry, RegistryError
     from ledger.runtime import runtime_of
+    from ledger.tables import CliConsole
 
     rt = runtime_of(ctx)
     rt.account = account  # the key that signs the records signs the registration and owns the log
@@ -64,7 +63,7 @@ def register(
                             from_block=rt.chain.deployment_block)
     amount = parse_gym(stake, "--stake", RegistryError) if stake is not None \
         else registry.min_stake()
-    console = Console()
+    console = CliConsole()
     with console.status("registering in the NodeRegistry"):
         action, node = register_volunteer(registry, rt, amount)
     console.print(f"NodeRegistry {registry.address}: {action} volunteer {node.operator}, "

@@ -123,8 +123,8 @@ def check_swarm(collector: SwarmCollector, content, whole: bool = True,
     """Re-check the runs and contributions ``collector`` gathered (module docstring);
     ``content``: the endpoint the artifacts are read from; ``whole`` False (a resumed replay,
     which saw only the later entries): a contribution to a run it did not see is not flagged;
-    ``recompute`` (`recomputer`): each failed work check is re-computed here, and a ban it
-    does not reproduce is a problem."""
+    ``recompute`` (`recomputer`): each failed work check that `check_ban` passed is
+    re-computed here, and a ban it does not reproduce is a problem."""
     result = SwarmAudit(len(collector.runs), len(collector.contributions))
     banned: dict[str, set[str]] = {}
     for cid, run in collector.runs.items():
@@ -135,10 +135,11 @@ def check_swarm(collector: SwarmCollector, content, whole: bool = True,
         banned[cid] = set()
         for line in lines[:MAX_BANS]:
             peer = line.get("peer_id") if isinstance(line, dict) else None
+            read = reader_of(run.artifacts, content)
             try:
-                check = check_ban(line, reader_of(run.artifacts, content))
+                check = check_ban(line, read)
                 if recompute is not None and check.reason == "work_check":
-                    again = recompute(run, line, reader_of(run.artifacts, content))
+                    again = recompute(run, line, read)
                     if not again.upheld:
                         raise SwarmRecordError(
                             f"re-computed here, its claim of step {again.step} is off by "

@@ -4,6 +4,7 @@ re-computation a committee's judge of a staked volunteer runs (committee/work_ju
 
     built = work_trainer(run.config, run.dataset_digests, dataset=Path("arith.jsonl"),
                          model=Path("base"), scratch=Path("/tmp/x"))
+    check_ban(line, read)                  # first: what the evidence proves without a model
     result = recheck_work(line, read, built, signed_record(run.swarm, peer_id))
     result.upheld, result.difference
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.swarm.ban_evidence import Read, check_ban
+from trainer.swarm.ban_evidence import Read
 from trainer.swarm.records import SwarmRecordError
 
 
@@ -117,7 +118,9 @@ def work_trainer(run_config: dict, dataset_digests: list[str], *, dataset: Path,
 
 def recheck_work(line: dict, read: Read, built: RunTrainer, record=None) -> WorkRecheck:
     """Re-compute the step a ``work_check`` ban names at its kept parameters (the model's
-    trainable parameters are restored afterwards). ``record``: the peer's own signed record
+    trainable parameters are restored afterwards); ``line`` is one `check_ban` passed (its
+    callers check it first: its evidence is not read twice). ``record``: the peer's own signed
+    record
     (`signed_record`): the trainer must be built from the settings, base weights and dataset
     its ``config_digest`` names, and the evidence's seed and batches must be the config's;
     without it the run's config is the publisher's word."""
@@ -126,9 +129,8 @@ def recheck_work(line: dict, read: Read, built: RunTrainer, record=None) -> Work
     from trainer.swarm.commitments import decode_commitment, decode_payload
     from trainer.swarm.work import TOLERANCE, decode_claims, difference, recompute, sketch
 
-    check = check_ban(line, read)
-    if check.reason != "work_check":
-        raise SwarmRecordError(f"a {check.reason} ban: nothing to re-compute")
+    if line.get("reason") != "work_check":
+        raise SwarmRecordError(f"a {line.get('reason')} ban: nothing to re-compute")
     if record is not None and record.config_digest != built.config_digest:
         raise SwarmRecordError(f"the peer's signed record names run settings "
                                f"{record.config_digest}, not the published run's "
@@ -163,5 +165,5 @@ def recheck_work(line: dict, read: Read, built: RunTrainer, record=None) -> Work
         with torch.no_grad():
             for p, value in zip(params, saved, strict=True):
                 p.copy_(value)
-    again = sketch(gradients, commitment.run, check.peer_id, claim.step)
-    return WorkRecheck(check.peer_id, claim.step, difference(claim.sketch, again), TOLERANCE)
+    again = sketch(gradients, commitment.run, line["peer_id"], claim.step)
+    return WorkRecheck(line["peer_id"], claim.step, difference(claim.sketch, again), TOLERANCE)
