@@ -155,7 +155,9 @@ class Upload:
         self._in_body = False
         self._done = False
 
-    async def _more(self) -> None:
+    async def _more(self, *, end_ok: bool = False) -> bool:
+        """Append the body's next bytes to the buffer; at the body's end, False if ``end_ok``
+        (else a truncated body is refused)."""
         started = time.monotonic()
         try:
             async with asyncio.timeout(self._limits.stall_timeout_s):
@@ -164,6 +166,8 @@ class Upload:
             raise RpcError(f"upload stalled: no bytes for {self._limits.stall_timeout_s:g} s",
                            code=1, status=408) from None
         except StopAsyncIteration:
+            if end_ok:
+                return False
             raise RpcError("malformed multipart body: truncated", code=1) from None
         except ClientDisconnect:
             raise ClientGone from None
@@ -177,6 +181,18 @@ class Upload:
                            f"under the {self._limits.min_upload_rate} this endpoint needs",
                            code=1, status=408)
         self._buf.extend(chunk)
+        return True
+
+    async def _read_to_end(self) -> None:
+        """Read what follows the close delimiter (its CRLF, an epilogue that RFC 2046 says to
+        ignore, a chunked body's end) up to the body's end, at most ``_MAX_PART_HEADERS``
+        bytes: a body read to its end leaves the connection open for the client's next
+        request (``protocol.BoundedH11Protocol`` closes it otherwise, and a client that sent
+        that request at once was reset)."""
+        self._buf.clear()
+        while len(self._buf) <= _MAX_PART_HEADERS and await self._more(end_ok=True):
+            pass
+        self._buf.clear()
 
     async def next_part(self) -> Part | None:
         """The next part's headers, or ``None`` after the last (the current part's unread
@@ -197,6 +213,7 @@ class Upload:
             await self._more()
         if buf.startswith(b"--"):
             self._done = True
+            await self._read_to_end()
             return None
         if self._parts == _MAX_PARTS:
             raise RpcError(f"too many parts in one upload (at most {_MAX_PARTS})", code=1)

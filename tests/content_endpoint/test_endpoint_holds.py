@@ -294,3 +294,48 @@ def test_a_stalled_upload_gets_a_kubo_error_naming_the_stall(tmp_path):
     finally:
         node.stop()
 
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _one_answer(sock: socket.socket) -> bytes:
+    """One HTTP answer with a Content-Length read off ``sock``, which must stay open."""
+    answer = b""
+    while b"\r\n\r\n" not in answer or len(answer) < _answer_end(answer):
+        piece = sock.recv(65536)
+        assert piece, f"the server closed the connection; it had sent {answer!r}"
+        answer += piece
+    return answer
+
+
+def _answer_end(answer: bytes) -> int:
+    head, _, _ = answer.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    return len(head) + 4 + length
+
+
+def test_an_upload_whose_end_arrives_after_its_close_delimiter_keeps_the_connection(node):
+    """A CI run's `gym ledger append` was reset on its second `add`: ipfshttpclient sends a
+    chunked body, the server answered as soon as it read the close delimiter and, the body's
+    end not yet read, closed the connection the client then reused. The rest of the body (an
+    epilogue, RFC 2046, and the chunked end) is read before the answer, so the connection
+    stays open for the next request."""
+    sock = socket.create_connection(("127.0.0.1", node.port))
+    sock.settimeout(10)
+    head = (b"POST /api/v0/add?cid-version=1&raw-leaves=true HTTP/1.1\r\nHost: x\r\n"
+            b"Transfer-Encoding: chunked\r\nContent-Type: multipart/form-data; boundary="
+            + BOUNDARY.encode() + b"\r\n\r\n")
+    *parts, last = _multipart([b"first file"])
+    sock.sendall(head + b"".join(_chunk(part) for part in parts)
+                 + _chunk(last[:-2]))  # the close delimiter, its CRLF still to come
+    time.sleep(0.5)
+    sock.sendall(_chunk(b"\r\nan epilogue is ignored") + b"0\r\n\r\n")
+    first = _one_answer(sock)
+    sock.sendall(b"POST /api/v0/version HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    second = _one_answer(sock)
+    sock.close()
+    assert second.startswith(b"HTTP/1.1 200") and b'"Version"' in second
+    assert first.startswith(b"HTTP/1.1 200") and file_cid(b"first file").encode() in first
