@@ -442,17 +442,19 @@ class Committee:
 
 def claim_table(committee: Committee, epoch: int, size: int, named: list[str]):
     """Ended epoch ``epoch``'s table: ``size`` accounts (``named`` among them) paid by the
-    availability pool, all of equal stake."""
+    availability pool, all of equal stake (each a node whose one audited checkpoint passed,
+    in a report it published as a verifier too)."""
     from eth_utils import keccak, to_checksum_address
 
     from committee.rewards.facts import window_of
-    from committee.rewards.table import EpochFacts, compute_table
+    from committee.rewards.table import AuditReport, EpochFacts, compute_table
 
     accounts = list(named) + [to_checksum_address(keccak(b"bench rewards account %d" % i)[12:])
                               for i in range(size - len(named))]
-    ones = dict.fromkeys(accounts, 1)
+    reports = tuple(AuditReport(a, f"report-{i}", a, i + 1, 1, 1, True)
+                    for i, a in enumerate(accounts))
     return compute_table(EpochFacts(window=window_of(committee.distributor, epoch),
-                                    stakes=ones, anchors=ones))
+                                    stakes=dict.fromkeys(accounts, 1), audits=reports))
 
 
 def uniswap_tree(values: list[tuple[str, int]]) -> tuple[bytes, Callable[[int], list[bytes]]]:

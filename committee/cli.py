@@ -235,6 +235,11 @@ def serve(
     swarm_model: Annotated[Path | None, typer.Option(
         help="With --swarm-data: the runs' base weights (default: the base/ a run published, "
              "a tiny model's).", exists=True, file_okay=False)] = None,
+    publish_audits: Annotated[bool, typer.Option(
+        help="Publish a report of each audited checkpoint to this verifier's gym-audits log "
+             "and anchor it: reports that the chain agrees with are paid from the reward "
+             "epoch's verification pool and decide its availability pool "
+             "(docs/rewards.md).")] = True,
     rewards: Annotated[bool, typer.Option(
         help="Also compute the table of every ended reward epoch with no attested root, sign "
              "its root and send it to the aggregators (docs/rewards.md).")] = True,
@@ -264,7 +269,8 @@ def serve(
             raise typer.BadParameter(f"{cid[:80]!r} is not an entry CID",
                                      param_hint="--audit-evaluation")
     evaluation_logs = [_log_id(rt, log) for log in audit_evaluation_log or ()]
-    committee = open_committee(ctx, _key(rt, key_env, account))
+    key = _key(rt, key_env, account)
+    committee = open_committee(ctx, key)
     path = _bls_path(ctx, bls_key)
     sk = keyfile.load(path)
     registry = _lookup(ctx, "node_registry_address")
@@ -294,8 +300,10 @@ def serve(
         auditors = []
         if audit_rate:
             auditors.append(_auditor(rt, committee, judge_evidence, audit_rate,
-                                     path.with_name(f"audit-{committee.address.lower()}.json")))
-            console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts",
+                                     path.with_name(f"audit-{committee.address.lower()}.json"),
+                                     key if publish_audits else None))
+            console.print(f"auditing {audit_rate / 100:g}% of newly anchored receipts"
+                          + (", each checkpoint's report published" if publish_audits else ""),
                           highlight=False)
         if evaluation_logs or audit_evaluation:
             auditors.append(_evaluation_auditor(
@@ -345,13 +353,25 @@ class _PersistentAuditor:
     """``committee.audits.Auditor`` (or ``committee.evaluation_audits.EvaluationAuditor``)
     with its cursor kept in ``cursor_file``, printing every finding but the verified ones."""
 
-    def __init__(self, auditor: Any, cursor_file: Path, what: str = "audit") -> None:
+    def __init__(self, auditor: Any, cursor_file: Path, what: str = "audit",
+                 publisher: Any = None) -> None:
         self.auditor, self.cursor_file, self.what = auditor, cursor_file, what
+        self.publisher = publisher  # a committee.audit_reports.AuditPublisher, or None
 
     def tick(self) -> None:
         from committee.audits import VERIFIED
 
         result = self.auditor.run_once()
+        if self.publisher is not None:
+            try:
+                published = self.publisher.publish(result)
+                if published:
+                    console.print(f"{self.what}: {len(published)} checkpoint report"
+                                  f"{'' if len(published) == 1 else 's'} published to "
+                                  f"{self.publisher.log}", highlight=False)
+            except Exception as exc:  # noqa: BLE001 - the RPC or the endpoint: kept, retried
+                console.print(f"{self.what}: reports not published yet ({exc}); tried again "
+                              "next poll", highlight=False, markup=False)
         checked = sum(1 for f in result.findings if f.outcome == VERIFIED)
         for f in result.findings:
             if f.outcome != VERIFIED:
@@ -399,11 +419,18 @@ def _read_cursor(cursor_file: Path) -> Any:
 
 
 def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bps: int,
-             cursor_file: Path) -> _PersistentAuditor:
+             cursor_file: Path, key: str | None) -> _PersistentAuditor:
+    """The receipt-log auditor; with ``key`` (the verifier's), it publishes its reports."""
     from functools import partial
 
+    from committee.audit_reports import AuditPublisher
     from committee.audits import Auditor
     from inference_node.bundle_sources import fetch_bundle
+    from ledger.chain import LedgerContract
+
+    publisher = None if key is None else AuditPublisher(
+        rt.store, rt.content, LedgerContract(rt.contract.w3, rt.contract.address,
+                                             rt.contract.abi, key), rate_bps)
 
     registry, open_challenge = _audit_challenger(rt, committee)
     # nodes serve their users' bundles to registered verifiers, who sign their reads
@@ -413,7 +440,7 @@ def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bp
                                       open_challenge=open_challenge, rate_bps=rate_bps,
                                       cursor=_read_cursor(cursor_file),
                                       fetch=partial(fetch_bundle, account=committee.account)),
-                              cursor_file)
+                              cursor_file, publisher=publisher)
 
 
 def _evaluation_auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any,

@@ -16,7 +16,10 @@ there:
    honest one rejected), each by one aggregate of two thirds of the stake or more;
 5. moves the devnet's clock past the appeal window; the aggregator finalizes both and claims
    the signers' rewards;
-6. prints what moved: the node's stake, the challenger's and each verifier's GYM.
+6. waits until each verifier has audited ``AUDIT_RATE_BPS`` of the node's anchored receipts
+   (the node still serves their bundles) and published its reports (docs/rewards.md
+   "Audits");
+7. prints what moved: the node's stake, the challenger's and each verifier's GYM.
 
 Every process is stopped (SIGTERM) whatever happens. ``NodeError`` on any failure.
 """
@@ -46,6 +49,8 @@ FUNDER_KEY = devnet_account_key(0)
 VERIFIER_FUNDS = 200 * GYM
 CHALLENGER_FUNDS = 50 * GYM
 SETTLE_TIMEOUT_S = 600  # three verifiers load the model and re-run a prefill each
+AUDIT_RATE_BPS = 2_000  # the verifiers audit a fifth of the node's receipts and report them
+AUDIT_TIMEOUT_S = 300
 
 
 def committee_challenger(committee_address: str) -> Callable[[Any, str], Any]:
@@ -180,7 +185,8 @@ def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
         for n in VERIFIER_ACCOUNTS:
             _start(procs, ["verifier", "serve", "--model", str(model_dir), "--aggregator", url,
                            "--bls-key", str(data / "verifiers" / str(n) / "bls-key.json"),
-                           "--account", str(n), "--interval", "1", "--audit-rate", "0"],
+                           "--account", str(n), "--interval", "1",
+                           "--audit-rate", str(AUDIT_RATE_BPS)],
                    env, data / f"verifier-{n}.log")
         console.print(f"started `gym verifier aggregate` on {url} and three `gym verifier "
                       f"serve` (logs in {data})", highlight=False)
@@ -218,6 +224,18 @@ def demo_committee(settings: Any, ledger_rt: Any, console: Any, *, outcome: Any,
         with console.status("the aggregator finalizes and claims"):
             _wait(procs, "waiting for finalization and claims",
                   lambda: all(_claimed(reader.challenge(i)) for i in ids), 120)
+        node_log = registry.node_of(node_operator).receipt_log_id
+        anchored = ledger_rt.contract.anchored(node_log, start)
+        size = anchored[-1].size if anchored else 0
+        cursors = [data / "verifiers" / str(n) / f"audit-{reader.address.lower()}.json"
+                   for n in VERIFIER_ACCOUNTS]
+        with console.status(f"the verifiers audit {AUDIT_RATE_BPS / 100:g}% of the node's "
+                            f"{size} anchored receipts and publish their reports"):
+            _wait(procs, "waiting for the audits",
+                  lambda: all(_audited(c, node_log, size) for c in cursors), AUDIT_TIMEOUT_S)
+        console.print(f"each verifier audited {AUDIT_RATE_BPS / 100:g}% of the node's {size} "
+                      "anchored receipts (a sample a later block's hash drew) and published "
+                      "its report to its gym-audits log", highlight=False)
     stake_after = registry.node_of(node_operator).stake
     console.print(f"node {node_operator}: stake {format_gym(stake_before)} -> "
                   f"{format_gym(stake_after)} (slashed)", highlight=False)
@@ -237,6 +255,18 @@ def _reason(reader: VerifierCommittee, challenge_id: int) -> str:
 
     events = reader.events("ChallengeSettled", challengeId=challenge_id)
     return reason_text(bytes(events[-1][1]["reason"])) if events else "?"
+
+
+def _audited(cursor_file: Path, log_id: int, size: int) -> bool:
+    """Whether the audit cursor a `gym verifier serve` keeps in ``cursor_file`` is past
+    checkpoint ``size`` of log ``log_id`` (its reports are published before it is written)."""
+    from committee.audits import AuditCursor
+
+    try:
+        at = AuditCursor.from_json(cursor_file.read_bytes()).logs.get(log_id)
+    except (OSError, ValueError):
+        return False
+    return at is not None and at.size is not None and at.size >= size
 
 
 def _claimed(c: Any) -> bool:

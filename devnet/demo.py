@@ -24,9 +24,10 @@ that owns that hop (named in its heading), and the printing:
 8. inference node answers: once it follows the new curated library, ask it a question, grade
    the answer, verify the receipt, forge one and challenge it before the verifier committee
    (``inference_node.demo``);
-9. verifier committee: three verifiers judge that challenge and one against the honest
-   receipt; one aggregate signature settles each on chain, the appeal window passes, the
-   node's stake and the bonds move (``committee.demo``);
+9. verifier committee, the node still serving: three verifiers judge that challenge and one
+   against the honest receipt; one aggregate signature settles each on chain, the appeal
+   window passes, the node's stake and the bonds move; each verifier audits a fifth of the
+   node's anchored receipts and publishes its reports (``committee.demo``);
 10. rewards: the reward epoch the demo ran in ends; each verifier computes its table from the
    chain and the content endpoint and signs the root; one aggregate attests it; after the
    appeal window the account that earned most claims its line (``committee.rewards.demo``);
@@ -153,11 +154,11 @@ def run_demo(settings: GymSettings, console: Console, *, keep: bool = False, tra
                                     library_log_id=up.deployment.curated_log_id, curated=True,
                                     model_dir=default_model_dir(), node_key=NODE_KEY,
                                     challenger=committee_challenger(committee), node=served)
-            console.rule("9. verifier committee")
-            demo_committee(verifiers, verifiers_rt, console, outcome=outcome,
-                           model_dir=default_model_dir(), committee_address=committee,
-                           node_operator=Account.from_key(NODE_KEY).address,
-                           advance_time=advance_time)
+                console.rule("9. verifier committee")  # the node serves the auditors' reads
+                demo_committee(verifiers, verifiers_rt, console, outcome=outcome,
+                               model_dir=default_model_dir(), committee_address=committee,
+                               node_operator=Account.from_key(NODE_KEY).address,
+                               advance_time=advance_time)
             from committee.rewards.demo import demo_rewards
 
             console.rule("10. rewards")

@@ -359,6 +359,45 @@ class ContributionEntry(_Strict):
         return self
 
 
+# --- audit ------------------------------------------------------------------------------------
+
+MAX_AUDIT_LEAVES = 8192  # sampled leaves one audit report lists (~140 KB at most)
+AUDIT_OUTCOMES = ("verified", "failed", "not retained", "refused", "unreachable",
+                  "invalid bundle", "abstained")  # committee.audits' per-receipt findings
+AuditOutcome = Literal["verified", "failed", "not retained", "refused", "unreachable",
+                       "invalid bundle", "abstained"]
+
+
+class AuditEntry(_Strict):
+    """A verifier's report of the random audit of one anchored checkpoint of a node's receipt
+    log (``committee.audits``): leaves ``[from_size, size)`` of log ``log_id``, which node
+    ``node`` (its operator) anchored; the sample drawn at ``rate_bps`` from the checkpoint's
+    seed; per sampled leaf, in order, its outcome. Who anchored the verifier's audits log is
+    who reports it; whoever counts a report re-draws the sample from the chain
+    (``committee.rewards.facts``)."""
+
+    type: Literal["audit"] = "audit"
+    v: Literal[1] = 1
+    node: Address
+    log_id: Annotated[int, Field(ge=1)]
+    from_size: NonNegInt
+    size: Annotated[int, Field(ge=1)]
+    rate_bps: Annotated[int, Field(ge=1, le=10_000)]
+    leaves: Annotated[list[NonNegInt], Field(max_length=MAX_AUDIT_LEAVES)]
+    outcomes: Annotated[list[AuditOutcome], Field(max_length=MAX_AUDIT_LEAVES)]
+
+    @model_validator(mode="after")
+    def _sample_rules(self) -> AuditEntry:
+        if self.from_size >= self.size:
+            raise _Rule("from_size must be below size", "from_size")
+        if len(self.outcomes) != len(self.leaves):
+            raise _Rule("one outcome per leaf", "outcomes")
+        for i, leaf in enumerate(self.leaves):
+            if not self.from_size <= leaf < self.size or (i and leaf <= self.leaves[i - 1]):
+                raise _Rule("leaves are increasing, within [from_size, size)", f"leaves[{i}]")
+        return self
+
+
 # --- evaluation -------------------------------------------------------------------------------
 
 MAX_EVALUATION_ARMS = 8  # "baseline", "library", "adapter", "adapter+library", and a few more
@@ -569,9 +608,10 @@ class ReceiptEntryV2(ReceiptEntry):
 
 
 Entry = (ExperienceEntry | AdapterEntry | RunEntry | ReceiptEntry | ContributionEntry
-         | EvaluationEntry)
+         | EvaluationEntry | AuditEntry)
 ENTRY_TYPES: dict[str, dict[int, type[Entry]]] = {
     "adapter": {1: AdapterEntry},
+    "audit": {1: AuditEntry},
     "contribution": {1: ContributionEntry},
     "evaluation": {1: EvaluationEntry},
     "experience": {1: ExperienceEntry},

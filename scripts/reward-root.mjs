@@ -13,8 +13,8 @@ const { StandardMerkleTree } = require("@openzeppelin/merkle-tree");
 
 const text = process.argv[2] ? readFileSync(process.argv[2], "utf8") : readFileSync(0, "utf8");
 const table = JSON.parse(text);
-if (table.format !== "gym-rewards/1") {
-  process.stderr.write(`not a gym-rewards/1 table (format ${JSON.stringify(table.format)})\n`);
+if (table.format !== "gym-rewards/2") {
+  process.stderr.write(`not a gym-rewards/2 table (format ${JSON.stringify(table.format)})\n`);
   process.exit(2);
 }
 const values = table.accounts.map(({ account, total }) => [account, total]);

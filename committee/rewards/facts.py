@@ -22,8 +22,12 @@ that costs the verifiers no more, and it could only have moved its own slice.
   log as anchored by the epoch's end.
 - **settlements** (``verification``): committee challenges finalized in the epoch and never
   reversed, with the verifiers of the slots that signed, as the slots were when it settled.
-- **anchors** (``availability``): per node, its receipt-log checkpoints anchored in the
-  epoch.
+- **audits** (``verification``, ``availability``): the audit reports
+  (``committee.audit_reports``) in the ``gym-audits`` logs of each verifier active at the
+  epoch's last block (the first 8 it created, those it still owns then), anchored in
+  the epoch, on checkpoints of the counted nodes anchored in the epoch; a report counts only
+  when the chain agrees with it (``ReportChecker``), and only a verifier's first on each
+  checkpoint (a wrong first report is not made good by a later one).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from eth_utils import to_checksum_address
 
 from committee.rewards.table import (
+    AuditReport,
     Contribution,
     EpochFacts,
     EpochWindow,
@@ -46,6 +51,7 @@ from committee.rewards.table import (
 from ledger.batches import BatchError, fetch_batch, verify_batch
 from ledger.entries import (
     MAX_ENTRY_BYTES,
+    AuditEntry,
     ContributionEntry,
     ExperienceEntry,
     ReceiptEntry,
@@ -153,10 +159,6 @@ def _checkpoint_entries(sources: Sources, log_id: int, events: list[AnchoredEven
             yield cid, entry
 
 
-def _anchored_since(events: list[AnchoredEvent], first: int) -> int:
-    return sum(1 for event in events if event.block_number >= first)
-
-
 def _owner_at(sources: Sources, log_id: int, block: int) -> str | None:
     try:
         info = sources.ledger.contract.functions.logInfo(log_id).call(block_identifier=block)
@@ -218,13 +220,12 @@ def gather(sources: Sources, window: EpochWindow,
             stakes[operator] = int(node[4])
 
     uses: Counter[tuple[str, str]] = Counter()
-    anchors: Counter[str] = Counter()
+    anchored: dict[int, list[AnchoredEvent]] = {}
     for n, (operator, log_id) in enumerate(sorted(logs.items())):
         report("receipt logs", n, len(logs))
         if operator not in stakes:
             continue
-        events = sources.ledger.anchored(log_id, sources.from_block, last)
-        anchors[operator] = _anchored_since(events, first)
+        events = anchored[log_id] = sources.ledger.anchored(log_id, sources.from_block, last)
         for _cid, entry in _checkpoint_entries(sources, log_id, events, first):
             if isinstance(entry, ReceiptEntry):
                 for experience in set(entry.experience_ids):
@@ -247,7 +248,57 @@ def gather(sources: Sources, window: EpochWindow,
         window=window, stakes=stakes,
         uses=tuple(Use(node, x, authors[x], count) for (node, x), count in sorted(uses.items())),
         contributions=tuple(contributions), settlements=tuple(settlements(sources, first, last)),
-        anchors=dict(anchors))
+        audits=tuple(audit_reports(sources, first, last,
+                                   {op: logs[op] for op in stakes}, anchored)))
+
+
+def audit_reports(sources: Sources, first: int, last: int, logs: dict[str, int],
+                  anchored: dict[int, list[AnchoredEvent]]) -> list[AuditReport]:
+    """The audit reports that count in ``[first, last]`` (module docstring): ``logs``,
+    operator -> receipt log of the counted nodes; ``anchored``, their ``Anchored`` events by
+    ``last``."""
+    from committee.audit_reports import AUDITS_LOG, MAX_AUDIT_LOGS, Checkpoint, ReportChecker
+    from ledger.chain import LogKind
+
+    committee = sources.committee
+    slots = {to_checksum_address(args["verifier"]): int(args["index"]) for _, args in
+             committee.events("VerifierRegistered", sources.from_block, last)}
+    active = set()
+    for verifier, index in slots.items():
+        slot = committee.slot(index, block=last)
+        if slot.active and slot.verifier == verifier:
+            active.add(verifier)
+    audit_logs: list[tuple[str, int]] = []
+    per_verifier: Counter[str] = Counter()
+    for created in sources.ledger.logs_created(sources.from_block, last):
+        if created.owner in active and created.name == AUDITS_LOG \
+                and created.kind == LogKind.PUBLISHER \
+                and per_verifier[created.owner] < MAX_AUDIT_LOGS:
+            per_verifier[created.owner] += 1
+            audit_logs.append((created.owner, created.log_id))
+    checkpoints = {}
+    for log_id, events in anchored.items():
+        sizes = [0] + [e.size for e in events]
+        checkpoints[log_id] = [Checkpoint(sizes[i], e.size, e.block_number)
+                               for i, e in enumerate(events)]
+    w3 = sources.ledger.w3
+    checker = ReportChecker(first, last, logs, checkpoints,
+                            lambda n: bytes(w3.eth.get_block(n)["hash"]))
+    out = []
+    seen: set[tuple[str, int, int]] = set()
+    for verifier, log_id in sorted(audit_logs):
+        if _owner_at(sources, log_id, last) != verifier:
+            continue  # the log changed hands: its reports are no longer this verifier's
+        events = sources.ledger.anchored(log_id, sources.from_block, last)
+        for cid, entry in _checkpoint_entries(sources, log_id, events, first):
+            if not isinstance(entry, AuditEntry) or (verifier, entry.log_id, entry.size) in seen \
+                    or checker.checkpoint(entry) is None:
+                continue
+            seen.add((verifier, entry.log_id, entry.size))  # its first report on it, or none
+            counted = checker.check(verifier, cid, entry)
+            if counted is not None:
+                out.append(counted)
+    return out
 
 
 def _signed(entry: ContributionEntry) -> bool:
@@ -297,5 +348,5 @@ def window_of(distributor: Any, epoch: int) -> EpochWindow:
                        tuple(bps))
 
 
-__all__ = ["EpochWindow", "Sources", "curated", "gather", "settlements", "sources_from",
-           "window_of"]
+__all__ = ["EpochWindow", "Sources", "audit_reports", "curated", "gather", "settlements",
+           "sources_from", "window_of"]

@@ -1,4 +1,4 @@
-"""The reward table of one epoch, `gym-rewards/1` (docs/rewards.md): computed from the epoch's
+"""The reward table of one epoch, `gym-rewards/2` (docs/rewards.md): computed from the epoch's
 facts (``compute_table``), encoded as one canonical JSON document (``encode_table``), decoded
 and re-checked from hostile bytes (``decode_table``).
 
@@ -17,8 +17,10 @@ The four pools (the budget's split, ``pool_bps``, is the RewardDistributor's for
 - ``compute``: the credited samples of the contribution entries of the swarm runs curated in
   the epoch, paid to each contributor.
 - ``verification``: one point per verifier per settlement it signed that was finalized in the
-  epoch and not reversed.
-- ``availability``: active nodes that anchored their receipt log in the epoch, by stake.
+  epoch and not reversed, and one per published audit report that checked something (the
+  first of each verifier on each checkpoint anchored in the epoch).
+- ``availability``: active nodes with an audited checkpoint that passed, by stake times the
+  share of their audited checkpoints that passed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ledger.canonical_json import canonical_bytes
 from ledger.errors import LedgerError
 from ledger.json_input import JSONInputError, parse_json
 
-FORMAT = "gym-rewards/1"
+FORMAT = "gym-rewards/2"
 POOLS = ("data", "compute", "verification", "availability")
 BPS = 10_000
 MAX_TABLE_BYTES = 64 * 1024 * 1024  # a table of ~100,000 accounts with their sources
@@ -81,6 +83,22 @@ class Settlement:
 
 
 @dataclass(frozen=True)
+class AuditReport:
+    """A verifier's published audit report that the chain agrees with
+    (``committee.audit_reports.ReportChecker``): ``verifier``'s entry ``entry`` on checkpoint
+    ``size`` of node ``node``'s receipt log ``log_id``; ``checked``: the sampled receipts it
+    gave a finding other than abstained; ``passed``: it checked some, each one verified."""
+
+    verifier: str
+    entry: str
+    node: str
+    log_id: int
+    size: int
+    checked: int
+    passed: bool
+
+
+@dataclass(frozen=True)
 class EpochWindow:
     """Epoch ``epoch`` of the distributor at ``distributor`` on chain ``chain_id``: blocks
     ``[first_block, last_block]``, its budget and split."""
@@ -102,15 +120,15 @@ class EpochWindow:
 class EpochFacts:
     """What an epoch's table is computed from, each read from chain + content endpoint
     (``committee.rewards.facts.gather``). ``stakes``: operator -> stake of each node active at
-    the epoch's last block; ``anchors``: operator -> receipt-log checkpoints anchored in the
-    epoch."""
+    the epoch's last block; ``audits``: the reports of active verifiers on checkpoints
+    anchored in the epoch, the first of each verifier per checkpoint."""
 
     window: EpochWindow
     stakes: dict[str, int] = field(default_factory=dict)
     uses: tuple[Use, ...] = ()
     contributions: tuple[Contribution, ...] = ()
     settlements: tuple[Settlement, ...] = ()
-    anchors: dict[str, int] = field(default_factory=dict)
+    audits: tuple[AuditReport, ...] = ()
 
 
 # ----------------------------------------------------------------------------- the table
@@ -192,22 +210,41 @@ def compute_table(facts: EpochFacts) -> RewardTable:
                 "account": c.contributor, "amount": budgets["compute"] * c.samples // samples,
                 "run": c.run, "contribution": c.entry, "samples": c.samples})
 
-    # verification: a point per signer of each settlement that counted
-    points = sum(len(set(s.signers)) for s in facts.settlements)
+    # verification: a point per signer of each settlement that counted, and per audit report
+    # that checked something of an active node (one per verifier and checkpoint)
+    stakes = {to_checksum_address(node): stake for node, stake in facts.stakes.items()}
+    reports = {(to_checksum_address(r.verifier), r.log_id, r.size): r
+               for r in sorted(facts.audits, key=lambda r: r.entry, reverse=True)
+               if r.checked > 0 and stakes.get(to_checksum_address(r.node), 0) > 0}
+    points = sum(len(set(s.signers)) for s in facts.settlements) + len(reports)
     for s in sorted(facts.settlements, key=lambda s: s.challenge):
         for signer in sorted(set(s.signers)):
             sources["verification"].append({
                 "account": signer, "amount": budgets["verification"] // points,
                 "challenge": s.challenge})
+    for (verifier, log_id, size), r in sorted(reports.items()):
+        sources["verification"].append({
+            "account": verifier, "amount": budgets["verification"] // points,
+            "node": to_checksum_address(r.node), "log_id": log_id, "size": size,
+            "report": r.entry, "checked": r.checked})
 
-    # availability: active nodes that anchored their receipt log in the epoch, by stake
-    live = {node: stake for node, stake in facts.stakes.items()
-            if stake > 0 and facts.anchors.get(node, 0) > 0}
-    live_stake = sum(live.values())
-    for node in sorted(live):
-        sources["availability"].append({
-            "account": node, "amount": budgets["availability"] * live[node] // live_stake,
-            "stake": live[node], "checkpoints": facts.anchors[node]})
+    # availability: active nodes by stake x the share of their audited checkpoints that passed
+    audited: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    passed: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for r in reports.values():
+        node = to_checksum_address(r.node)
+        audited[node].add((r.log_id, r.size))
+        if r.passed:
+            passed[node].add((r.log_id, r.size))
+    weights = {node: stakes[node] * len(passed[node]) // len(audited[node])
+               for node in sorted(passed)}
+    weight = sum(weights.values())
+    for node, w in weights.items():
+        if w:
+            sources["availability"].append({
+                "account": node, "amount": budgets["availability"] * w // weight,
+                "stake": stakes[node], "checkpoints": len(audited[node]),
+                "passed": len(passed[node])})
 
     return _table(facts.window, sources)
 
@@ -283,12 +320,14 @@ def _address(value: Any, what: str) -> str:
 
 
 _AMOUNTS = {"amount", "stake"}  # uint256 values: decimal strings in the document
-_COUNTS = {"uses", "node_uses", "samples", "challenge", "checkpoints"}
-_SOURCE_FIELDS = {
-    "data": {"account", "amount", "node", "stake", "experience", "uses", "node_uses"},
-    "compute": {"account", "amount", "run", "contribution", "samples"},
-    "verification": {"account", "amount", "challenge"},
-    "availability": {"account", "amount", "stake", "checkpoints"},
+_COUNTS = {"uses", "node_uses", "samples", "challenge", "checkpoints", "passed", "log_id",
+           "size", "checked"}
+_SOURCE_FIELDS = {  # the field sets a line of each pool may have
+    "data": ({"account", "amount", "node", "stake", "experience", "uses", "node_uses"},),
+    "compute": ({"account", "amount", "run", "contribution", "samples"},),
+    "verification": ({"account", "amount", "challenge"},
+                     {"account", "amount", "node", "log_id", "size", "report", "checked"}),
+    "availability": ({"account", "amount", "stake", "checkpoints", "passed"},),
 }
 
 
@@ -325,11 +364,13 @@ def decode_table(data: bytes) -> RewardTable:
                                f"{MAX_LINES} lines")
         out = []
         for i, line in enumerate(lines):
-            if not isinstance(line, dict) or set(line) != _SOURCE_FIELDS[pool]:
+            if not isinstance(line, dict) or set(line) not in _SOURCE_FIELDS[pool]:
                 raise RewardsError(f"reward table: sources.{pool}[{i}] has exactly the fields "
-                                   f"{sorted(_SOURCE_FIELDS[pool])}")
+                                   + " or ".join(str(sorted(f)) for f in _SOURCE_FIELDS[pool]))
             line = dict(line)
-            line["account"] = _address(line["account"], f"sources.{pool}[{i}].account")
+            for name in ("account", "node") if pool != "data" else ("account",):
+                if name in line:
+                    line[name] = _address(line[name], f"sources.{pool}[{i}].{name}")
             for name in _AMOUNTS & set(line):
                 line[name] = _int(line[name], f"sources.{pool}[{i}].{name}", text=True)
             for name in _COUNTS & set(line):
@@ -352,6 +393,6 @@ def decode_table(data: bytes) -> RewardTable:
     return table
 
 
-__all__ = ["FORMAT", "MAX_TABLE_BYTES", "POOLS", "Contribution", "EpochFacts", "EpochWindow",
+__all__ = ["FORMAT", "MAX_TABLE_BYTES", "POOLS", "AuditReport", "Contribution", "EpochFacts", "EpochWindow",
            "RewardTable", "RewardsError", "Settlement", "Use", "compute_table", "decode_table",
            "encode_table", "line_document", "pool_budgets", "table_document"]

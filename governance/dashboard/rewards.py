@@ -4,7 +4,7 @@ account's wallet sends (docs/rewards.md).
 
 An epoch's table is fetched from the content store by the CID attested on chain and checked
 by ``committee.rewards.epochs.attested_table``: its bytes decode as a canonical
-``gym-rewards/1`` table whose lines sum to its amounts, and its root is the attested root, so
+``gym-rewards/2`` table whose lines sum to its amounts, and its root is the attested root, so
 the line shown is the one the distributor pays. It does not recompute the table from the
 chain: `gym rewards compute EPOCH` does, and the page says so. A table that cannot be fetched
 or does not check is shown with the reason, never as an error page. Checked tables are kept
@@ -137,12 +137,16 @@ def source_text(pool: str, line: dict[str, Any], label: Callable[[str], str]) ->
     if pool == "compute":
         return (f"{line['samples']} credited samples in contribution {line['contribution']} "
                 f"to run {line['run']}, curated in the epoch")
-    if pool == "verification":
+    if pool == "verification" and "challenge" in line:
         return f"signed the settlement of committee challenge {line['challenge']}, finalized"
+    if pool == "verification":
+        return (f"published audit report {line['report']}: {line['checked']} sampled receipts "
+                f"of node {label(line['node'])}'s log {line['log_id']} checked, checkpoint "
+                f"{line['size']}")
     if pool == "availability":
-        return (f"a node active at the epoch's end with stake {format_gym(line['stake'])}, its "
-                f"receipt log anchored {line['checkpoints']} "
-                f"time{'' if line['checkpoints'] == 1 else 's'} in the epoch")
+        return (f"a node active at the epoch's end with stake {format_gym(line['stake'])}: "
+                f"{line['passed']} of its {line['checkpoints']} audited checkpoint"
+                f"{'' if line['checkpoints'] == 1 else 's'} passed")
     return ", ".join(f"{key} {value}" for key, value in line.items())
 
 

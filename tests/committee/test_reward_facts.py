@@ -57,7 +57,6 @@ def test_an_epoch_reads_the_checkpoints_anchored_in_its_blocks(log):
     read = entries(sources, 15)
     assert [cid for cid, _ in read] == cids[3:9]
     assert all(entry.text.startswith("Rule") for _, entry in read)
-    assert facts._anchored_since(sources.ledger.anchored(LOG), 15) == 2
 
 
 def test_a_log_costs_an_epoch_at_most_its_leaf_and_byte_budgets(log, monkeypatch):

@@ -13,6 +13,7 @@ from eth_utils import to_checksum_address
 
 from committee.rewards.table import (
     POOLS,
+    AuditReport,
     Contribution,
     EpochFacts,
     EpochWindow,
@@ -42,7 +43,11 @@ def facts(**overrides) -> EpochFacts:
         "contributions": (Contribution("bafyrun", "bafyc1", ALICE, 30),
                           Contribution("bafyrun", "bafyc2", BOB, 10)),
         "settlements": (Settlement(1, (V1, V2)), Settlement(2, (V1, V2, V3))),
-        "anchors": {N1: 2, N2: 1}}
+        # N1: one of its two audited checkpoints passed; N2: its one; V3's report abstained
+        "audits": (AuditReport(V1, "bafkreia1", N1, 7, 10, 3, True),
+                   AuditReport(V2, "bafkreia2", N1, 7, 20, 2, False),
+                   AuditReport(V1, "bafkreia3", N2, 8, 5, 1, True),
+                   AuditReport(V3, "bafkreia4", N2, 8, 5, 0, False))}
     base.update(overrides)
     return EpochFacts(**base)
 
@@ -63,11 +68,14 @@ def test_each_pool_pays_by_its_rule_within_its_budget():
     assert earned(table, CAROL, "data") == budgets["data"] // 4
     # compute: 30 and 10 credited samples
     assert earned(table, ALICE, "compute") == budgets["compute"] * 3 // 4
-    # verification: five signatures that counted, V1 and V2 two each
-    assert earned(table, V1, "verification") == 2 * (budgets["verification"] // 5)
-    assert earned(table, V3, "verification") == budgets["verification"] // 5
-    # availability: both nodes anchored, by stake
-    assert earned(table, N1, "availability") == budgets["availability"] * 3 // 4
+    # verification: five signatures that counted and three reports that checked something:
+    # V1 two and two, V2 two and one, V3 one (its report abstained on everything)
+    point = budgets["verification"] // 8
+    assert [earned(table, v, "verification") for v in (V1, V2, V3)] == [4 * point, 3 * point,
+                                                                        point]
+    # availability: stake x the share of audited checkpoints that passed: N1 300 x 1/2, N2 100
+    assert earned(table, N1, "availability") == budgets["availability"] * 150 // 250
+    assert earned(table, N2, "availability") == budgets["availability"] * 100 // 250
     assert table.total() == sum(amount for _, amount in table.values())
 
 
@@ -88,14 +96,34 @@ def test_a_node_signing_receipts_to_itself_moves_only_its_own_slice():
 
 def test_unstaked_nodes_and_empty_pools_pay_nothing():
     table = compute_table(facts(stakes={N1: 300 * GYM}, contributions=(), settlements=(),
-                                anchors={}))
+                                audits=()))
     assert table.paid("compute") == table.paid("verification") == 0
     assert table.paid("availability") == 0
     assert CAROL.lower() not in {a.lower() for a in table.accounts}  # N2 is not active
     empty = compute_table(facts(stakes={}, uses=(), contributions=(), settlements=(),
-                                anchors={}))
+                                audits=()))
     assert empty.accounts == {} and empty.root == bytes(32)
     assert decode_table(encode_table(empty)).root == bytes(32)
+
+
+def test_audits_pay_one_report_per_verifier_and_checkpoint_and_failures_cost_availability():
+    base = facts()
+    again = AuditReport(V1, "bafkreia0", N1, 7, 10, 3, True)  # V1's second report of (7, 10)
+    assert compute_table(facts(audits=(*base.audits, again))).accounts == \
+        compute_table(base).accounts
+    # N1's second checkpoint passes too (V3 says so): N1 is paid its full stake's weight
+    passed = compute_table(facts(audits=(*base.audits,
+                                         AuditReport(V3, "bafkreia5", N1, 7, 20, 2, True))))
+    budgets = pool_budgets(100 * GYM, (4000, 3000, 1500, 1500))
+    assert earned(passed, N1, "availability") == budgets["availability"] * 300 // 400
+    # every audit of N2 failed: it earns no availability, whatever its stake
+    failed = compute_table(facts(audits=(AuditReport(V1, "bafkreia3", N2, 8, 5, 1, False),),
+                                 stakes={N1: 300 * GYM, N2: 10**6 * GYM}))
+    assert earned(failed, N2, "availability") == 0 and failed.paid("availability") == 0
+    # a report on the log of a node inactive at the epoch's end counts for nothing
+    gone = compute_table(facts(stakes={N1: 300 * GYM}))
+    assert earned(gone, N2, "availability") == 0
+    assert earned(gone, V1, "verification") == 3 * (budgets["verification"] // 7)
 
 
 def test_the_same_facts_in_any_order_give_the_same_bytes():
@@ -104,10 +132,12 @@ def test_the_same_facts_in_any_order_give_the_same_bytes():
     rng = random.Random(5)
     for _ in range(5):
         uses, contributions = list(base.uses), list(base.contributions)
+        audits = list(base.audits)
         rng.shuffle(uses)
         rng.shuffle(contributions)
+        rng.shuffle(audits)
         shuffled = facts(uses=tuple(uses), contributions=tuple(contributions),
-                         stakes=dict(reversed(list(base.stakes.items()))))
+                         audits=tuple(audits), stakes=dict(reversed(list(base.stakes.items()))))
         assert encode_table(compute_table(shuffled)) == data
 
 
@@ -151,7 +181,7 @@ def test_a_forged_table_is_refused_with_one_clear_error(change, message):
 
 
 def test_bytes_that_are_not_a_table_are_refused():
-    for data in (b"", b"[]", b"{" * 100, b'{"format": "gym-rewards/1"}', b"\xff"):
+    for data in (b"", b"[]", b"{" * 100, b'{"format": "gym-rewards/2"}', b"\xff"):
         with pytest.raises(RewardsError):
             decode_table(data)
     data = encode_table(compute_table(facts()))

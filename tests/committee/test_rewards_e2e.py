@@ -1,7 +1,8 @@
 """One reward epoch on the devnet, end to end through the real `gym rewards` command: two
 registered nodes answer with a library curated by the DAO from three authors' logs (one node
 signs 1,000 receipts to itself naming one experience), a swarm run's contributions are
-published and the run curated, three verifiers settle a challenge; then each verifier computes
+published and the run curated, three verifiers settle a challenge and audit the nodes'
+receipts at random, publishing their reports (one forged); then each verifier computes
 the epoch's table itself, the same bytes; one aggregate attests its root; every account
 claims its line to the wei after the appeal window; OpenZeppelin's merkle-tree (npm) recomputes
 the root from the published table alone; a forged table is never signed."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,9 @@ from gym_helpers import send
 from web3 import Web3
 
 from committee import g1_to_json
+from committee.audit_reports import AuditPublisher
+from committee.audits import AUDIT_DELAY_BLOCKS, NOT_RETAINED, VERIFIED, Auditor, AuditPass
+from committee.judge import REQUIRED_CHECKS
 from committee.rewards.distributor import EpochStatus, RewardDistributor
 from committee.rewards.table import decode_table, encode_table, pool_budgets
 from contracts import load_artifact
@@ -29,8 +34,17 @@ from contracts.gym_token import GYM
 from devnet.deploy import Deployment
 from governance.client import GovernanceClient
 from governance.devnet_curation import curate_on_devnet
+from inference_node.bundle_sources import NotRetainedError
 from inference_node.receipt_log import ReceiptLog
-from inference_node.receipts import ReceiptDomain, build_receipt, library_ref, sign_receipt
+from inference_node.receipts import (
+    ReceiptDomain,
+    build_receipt,
+    bundle_json,
+    library_ref,
+    sign_receipt,
+)
+from inference_node.registry import NodeRegistry
+from inference_node.verify import ReceiptCheck
 from ledger.blockstore import LocalBlockStore
 from ledger.chain import LedgerContract
 from ledger.contributions import sign_contribution_data
@@ -157,16 +171,23 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
                                              "http://127.0.0.1:9", stake, log_id), operator)
         logs[name] = (receipts, signer)
 
+    bundles: dict[str, dict] = {}  # what node A keeps for the auditors (B keeps nothing)
+
     def answer(node: str, i: int, names: list[str]) -> None:
         receipts, signer = logs[node]
+        request = {"messages": [{"role": "user", "content": f"q{node}{i}"}]}
         unsigned = build_receipt(
             node=Account.from_key(signer).address, model_digest="sha256:" + "ab" * 32,
-            library=library, experience_ids=names,
-            request_json={"messages": [{"role": "user", "content": f"q{node}{i}"}]},
+            library=library, experience_ids=names, request_json=request,
             text=f"a{i}", completion_token_ids=[1, 2], prompt_tokens=3, temperature=0.0,
             top_p=1.0, max_tokens=4, seed=i, activation_commitment="toploc1:1:32:AA==",
             at=1_700_000_000)
-        receipts.submit(sign_receipt(unsigned, signer, domain))
+        receipt = sign_receipt(unsigned, signer, domain)
+        receipts.submit(receipt)
+        if node == "A":
+            bundles[entry_cid(encode_entry(receipt))] = bundle_json(
+                receipt, domain, route="chat", request=request, text=f"a{i}",
+                completion_token_ids=[1, 2])
 
     for i in range(30):  # node A: 30 answers with experiences 0 and 1, 10 with experience 2
         answer("A", i, experiences[:2])
@@ -177,6 +198,36 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
         answer("B", i, [experiences[2], uncurated] if i % 2 else [experiences[2]])
     for receipts, _ in logs.values():
         receipts.anchor()
+
+    # the verifiers audit the anchored receipts at random and publish a report per checkpoint:
+    # verifier 0 at 100 %, verifier 1 at 5 %; node A serves every bundle, B none (not retained)
+    w3.provider.make_request("anvil_mine", [hex(AUDIT_DELAY_BLOCKS)])
+    start = deployment.deployment_block
+    nodes = NodeRegistry(w3, registry.address, from_block=start)
+
+    def fetch(_endpoint: str, cid: str) -> dict:
+        if cid not in bundles:
+            raise NotRetainedError(f"{cid} is not kept")
+        return bundles[cid]
+
+    def passes(_bundle: dict) -> list[ReceiptCheck]:  # the receipts' own checks (no model here)
+        return [ReceiptCheck(name, True, "ok") for name in REQUIRED_CHECKS]
+
+    audits = {}
+    for i, rate in ((0, 10_000), (1, 500)):
+        auditor = Auditor(ledger_of(VERIFIER_KEYS[i]), nodes, content, from_block=start,
+                          check=passes, open_challenge=lambda *_: pytest.fail("no challenge"),
+                          fetch=fetch, rate_bps=rate)
+        audits[i] = auditor.run_once()
+        reports = AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[i]), rate)
+        assert len(reports.publish(audits[i])) == sum(1 for c in audits[i].checkpoints
+                                                       if c.sampled)
+    assert {f.outcome for f in audits[0].findings} == {VERIFIED, NOT_RETAINED}
+    assert AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[0]), 10_000).publish(
+        audits[0])  # published twice: the second report of a checkpoint counts for nothing
+    forged = audits[0].checkpoints[0]  # verifier 2 reports a sample the seed did not draw
+    AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[2]), 10_000).publish(AuditPass(
+        audits[0].findings, [replace(forged, sampled=forged.sampled[:1])]))
 
     # the committee settles a challenge against node A and it is finalized in the epoch
     from committee_world import CommitteeWorld
@@ -231,10 +282,17 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
     contributed = [to_checksum_address(Account.from_key(k).address) for k in contributors]
     assert table.accounts[contributed[0]]["compute"] == budgets["compute"] * 30 // 40
     verifiers = [to_checksum_address(Account.from_key(k).address) for k in VERIFIER_KEYS]
+    # verification: a point per settlement signature, and per report that checked something
+    reports = [sum(1 for c in audits[i].checkpoints if c.sampled) for i in (0, 1)]
+    point = budgets["verification"] // (3 + sum(reports))
     assert {v: table.accounts[v]["verification"] for v in verifiers} == {
-        v: budgets["verification"] // 3 for v in verifiers}
-    assert table.accounts[a]["availability"] == \
-        budgets["availability"] * stake_a // (stake_a + stake_b)
+        verifiers[0]: point * (1 + reports[0]), verifiers[1]: point * (1 + reports[1]),
+        verifiers[2]: point}  # verifier 2's forged report counted nothing
+    # availability: A's audited checkpoints passed; every audit of B found it kept nothing
+    assert table.accounts[a]["availability"] == budgets["availability"]
+    assert "availability" not in table.accounts.get(b, {})
+    assert {line["passed"] for line in table.sources["availability"]} == {
+        sum(1 for c in audits[0].checkpoints if c.operator == a)}
     assert table.total() <= distributor.budget_of(0)[0]
 
     # a forged table (one amount moved) is never signed by an honest verifier
@@ -252,14 +310,13 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
     from committee.client import VerifierCommittee
     from committee.rewards.facts import Sources
     from committee.rewards.pool import RECOMPUTE_S, RESEND_S, RootSigner
-    from inference_node.registry import NodeRegistry
 
     partial = tmp_path / "partial-ipfs"
     shutil.copytree(gym.data_dir / "ipfs", partial)
     missing = partial / "blocks" / store.leaf("node-A-receipts", 0).cid
     aside = missing.read_bytes()
     missing.unlink()
-    start, now, sent = deployment.deployment_block, [0.0], []
+    now, sent = [0.0], []
     service = RootSigner(
         Sources(ledger=ledger_of(OPERATOR_A), content=LocalBlockStore(partial),
                 registry=NodeRegistry(w3, registry.address, from_block=start),

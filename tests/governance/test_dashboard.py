@@ -724,7 +724,7 @@ def test_the_rewards_page_shows_an_accounts_checked_line_and_its_wallet_claims_i
     world = register_verifiers(dash.net.deployment)
     table = attest_table(world, dash.net.content, 0, stakes={node: 300 * GYM},
                          uses=(Use(node, "bafkreiexperience", author, 5),),
-                         settlements=(Settlement(1, (author, signer)),), anchors={node: 2})
+                         settlements=(Settlement(1, (author, signer)),))
     distributor = dash.client.reward_distributor
     standing = distributor.epoch_root(0)
     token = dash.client.token.functions

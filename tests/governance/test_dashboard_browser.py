@@ -391,7 +391,7 @@ def rewards_dashboard(gym_env, ledger_devnet):
     table = attest_table(world, LocalBlockStore(gym_env.data_dir / "ipfs"), 0,
                          stakes={node: 300 * GYM_UNIT},
                          uses=(Use(node, "bafkreiexperience", author, 5),),
-                         settlements=(Settlement(1, (author, signer)),), anchors={node: 2})
+                         settlements=(Settlement(1, (author, signer)),))
     world.w3.provider.make_request("evm_increaseTime", [deployment.governance.reward_appeal_window
                                                         + 1])
     world.w3.provider.make_request("evm_mine", [])

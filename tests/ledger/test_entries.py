@@ -14,8 +14,10 @@ from gym_helpers import kubo_cid
 from ledger import entries
 from ledger.entries import (
     ENTRY_TYPES,
+    MAX_AUDIT_LEAVES,
     MAX_ENTRY_BYTES,
     AdapterEntry,
+    AuditEntry,
     ExperienceEntry,
     ReceiptEntry,
     RunEntry,
@@ -97,8 +99,18 @@ def receipt(**changes) -> dict:
     return {**doc, **changes}
 
 
-FACTORIES = {"experience": experience, "adapter": adapter, "run": run, "receipt": receipt}
+def audit(**changes) -> dict:
+    doc = {"type": "audit", "v": 1, "node": "0x" + "11" * 20, "log_id": 3, "from_size": 10,
+           "size": 50, "rate_bps": 500, "leaves": [12, 31, 49],
+           "outcomes": ["verified", "not retained", "abstained"]}
+    doc.update(changes)
+    return doc
+
+
+FACTORIES = {"experience": experience, "adapter": adapter, "run": run, "receipt": receipt,
+             "audit": audit}
 MODELS = {
+    "audit": AuditEntry,
     "experience": ExperienceEntry,
     "adapter": AdapterEntry,
     "run": RunEntry,
@@ -213,7 +225,7 @@ def test_size_limit_is_256_kib_of_canonical_bytes():
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        (b'{"type":"experiment","v":1}', "type", "known types: adapter, contribution, evaluation, experience, receipt, run"),
+        (b'{"type":"experiment","v":1}', "type", "known types: adapter, audit, contribution, evaluation, experience, receipt, run"),
         (b'{"v":1}', "type", "unknown entry type None"),
         (b'{"type":1,"v":1}', "type", "unknown entry type 1"),
         (b'{"type":"run","v":2}', "v", "unknown version 2 of 'run' entries; known versions: 1"),
@@ -268,6 +280,7 @@ def test_decode_wants_bytes():
 def test_known_types_table():
     assert {kind: sorted(v) for kind, v in ENTRY_TYPES.items()} == {
         "adapter": [1],
+        "audit": [1],
         "contribution": [1],
         "evaluation": [1],
         "experience": [1],
@@ -427,6 +440,29 @@ def test_field_rules(doc, field, message):
     with pytest.raises(EntryError, match=message) as excinfo:
         decode_entry(json.dumps(doc).encode())
     assert excinfo.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "message"),
+    [
+        (audit(from_size=50), "from_size", "from_size must be below size"),
+        (audit(outcomes=["verified"]), "outcomes", "one outcome per leaf"),
+        (audit(leaves=[12, 12, 49]), "leaves[1]", "increasing"),
+        (audit(leaves=[9, 31, 49]), "leaves[0]", "within"),
+        (audit(leaves=[12, 31, 50]), "leaves[2]", "within"),
+        (audit(outcomes=["verified", "fine", "abstained"]), "outcomes[1]", "Input should be"),
+        (audit(rate_bps=0), "rate_bps", "greater than or equal to 1"),
+        (audit(rate_bps=10_001), "rate_bps", "less than or equal to 10000"),
+        (audit(log_id=0), "log_id", "greater than or equal to 1"),
+        (audit(node="0x" + "AB" * 20), "node", "lowercase hex"),
+        (audit(leaves=list(range(MAX_AUDIT_LEAVES + 1)), size=10**6, from_size=0,
+               outcomes=["verified"] * (MAX_AUDIT_LEAVES + 1)), "leaves", "at most 8192"),
+    ],
+)
+def test_audit_field_rules(doc, field, message):
+    test_field_rules(doc, field, message)
+
+
 
 
 def test_valid_edge_cases_are_accepted():

@@ -27,7 +27,7 @@ def end_epoch(distributor: RewardDistributor, epoch: int) -> None:
 
 def attest_table(world, content, epoch: int, **facts) -> RewardTable:
     """End ``epoch``, compute its table from ``facts`` (``EpochFacts`` fields: ``stakes``,
-    ``uses``, ``settlements``, ``anchors``, ...), publish it to ``content`` and attest its root
+    ``uses``, ``settlements``, ``audits``, ...), publish it to ``content`` and attest its root
     with the signatures of ``world``'s three verifiers (``committee_world.BLS``); the table."""
     from committee_world import BLS, VERIFIER_KEYS
 

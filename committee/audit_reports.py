@@ -1,0 +1,211 @@
+"""Audit reports: what a verifier's random audits found, published so that anyone can count
+them (docs/rewards.md "Audits").
+
+Publishing (``AuditPublisher``): for each checkpoint one ``Auditor.run_once`` audited, an
+``audit`` entry (``ledger.entries.AuditEntry``: the node, its log, the checkpoint's leaves
+``[from_size, size)``, the rate, and per sampled leaf its outcome) is appended to a log of the
+verifier's named ``AUDITS_LOG`` on chain (created at first use, owned by the verifier's
+account; a verifier that lost its data directory starts another, and counting reads the first
+``MAX_AUDIT_LOGS`` it created), and the log is anchored once per pass. A checkpoint whose sample is empty is not
+reported: nothing was checked.
+
+Checking (``check_report``): a report counts only when the chain agrees with it. Its node is
+a registered node whose receipt log is ``log_id``; the log has a checkpoint at ``size``
+anchored in the epoch, right after one at ``from_size``; the checkpoint's seed block is mined
+by the epoch's end; ``rate_bps`` is at least ``MIN_RATE_BPS``; and ``leaves`` are exactly the
+leaves ``committee.audits.sampled_leaves`` draws at that rate. Who anchored the audits log is
+who reports: its owner's transaction is the report's signature.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from eth_utils import keccak, to_checksum_address
+
+from committee.audits import (
+    ABSTAINED,
+    AUDIT_DELAY_BLOCKS,
+    DEFAULT_RATE_BPS,
+    MAX_CHECKPOINT_LEAVES,
+    VERIFIED,
+    AuditedCheckpoint,
+    AuditFinding,
+    AuditPass,
+    audit_seed,
+    sample_threshold,
+    seed_block,
+)
+from committee.rewards.table import AuditReport
+from ledger.entries import AUDIT_OUTCOMES, MAX_AUDIT_LEAVES, AuditEntry, encode_entry
+
+AUDITS_LOG = "gym-audits"  # the on-chain name of a verifier's log of audit reports
+MAX_AUDIT_LOGS = 8  # logs of that name read per verifier
+MIN_RATE_BPS = DEFAULT_RATE_BPS  # a report drawn at a lower rate counts for nothing
+
+
+def report_entry(checkpoint: AuditedCheckpoint, findings: Iterable[AuditFinding],
+                 rate_bps: int) -> AuditEntry | None:
+    """The report of ``checkpoint`` from its ``findings`` (those of its sampled leaves; others
+    are ignored), or None when its sample is empty or larger than a report holds."""
+    sampled = checkpoint.sampled
+    if not sampled or len(sampled) > MAX_AUDIT_LEAVES:
+        return None
+    outcome = {f.leaf: f.outcome for f in findings
+               if f.log_id == checkpoint.log_id and f.checkpoint == checkpoint.size
+               and f.leaf in sampled and f.outcome in AUDIT_OUTCOMES}
+    return AuditEntry(node=checkpoint.operator.lower(), log_id=checkpoint.log_id,
+                      from_size=checkpoint.old_size, size=checkpoint.size, rate_bps=rate_bps,
+                      leaves=list(sampled),
+                      outcomes=[outcome.get(leaf, ABSTAINED) for leaf in sampled])
+
+
+class AuditPublisher:
+    """Appends a report per audited checkpoint to the verifier's audits log and anchors it:
+    ``store`` (a ``ledger.logstore.LogStore``) keeps it as ``gym-audits/<address>`` (one data
+    directory may serve several verifiers), on chain it is named ``AUDITS_LOG``, created and
+    anchored by ``contract`` (the ``LedgerContract`` with the verifier's key)."""
+
+    def __init__(self, store: Any, content: Any, contract: Any, rate_bps: int) -> None:
+        self.store, self.content, self.contract, self.rate_bps = store, content, contract, rate_bps
+        self.log = f"{AUDITS_LOG}/{contract.account.address}"
+        self.pending: list[bytes] = []  # reports not appended yet (a failed publish keeps them)
+        self.unanchored = True  # leaves appended and maybe not anchored (a restart: check)
+        self.bound = False  # the log's chain binding checked
+
+    def publish(self, result: AuditPass) -> list[str]:
+        """Report ``result``'s checkpoints, and any a failed call kept; the CIDs appended.
+        Raises what the store or chain raised: the reports stay pending for the next call,
+        and leaves appended but not anchored are anchored by it."""
+        from ledger.chain import LogKind
+        from ledger.errors import NotFoundError
+        from ledger.publish import append_entries, check_chain_binding, publish
+
+        entries = [report_entry(c, result.findings, self.rate_bps) for c in result.checkpoints]
+        self.pending += [encode_entry(e) for e in entries if e is not None]
+        try:
+            log = self.store.get_log(self.log)
+        except NotFoundError:
+            if not self.pending:
+                return []
+            log = self.store.create_log(self.log)
+        data, cids = self.pending, []
+        if log.chain_log_id is None:
+            log_id, _ = self.contract.create_log(AUDITS_LOG, LogKind.PUBLISHER)
+            self.store.set_chain_log_id(self.log, log_id, self.contract.binding())
+            self.bound = True
+        elif not self.bound:
+            check_chain_binding(self.store, self.contract, self.log)
+            self.bound = True
+        if data:
+            cids = list(append_entries(self.store, self.content, self.log, data).cids)
+            self.pending, self.unanchored = [], True
+        if self.unanchored:
+            publish(self.store, self.content, self.contract, self.log)
+            self.unanchored = False
+        return cids
+
+
+# ----------------------------------------------------------------------------- counting
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A node's receipt-log checkpoint: leaves ``[from_size, size)`` anchored in block
+    ``block``."""
+
+    from_size: int
+    size: int
+    block: int
+
+
+BlockHash = Callable[[int], bytes]
+
+
+class ReportChecker:
+    """``check`` tells whether a report counts in the epoch ``[first, last]`` (module
+    docstring). ``logs``: operator -> receipt log id of the nodes that count (active at the
+    epoch's end); ``checkpoints``: log id -> its checkpoints anchored by ``last``, in order;
+    ``block_hash(n)``.
+
+    Bounded work whatever the reports: each checkpoint's per-leaf draws are hashed once
+    (``_Draws``), and a report costs its own length after that, at any rate it states."""
+
+    def __init__(self, first: int, last: int, logs: dict[str, int],
+                 checkpoints: dict[int, list[Checkpoint]], block_hash: BlockHash) -> None:
+        self.first, self.last, self.block_hash = first, last, block_hash
+        self.logs = {to_checksum_address(node): log for node, log in logs.items()}
+        self.by_size = {log: {c.size: c for c in cps} for log, cps in checkpoints.items()}
+        self._draws: dict[tuple[int, int], _Draws | None] = {}
+
+    def checkpoint(self, entry: AuditEntry) -> Checkpoint | None:
+        """The counted checkpoint ``entry`` reports on, or None."""
+        if self.logs.get(to_checksum_address(entry.node)) != entry.log_id:
+            return None
+        checkpoint = self.by_size.get(entry.log_id, {}).get(entry.size)
+        if checkpoint is None or checkpoint.from_size != entry.from_size \
+                or not self.first <= checkpoint.block <= self.last \
+                or seed_block(checkpoint.block, AUDIT_DELAY_BLOCKS) > self.last:
+            return None
+        return checkpoint
+
+    def check(self, verifier: str, cid: str, entry: AuditEntry) -> AuditReport | None:
+        checkpoint = self.checkpoint(entry)
+        if checkpoint is None or entry.rate_bps < MIN_RATE_BPS or not entry.leaves:
+            return None
+        key = (entry.log_id, entry.size)
+        if key not in self._draws:
+            seed = audit_seed(self.block_hash(seed_block(checkpoint.block, AUDIT_DELAY_BLOCKS)),
+                              entry.log_id, entry.size)
+            self._draws[key] = (_Draws(seed, entry.from_size, entry.size)
+                                if entry.size - entry.from_size <= MAX_CHECKPOINT_LEAVES
+                                else None)
+        draws = self._draws[key]
+        if draws is None or not draws.is_sample(entry.leaves, entry.rate_bps):
+            return None
+        checked = [o for o in entry.outcomes if o != ABSTAINED]
+        return AuditReport(to_checksum_address(verifier), cid, to_checksum_address(entry.node),
+                           entry.log_id, entry.size, len(checked),
+                           bool(checked) and all(o == VERIFIED for o in checked))
+
+
+class _Draws:
+    """The draws of leaves ``[from_size, size)`` under ``seed`` (``committee.audits``'s rule),
+    kept as their top 64 bits, sorted once: whether a list of leaves is exactly the sample at
+    a rate costs the list's length and a binary search. A draw whose top 64 bits equal the
+    threshold's is decided in full (a chance of 2^-64 per leaf)."""
+
+    def __init__(self, seed: bytes, from_size: int, size: int) -> None:
+        self.seed, self.from_size = bytes(seed), from_size
+        self.top = array("Q", (int.from_bytes(self._hash(i)[:8], "big")
+                               for i in range(from_size, size)))
+        self.sorted = sorted(self.top)
+
+    def _hash(self, leaf: int) -> bytes:
+        return keccak(self.seed + leaf.to_bytes(32, "big"))
+
+    def _drawn(self, leaf: int, threshold: int, top: int) -> bool:
+        mine = self.top[leaf - self.from_size]
+        if mine != top:
+            return mine < top
+        return int.from_bytes(self._hash(leaf), "big") < threshold
+
+    def is_sample(self, leaves: list[int], rate_bps: int) -> bool:
+        threshold = sample_threshold(rate_bps)
+        top = threshold >> 192
+        below = bisect_left(self.sorted, top)
+        ties = bisect_right(self.sorted, top) - below
+        if ties:  # count the drawn leaves among those whose top bits tie the threshold's
+            below += sum(1 for i, t in enumerate(self.top)
+                         if t == top and self._drawn(self.from_size + i, threshold, top))
+        return len(leaves) == below and all(
+            self.from_size <= leaf < self.from_size + len(self.top)
+            and self._drawn(leaf, threshold, top) for leaf in leaves)
+
+
+__all__ = ["AUDITS_LOG", "MAX_AUDIT_LOGS", "MIN_RATE_BPS", "AuditPublisher", "Checkpoint",
+           "ReportChecker", "report_entry"]
