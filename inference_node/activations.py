@@ -78,6 +78,30 @@ def commit_activations(states: Sequence[Any]) -> str:
 
 def verify_activations(states: Sequence[Any], commitment: str) -> None:
     """``ReceiptError`` activation_mismatch unless ``states`` match ``commitment``."""
+    topk, results = _proof_results(states, commitment)
+    for group, result in enumerate(results):
+        share = result.exp_mismatches / topk
+        if (share > MAX_EXP_MISMATCH_SHARE or result.mant_err_mean > MAX_MANT_ERR_MEAN
+                or result.mant_err_median > MAX_MANT_ERR_MEDIAN):
+            raise ReceiptError(
+                "activation_mismatch",
+                f"group {group}: {result.exp_mismatches}/{topk} exponents differ, mantissa error "
+                f"mean {result.mant_err_mean:.1f} median {result.mant_err_median:.1f} (limits "
+                f"{MAX_EXP_MISMATCH_SHARE:.0%}, {MAX_MANT_ERR_MEAN}, {MAX_MANT_ERR_MEDIAN})")
+
+
+def tolerance_used(states: Sequence[Any], commitment: str) -> float:
+    """How much of the acceptance tolerance ``states`` use against ``commitment``: the
+    largest, over its groups, of each measure divided by its limit (0: identical top-k;
+    above 1: refused). ``ReceiptError`` for a malformed or unreadable commitment."""
+    topk, results = _proof_results(states, commitment)
+    return max((max(r.exp_mismatches / topk / MAX_EXP_MISMATCH_SHARE,
+                    r.mant_err_mean / MAX_MANT_ERR_MEAN, r.mant_err_median / MAX_MANT_ERR_MEDIAN)
+                for r in results), default=0.0)
+
+
+def _proof_results(states: Sequence[Any], commitment: str) -> tuple[int, list[Any]]:
+    """(top-k, toploc's per-group results) of ``states`` against ``commitment``."""
     import toploc
     import torch
 
@@ -98,12 +122,4 @@ def verify_activations(states: Sequence[Any], commitment: str) -> None:
         raise ReceiptError("activation_mismatch", f"unreadable proofs ({exc})") from None
     finally:  # toploc 0.1.6's verify resets torch to one thread per core: undo it
         torch.set_num_threads(threads)
-    for group, result in enumerate(results):
-        share = result.exp_mismatches / topk
-        if (share > MAX_EXP_MISMATCH_SHARE or result.mant_err_mean > MAX_MANT_ERR_MEAN
-                or result.mant_err_median > MAX_MANT_ERR_MEDIAN):
-            raise ReceiptError(
-                "activation_mismatch",
-                f"group {group}: {result.exp_mismatches}/{topk} exponents differ, mantissa error "
-                f"mean {result.mant_err_mean:.1f} median {result.mant_err_median:.1f} (limits "
-                f"{MAX_EXP_MISMATCH_SHARE:.0%}, {MAX_MANT_ERR_MEAN}, {MAX_MANT_ERR_MEDIAN})")
+    return topk, list(results)

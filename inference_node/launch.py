@@ -393,9 +393,13 @@ def _start(launch: NodeLaunch, ledger: Any, served_dir: Path, source: Any,
             rt.contract.w3, rt.contract.address, rt.contract.abi, key)
         domain = (ReceiptDomain() if contract is None
                   else ReceiptDomain(contract.w3.eth.chain_id, contract.address.lower()))
-        signer = ReceiptSigner(key, domain, getattr(engine, "model", None),
+        # an engine that captures its decode states (vLLM) loads no second model for receipts
+        captures = getattr(engine, "captures_activations", False)
+        signer = ReceiptSigner(key, domain,
+                               None if captures else getattr(engine, "model", None),
                                model_digest(launch.model), adapter_cid=launch.adapter,
-                               chat_template=template.digest)
+                               chat_template=template.digest,
+                               model_loader=(lambda: engine.model) if captures else None)
         log_name = launch.receipt_log or f"node/{signer.address}/receipts"
         wal = launch.receipt_wal or (rt.content_dir.parent / "receipt-wal"
                                      / (log_name.replace("/", "_") + ".wal"))

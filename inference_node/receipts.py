@@ -63,7 +63,7 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -407,12 +407,16 @@ class ReceiptSigner:
     the digest of its chat template when not the model's own (its chat receipts bind it)."""
 
     def __init__(self, key: str | bytes, domain: ReceiptDomain, model: Any, model_digest: str,
-                 adapter_cid: str | None = None, chat_template: str | None = None) -> None:
+                 adapter_cid: str | None = None, chat_template: str | None = None, *,
+                 model_loader: Callable[[], Any] | None = None) -> None:
         self._account = Account.from_key(key)  # the key stays in here, never logged
         self.address = self._account.address.lower()
         self._secp256k1 = _native_key(bytes(self._account.key))
         self.domain, self.model, self.model_digest = domain, model, model_digest
         self.adapter_cid, self.chat_template = adapter_cid, chat_template
+        # an engine that captures its own activations: the model to re-compute them with,
+        # loaded only if one answer comes without them
+        self.model_loader = model_loader
 
     def __repr__(self) -> str:
         return f"ReceiptSigner(node={self.address}, domain={self.domain})"
@@ -428,6 +432,8 @@ class ReceiptSigner:
         chosen by the verifiable sampler; a chat one binds the node's chat template); without
         it v1, kept for tests of old receipts."""
         if activations is None:
+            if self.model is None and self.model_loader is not None:
+                self.model = self.model_loader()
             if self.model is None:
                 raise RuntimeError("the engine captured no activations and the signer has no "
                                    "model to recompute them")

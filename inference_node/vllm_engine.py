@@ -56,12 +56,23 @@ live; `stream()` may be called from any event loop and gets its deltas through a
 `TransformersEngine`'s worker thread delivers them. `shutdown()` aborts what is running and stops
 the child processes; `start()` after it loads the model again.
 
-Receipts: the TOPLOC activation commitment is over final hidden states, which vLLM does not
-return. The node computes it as `TransformersEngine` nodes do: `ReceiptSigner` runs one
-transformers prefill over prompt + completion token ids on `engine.model`, which here is the same
-weights loaded with transformers (on first use, on the CPU, in float32). That is exactly the
-computation `gym verify receipt --model` repeats, so receipts of a vLLM node verify the same way;
-the cost is one more copy of the weights in memory when the node signs receipts.
+Receipts: the TOPLOC activation commitment is over the final hidden states of the decode
+positions, which vLLM does not return; `GymSampler` takes them where vLLM computes them. Its
+module patches vLLM's LM head (`LogitsProcessor.forward`, called by `compute_logits` with the
+states of the positions being sampled, one row per request in batch order) to keep a reference
+to them, and `apply`, on the same step's logits, appends each captured row's state (bfloat16)
+with its position to the request's file in a private directory (``GYM_VLLM_CAPTURE_DIR``, made
+by this process and inherited by vLLM's engine core; the request's `extra_args` name the file).
+When vLLM reports the request finished, `_run` reads the states of positions 0 to n-1 (a later
+record of a position wins: a preempted request recomputed, an earlier prefill chunk) and hands
+them back on the last delta, so `ReceiptSigner` builds the commitment with no second pass.
+Continuous batching, prefix-cached prompts and preemption change nothing: the state that chose
+each token is recorded when it is chosen. Only if a position is missing (a step whose rows
+could not be matched, a write that failed) does the signer fall back to one transformers
+prefill over prompt + completion on `engine.model`: the same weights loaded with transformers
+(on first use, on the CPU, in float32), exactly the computation `gym verify receipt --model`
+repeats. The verifier's prefill and vLLM's decoding agree within TOPLOC's tolerances
+(`tests/inference_node/test_vllm_engine.py` records the margins).
 """
 
 from __future__ import annotations
@@ -110,6 +121,7 @@ class VLLMEngine(Engine):
     """A model served by vLLM's AsyncLLM on its own event loop thread; see the module doc."""
 
     kind = "vllm"
+    captures_activations = True  # the receipt's states come from vLLM's own decoding
 
     def __init__(self, engine_args: dict[str, Any], tokenizer: Any, model_name: str,
                  model_dir: str | Path) -> None:
@@ -136,6 +148,8 @@ class VLLMEngine(Engine):
         self._hf_lock = threading.Lock()
         self._grammars: Grammars | None = None
         self._grammars_lock = threading.Lock()
+        self.hidden_size = 0  # set by start(): the width of a captured state
+        self.activations_recomputed = 0  # answers whose states were not all captured
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, model_name: str | None = None, *,
@@ -206,6 +220,7 @@ class VLLMEngine(Engine):
                 raise EngineError(f"vLLM failed to start: {exc}") from exc
             self._loop, self._thread, self._llm = loop, thread, llm
             self.max_model_len = int(llm.model_config.max_model_len)
+            self.hidden_size = int(llm.model_config.get_hidden_size())
             self.vocab_size = int(llm.model_config.get_vocab_size())
 
     async def _create_llm(self) -> Any:
@@ -320,9 +335,17 @@ class VLLMEngine(Engine):
         prompt_ids = prompt.all_token_ids
         produced = 0
         finished = False
+        capture = _capture_dir() / request_id if params.capture_activations else None
         try:
-            outputs = self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids),
-                                         self._vllm_params(params), request_id)
+            if capture is not None:
+                try:
+                    capture.touch(exist_ok=False)  # GymSampler appends to it, never creates it
+                except OSError:  # no room: the signer re-computes this answer's states
+                    log.warning("cannot record decode states in %s", capture.parent)
+                    capture = None
+            outputs = self._llm.generate(
+                TokensPrompt(prompt_token_ids=prompt_ids),
+                self._vllm_params(params, request_id if capture else None), request_id)
             # Run the generator to its end (it ends right after the finished output) rather
             # than leaving it, which would make vLLM abort a request that is already done.
             async with contextlib.aclosing(outputs):
@@ -335,9 +358,12 @@ class VLLMEngine(Engine):
                     token_ids = list(completion.token_ids)
                     produced += len(token_ids)
                     finish = _finish_reason(completion.finish_reason)
+                    states = None
+                    if finish is not None and capture is not None:
+                        states = self._captured(capture, produced)
                     emit(GenerationDelta(completion.text, token_ids,
                                          self._logprobs(token_ids, completion.logprobs, params),
-                                         finish, len(prompt_ids), produced))
+                                         finish, len(prompt_ids), produced, states))
                     finished = finish is not None
             if not finished:
                 emit(EngineError("vLLM ended the request without a finish reason"))
@@ -354,12 +380,42 @@ class VLLMEngine(Engine):
         finally:
             self._waiting.discard(request_id)
             self._tasks.discard(task)
+            if capture is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    capture.unlink()
 
-    def _vllm_params(self, params: SamplingParams) -> Any:
+    def _captured(self, path: Path, produced: int) -> list[Any] | None:
+        """The states of positions 0 to ``produced - 1`` that `GymSampler` recorded in
+        ``path`` (bfloat16 CPU tensors), or None when one is missing (the signer re-computes
+        them: counted in ``activations_recomputed``)."""
+        import torch
+
+        from inference_node.vllm_sampler import CAPTURE_HEAD
+
+        width = CAPTURE_HEAD.size + 2 * self.hidden_size
+        try:
+            with open(path, "rb") as file:  # bounded: a few records per position at most
+                data = file.read(4 * max(produced, 1) * width)
+        except OSError:
+            data = b""
+        states: dict[int, bytes] = {}
+        for offset in range(0, len(data) - len(data) % width, width):
+            (position,) = CAPTURE_HEAD.unpack_from(data, offset)
+            if position < produced:
+                states[position] = data[offset + CAPTURE_HEAD.size: offset + width]
+        if len(states) != produced or not produced:
+            self.activations_recomputed += 1
+            log.warning("vLLM recorded %d of the %d decode states of a request: its receipt's "
+                        "are re-computed", len(states), produced)
+            return None
+        return [torch.frombuffer(bytearray(states[i]), dtype=torch.int16).view(torch.bfloat16)
+                for i in range(produced)]
+
+    def _vllm_params(self, params: SamplingParams, capture: str | None = None) -> Any:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from inference_node.vllm_sampler import grammar_args, sampler_args
+        from inference_node.vllm_sampler import CAPTURE_ARGS_KEY, grammar_args, sampler_args
 
         # vLLM samples greedily; GymSampler has already left only the sampler's token in the
         # row. Its inputs are checked by GymSampler.validate_params when vLLM admits the request.
@@ -368,6 +424,8 @@ class VLLMEngine(Engine):
                                   params.request_key, params.knobs)
         if params.constraint is not None:
             extra_args.update(grammar_args(params.constraint))
+        if capture is not None:
+            extra_args[CAPTURE_ARGS_KEY] = capture
         return VLLMSamplingParams(
             max_tokens=params.max_tokens, temperature=0.0, top_p=1.0, seed=None,
             extra_args=extra_args,
@@ -402,7 +460,8 @@ class VLLMEngine(Engine):
     @property
     def model(self) -> Any:
         """The same weights as a transformers model (CPU, float32), loaded on first use: what
-        `ReceiptSigner` runs the activation-commitment prefill on (see the module doc)."""
+        `ReceiptSigner` falls back to when a request's decode states were not all captured
+        (see the module doc)."""
         with self._hf_lock:
             if self._hf_model is None:
                 import torch
@@ -419,7 +478,21 @@ def _import_vllm() -> Any:
     except ImportError as exc:
         raise EngineError(f"{INSTALL_HINT} ({exc})") from None
     _private_ipc_dir()  # read when an engine starts, not at import
+    _capture_dir()  # inherited by the engine core it starts
     return vllm
+
+
+def _capture_dir() -> Path:
+    """This process's directory of captured decode states (``GYM_VLLM_CAPTURE_DIR``, made
+    once and removed when the process exits; one the operator set is used as it is)."""
+    from inference_node.vllm_sampler import CAPTURE_DIR_ENV
+
+    with _ipc_lock:
+        if not os.environ.get(CAPTURE_DIR_ENV):
+            path = tempfile.mkdtemp(prefix="gym-vllm-states-")
+            os.environ[CAPTURE_DIR_ENV] = path
+            atexit.register(shutil.rmtree, path, ignore_errors=True)
+        return Path(os.environ[CAPTURE_DIR_ENV])
 
 
 _ipc_lock = threading.Lock()

@@ -39,6 +39,9 @@ verifier could not replay them.
 from __future__ import annotations
 
 import logging
+import os
+import re
+import struct
 from typing import Any
 
 import torch
@@ -56,6 +59,15 @@ log = logging.getLogger(__name__)
 EXTRA_ARGS_KEY = "gym_sampler"
 _ARG_NAMES = {"temperature", "top_p", "seed", "key", "knobs"}
 GRAMMAR_ARGS_KEY = "gym_grammar"
+# Activation capture: ``extra_args[CAPTURE_ARGS_KEY]`` names the request's file (32 hex digits)
+# in the directory ``CAPTURE_DIR_ENV`` names (set by the node before vLLM starts, inherited by
+# its engine core; the node creates the file, the processor never does); each decode position's
+# final hidden state is appended there as a record ``uint32 position (little-endian) ||
+# bfloat16 state``.
+CAPTURE_ARGS_KEY = "gym_capture"
+CAPTURE_DIR_ENV = "GYM_VLLM_CAPTURE_DIR"
+CAPTURE_HEAD = struct.Struct("<I")
+_CAPTURE_NAME = re.compile(r"[0-9a-f]{32}")
 
 
 def sampler_args(temperature: float, top_p: float, seed: int, request_key: bytes,
@@ -82,20 +94,41 @@ def grammar_args(constraint: Constraint) -> dict[str, str]:
 
 class _Row:
     """One request's sampler inputs, its live list of output token ids and, for a constrained
-    request, its mask and how many of ``output_ids`` the mask has accepted."""
+    request, its mask and how many of ``output_ids`` the mask has accepted; with ``capture``
+    (a file path), where its decode states go."""
 
-    __slots__ = ("_past", "accepted", "key", "knobs", "mask", "output_ids", "prompt_ids",
-                 "seed", "temperature", "top_p")
+    __slots__ = ("_file", "_past", "accepted", "capture", "key", "knobs", "mask", "output_ids",
+                 "prompt_ids", "seed", "temperature", "top_p")
 
     def __init__(self, temperature: float, top_p: float, seed: int, key: bytes,
                  knobs: Knobs | None, output_ids: list[int], prompt_ids: list[int],
-                 mask: TokenMask | None = None) -> None:
+                 mask: TokenMask | None = None, capture: str | None = None) -> None:
         self.temperature, self.top_p, self.seed, self.key = temperature, top_p, seed, key
         self.knobs = knobs
         self.output_ids, self.prompt_ids = output_ids, prompt_ids
         self.mask = mask
         self.accepted = 0
         self._past: History | None = None
+        self.capture, self._file = capture, None
+
+    def record(self, position: int, state: torch.Tensor) -> None:
+        """Append the final hidden state that chose the token at ``position`` (a state
+        recorded again for a position, by a preempted and recomputed request or a chunked
+        prefill's earlier chunk, is superseded by the later record)."""
+        if self._file is None:
+            try:  # the node made the file; gone, the request was abandoned: nothing to keep
+                fd = os.open(self.capture, os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:
+                self.capture = None
+                return
+            self._file = os.fdopen(fd, "ab", buffering=0)
+        data = state.to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
+        self._file.write(CAPTURE_HEAD.pack(position) + data)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def past(self, vocab: int, device: torch.device) -> History | None:
         """What the penalties read: the prompt and the completion so far (None without
@@ -145,6 +178,40 @@ def _parse(params: SamplingParams) -> tuple[float, float, int, bytes, Knobs | No
     return float(temperature), float(top_p), seed, key, knobs
 
 
+def _parse_capture(params: SamplingParams) -> str | None:
+    """The file this row's decode states are appended to (None: not captured)."""
+    name = (params.extra_args or {}).get(CAPTURE_ARGS_KEY)
+    if name is None:
+        return None
+    folder = os.environ.get(CAPTURE_DIR_ENV)
+    if not isinstance(name, str) or not _CAPTURE_NAME.fullmatch(name) or not folder:
+        raise SamplingError(f"extra_args[{CAPTURE_ARGS_KEY!r}] must be 32 hex digits, and "
+                            f"{CAPTURE_DIR_ENV} set in the engine's environment")
+    return os.path.join(folder, name)
+
+
+_last_states: list[torch.Tensor | None] = [None]  # what the LM head last read
+
+
+def install_capture() -> None:
+    """Make vLLM's LM head (``LogitsProcessor.forward``, which ``compute_logits`` calls with
+    the final hidden states of the positions being sampled, one row per request in batch
+    order) keep a reference to those states for ``GymSampler.apply`` of the same step."""
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor as Head
+
+    if getattr(Head.forward, "gym_capture", False):
+        return
+    original = Head.forward
+
+    def forward(self: Any, lm_head: Any, hidden_states: torch.Tensor, *args: Any,
+                **kwargs: Any) -> Any:
+        _last_states[0] = hidden_states
+        return original(self, lm_head, hidden_states, *args, **kwargs)
+
+    forward.gym_capture = True  # type: ignore[attr-defined]
+    Head.forward = forward
+
+
 def _parse_constraint(params: SamplingParams) -> Constraint | None:
     """The constraint in ``params.extra_args`` (None without one); ValueError (a
     ``FormatError``) when its schema does not compile to a grammar."""
@@ -172,11 +239,13 @@ class GymSampler(LogitsProcessor):
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         _parse(sampling_params)  # SamplingError is a ValueError: vLLM refuses the request
         _parse_constraint(sampling_params)  # FormatError is one too
+        _parse_capture(sampling_params)
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         self.rows: dict[int, _Row] = {}  # batch row -> request
         self._model_config = vllm_config.model_config
         self._grammars: Grammars | None = None
+        install_capture()
 
     def grammars(self) -> Grammars:
         """The grammar compiler for the model's tokenizer (built on the first constrained
@@ -196,11 +265,19 @@ class GymSampler(LogitsProcessor):
                 return None
             constraint = _parse_constraint(params)
             mask = None if constraint is None else self.grammars().mask(constraint.schema_json)
-            return _Row(*inputs, output_ids, list(prompt or ()), mask)
+            return _Row(*inputs, output_ids, list(prompt or ()), mask, _parse_capture(params))
 
+        before = list(self.rows.values())
         process_dict_updates(self.rows, batch_update, new_row)
+        kept = {id(row) for row in self.rows.values()}
+        for row in before:  # finished, aborted or preempted (re-added as a new row)
+            if id(row) not in kept:
+                row.close()
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        states, _last_states[0] = _last_states[0], None
+        if states is not None and states.shape[0] != logits.shape[0]:
+            states = None  # not this step's rows: nothing is captured (the node re-computes)
         for index, row in self.rows.items():
             # `output_ids` is vLLM's running list: its length is the position being sampled.
             position = len(row.output_ids)
@@ -218,6 +295,11 @@ class GymSampler(LogitsProcessor):
                 log.exception("gym-sampler failed on batch row %d at position %d", index,
                               position)
                 raise
+            if row.capture is not None and states is not None:
+                try:
+                    row.record(position, states[index])
+                except OSError:  # a full disk: the node re-computes what is missing
+                    log.warning("could not record the decode state of batch row %d", index)
             logits[index].fill_(float("-inf"))
             logits[index, token] = 0.0
         return logits

@@ -462,6 +462,64 @@ def test_openai_sdk_against_a_node_served_by_vllm(engine, injector, library_file
 
 
 @needs_vllm
+def test_concurrent_receipts_are_signed_from_vllms_own_decode_states(engine, vllm_model_dir,
+                                                                     gym_env, tmp_path,
+                                                                     monkeypatch):
+    """Issue 49: sixteen concurrent answers (chat and completion, greedy and sampled, streamed
+    and not, stop strings; batched four at a time) signed by a node whose signer holds no
+    model: each commitment is built from the states vLLM's own forward passes computed (the
+    signer never loads the transformers copy, and vLLM recorded every state), and each receipt
+    verifies with the verifier's prefill, in full, and one with `gym verify receipt --model`.
+    The share of TOPLOC's tolerance each commitment uses is printed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from inference_node import verify
+    from inference_node.activations import tolerance_used
+
+    loads: list[int] = []
+    signer = ReceiptSigner(NODE_KEY, DOMAIN, None, model_digest(vllm_model_dir),
+                           model_loader=lambda: loads.append(1) or engine.model)
+    recomputed = engine.activations_recomputed
+    requests = list(honest_requests(16))
+    with run_server(engine, StaticLibrarySource(), receipts=signer, keep_engine=True) as node, \
+            ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(lambda r: answer_over_http(node.base_url, *r), requests))
+    assert loads == [] and signer.model is None  # no second copy of the weights for signing
+    assert engine.activations_recomputed == recomputed
+
+    used: list[float] = []
+    checked = verify.verify_activations
+
+    def measured(states, commitment):
+        used.append(tolerance_used(states, commitment))
+        return checked(states, commitment)
+
+    monkeypatch.setattr(verify, "verify_activations", measured)
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(vllm_model_dir)
+    bundles = []
+    for (route, body, _), (receipt, evidence, text) in zip(requests, answers, strict=True):
+        bundle = bundle_json(parse_receipt(receipt), ReceiptDomain.from_json(
+            evidence["domain"]), route=route, request=body, text=text,
+            completion_token_ids=evidence["completion_token_ids"])
+        checks = verify.verify_receipt_bundle(bundle, model=model, tokenizer=tokenizer,
+                                              model_dir=vllm_model_dir)
+        assert all(c.passed for c in checks[-3:]), (route, body)
+        bundles.append(bundle)
+    assert len(used) == len(requests) and max(used) < 1
+    print(f"\n{len(used)} vLLM-captured commitments use at most {max(used):.2%} of TOPLOC's "
+          f"tolerance (mean {sum(used) / len(used):.2%}): "
+          + ", ".join(f"{u:.2%}" for u in used))
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(bundles[1]))
+    done = gym_env.run("verify", "receipt", str(path), "--offline", "--model",
+                       str(vllm_model_dir), timeout=300)
+    assert done.returncode == 0 and "activations" in done.stdout, done.stdout + done.stderr
+
+
+@needs_vllm
 def test_receipt_of_a_vllm_answer_verifies_with_gym_verify_receipt(engine, vllm_model_dir,
                                                                    gym_env, tmp_path):
     """The node signs what vLLM generated, its commitment computed by a transformers prefill;
