@@ -58,6 +58,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -361,6 +362,31 @@ def summarize(rounds: list[dict]) -> dict:
             "idle_arm_cpu_s": sum(r["idle_arm_cpu_s"] for r in rounds)}
 
 
+STAGE_LINE = re.compile(r'^gym_node_stage_seconds_(sum|count)\{stage="([a-z_]+)"\} (\S+)$')
+
+
+def stage_totals(root: str) -> dict[str, list[float]]:
+    """The node's ``gym_node_stage_seconds`` totals: stage -> [seconds, observations]."""
+    totals: dict[str, list[float]] = {}
+    for line in httpx.get(root + "/metrics", timeout=10).text.splitlines():
+        match = STAGE_LINE.match(line)
+        if match:
+            kind, stage, value = match.groups()
+            totals.setdefault(stage, [0.0, 0.0])[kind == "count"] = float(value)
+    return totals
+
+
+def stage_means(before: dict[str, list[float]], after: dict[str, list[float]]
+                ) -> dict[str, float]:
+    """Mean seconds per observation of each stage between two ``stage_totals``."""
+    means = {}
+    for stage, (seconds, count) in after.items():
+        was = before.get(stage, [0.0, 0.0])
+        if count > was[1]:
+            means[stage] = (seconds - was[0]) / (count - was[1])
+    return means
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
@@ -457,6 +483,7 @@ def main() -> int:
         for server in servers.values():
             stack.callback(server.stop)
         results: dict[int, dict[str, list[dict]]] = {}
+        stages: dict[int, dict[str, float]] = {}  # the node's own stages, mean s per request
         try:
             for name in ARMS:  # one after the other: never two start-ups on the cores at once
                 print(f"starting {name}: {' '.join(servers[name].command)}", file=sys.stderr)
@@ -474,6 +501,7 @@ def main() -> int:
 
             for concurrency, requests in levels:
                 results[concurrency] = {name: [] for name in ARMS}
+                stages_before = stage_totals(servers["node"].root)
                 for round_index in range(args.rounds):
                     for name in ARMS:
                         other = servers[ARMS[1 - ARMS.index(name)]]
@@ -485,6 +513,8 @@ def main() -> int:
                               f"{len(row['errors'])} errors", file=sys.stderr)
                         for error in row["errors"][:3]:
                             print(f"    {error}", file=sys.stderr)
+                stages[concurrency] = stage_means(stages_before,
+                                                  stage_totals(servers["node"].root))
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -526,6 +556,11 @@ def main() -> int:
             for name, other in (("vllm", "node"), ("node", "vllm"))}
     print(f"CPU used by the idle arm while the other was loaded: vllm {idle['vllm']:.1f} s, "
           f"node {idle['node']:.1f} s")
+    print("the node's own stages, mean ms per request (gym_node_stage_seconds; prepare before "
+          "the engine, the rest on a thread after the answer, off the decoding path):")
+    for c, means in stages.items():
+        print(f"{c:>4}  " + ", ".join(f"{stage} {seconds * 1e3:.2f}"
+                                      for stage, seconds in means.items()))
 
     failed = [f"{name} at concurrency {c}: {row['errors']} failed requests"
               for c, per_arm in summary.items() for name, row in per_arm.items() if row["errors"]]
@@ -551,7 +586,8 @@ def main() -> int:
             "levels": [{"concurrency": c, "requests": n, "summary": summary[c],
                         "ratios_node_over_vllm": ratios[c], "rounds": results[c]}
                        for c, n in levels],
-            "idle_arm_cpu_s": idle, "failed": failed}, indent=2, default=str))
+            "idle_arm_cpu_s": idle, "node_stage_means_s": stages, "failed": failed},
+            indent=2, default=str))
         print(f"wrote {args.json}")
     return 1 if failed else 0
 

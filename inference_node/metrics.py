@@ -11,6 +11,15 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                 0.5, 1, 2.5)
+# What the node does per request beside the engine's decoding (`gym_node_stage_seconds`):
+# `prepare` (checks, library injection, tokenization, the normalized request: before the
+# engine), then per answer off the decoding path, on a thread: `commitment` (TOPLOC over the
+# decode states), `signature` (the receipt's digests and its signature), `receipt_log` (handed
+# to the receipt log's write-ahead file), `bundle` (kept for verifiers), and `receipt` (all of
+# it, the wait for a thread included).
+STAGES = ("prepare", "commitment", "signature", "receipt_log", "bundle", "receipt")
 
 
 class NodeMetrics:
@@ -33,6 +42,12 @@ class NodeMetrics:
         self.ttft = Histogram("gym_node_time_to_first_token_seconds",
                               "time from request to its first generated token", ["route"],
                               buckets=LATENCY_BUCKETS, registry=r)
+        self.stages = Histogram("gym_node_stage_seconds",
+                                "seconds a request spends in each of the node's own stages "
+                                "beside the engine's decoding", ["stage"],
+                                buckets=STAGE_BUCKETS, registry=r)
+        for stage in STAGES:
+            self.stages.labels(stage)  # each listed from the start, at zero
         Gauge("gym_node_queue_depth", "requests waiting for the engine",
               registry=r).set_function(queue_depth)
         Gauge("gym_node_requests_running", "requests the engine is decoding",

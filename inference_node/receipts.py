@@ -425,12 +425,16 @@ class ReceiptSigner:
               prompt_ids: Sequence[int], text: str, completion_ids: Sequence[int],
               temperature: float, top_p: float, max_tokens: int, seed: int,
               activations: Sequence[Any] | None = None, finish_reason: str | None = None,
-              sampler: str = GYM_SAMPLER) -> ReceiptEntry:
+              sampler: str = GYM_SAMPLER, timings: dict[str, float] | None = None
+              ) -> ReceiptEntry:
         """Commit to the activations, build and sign the receipt. ``activations``: the decode
         positions' final hidden states captured by the engine; without them, one prefill.
         ``finish_reason``: a v2 receipt (``request_json`` the normalized request, the tokens
         chosen by the verifiable sampler; a chat one binds the node's chat template); without
-        it v1, kept for tests of old receipts."""
+        it v1, kept for tests of old receipts. ``timings`` gets the seconds spent on the
+        ``commitment`` (a prefill included) and on the ``signature`` (the receipt's digests
+        and signing)."""
+        started = time.perf_counter()
         if activations is None:
             if self.model is None and self.model_loader is not None:
                 self.model = self.model_loader()
@@ -442,6 +446,7 @@ class ReceiptSigner:
             raise RuntimeError(f"{len(activations)} captured activations for "
                                f"{len(completion_ids)} completion tokens")
         commitment = commit_activations(activations)
+        committed = time.perf_counter()
         receipt = build_receipt(
             node=self.address, model_digest=self.model_digest, adapter_cid=self.adapter_cid,
             library=library, experience_ids=experience_ids, request_json=request_json, text=text,
@@ -450,8 +455,12 @@ class ReceiptSigner:
             activation_commitment=commitment, finish_reason=finish_reason, sampler=sampler,
             chat_template=self.chat_template if finish_reason is not None
             and request_json.get("route") == "chat" else None)
-        return receipt.model_copy(update={"signature": "0x" + self.sign_digest(
+        signed = receipt.model_copy(update={"signature": "0x" + self.sign_digest(
             receipt_hash(receipt, self.domain)).hex()})
+        if timings is not None:
+            timings["commitment"] = committed - started
+            timings["signature"] = time.perf_counter() - committed
+        return signed
 
     def sign_digest(self, digest: bytes) -> bytes:
         """65 bytes r || s || v (v 27 or 28) over the 32-byte `digest`: libsecp256k1 directly

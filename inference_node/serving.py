@@ -459,6 +459,7 @@ class OpenAIServing:
                                   prompts[which] if len(prompts) > 1 else None))
         self._check_queue()  # no await from here until the engine (or the stream) takes it
         self._admitted += 1
+        self.metrics.stages.labels("prepare").observe(time.perf_counter() - started)
         return Prepared(prompts[0], samples, started, release=self._release_admission)
 
     def _knobs(self, normalized: dict) -> Any:
@@ -523,6 +524,8 @@ class OpenAIServing:
             return
         snapshot, params = prepared.snapshot, sample.params
 
+        timings: dict[str, float] = {}
+
         def issue() -> tuple[ReceiptEntry, bytes, str]:
             receipt = self.receipts.issue(
                 library=library_ref(snapshot.log_id, snapshot.size, snapshot.root),
@@ -531,22 +534,31 @@ class OpenAIServing:
                 completion_ids=result.token_ids, temperature=params.temperature,
                 top_p=params.top_p, max_tokens=params.max_tokens, seed=params.seed,
                 activations=result.activations, finish_reason=result.finish_reason,
-                sampler=GYM_SAMPLER if params.knobs is None else params.knobs.sampler)
+                sampler=GYM_SAMPLER if params.knobs is None else params.knobs.sampler,
+                timings=timings)
             data = encode_entry(receipt)
             cid = entry_cid(data)
             if self.receipt_log is not None:  # appended in the background, in batches
+                began = time.perf_counter()
                 self.receipt_log.submit_encoded(cid, data)
+                timings["receipt_log"] = time.perf_counter() - began
             if self.bundles is not None:  # what a verifier needs beside the receipt
+                began = time.perf_counter()
                 self.bundles.put(cid, receipt=data, domain=self.receipts.domain.to_json(),
                                  request=sample.normalized, text=result.text,
                                  token_ids=result.token_ids)
+                timings["bundle"] = time.perf_counter() - began
             return receipt, data, cid
 
+        began = time.perf_counter()
         try:
             receipt, data, cid = await asyncio.to_thread(issue)
         except (LedgerError, ValueError, RuntimeError) as exc:
             raise APIError(500, f"cannot sign the receipt: {exc}", type="server_error",
                            code="receipt_error") from exc
+        timings["receipt"] = time.perf_counter() - began
+        for stage, seconds in timings.items():
+            self.metrics.stages.labels(stage).observe(seconds)
         sample.receipt, sample.receipt_json = receipt, json.loads(data)
         sample.evidence = {"receipt_cid": cid,
                            "completion_token_ids": result.token_ids,

@@ -8,7 +8,8 @@ sampler's real inputs in ``SamplingParams.extra_args[EXTRA_ARGS_KEY]`` (`sampler
 vLLM runs `GymSampler` on every row of every step: the row's token is
 ``inference_node.sampling.choose`` on the row's float32 logits (before temperature, penalties
 and top-p, after vLLM's allowed-token and bad-word masks, which the node does not use), at
-position ``len(output_token_ids)``; the row is then set to ``-inf`` everywhere but that token
+position ``len(output_token_ids)`` (a step's plain greedy rows in one batched argmax,
+``greedy_tokens``, which picks what ``choose`` picks); the row is then set to ``-inf`` everywhere but that token
 (``0``), so vLLM's greedy argmax picks it. With gym-sampler/2's knobs (``extra_args``'
 ``knobs``, ``sampler_knobs.Knobs.to_wire``) the row's penalties read the prompt ids vLLM hands
 the processor and the live output ids; vLLM's own penalties, bias, min_p and top_k are never
@@ -51,7 +52,7 @@ from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from inference_node.response_format import Constraint, FormatError
 from inference_node.sampler_knobs import History, Knobs
-from inference_node.sampling import REQUEST_KEY_BYTES, SamplingError, choose
+from inference_node.sampling import GREEDY_BELOW, REQUEST_KEY_BYTES, SamplingError, choose
 from trainer.grammar import GrammarError, Grammars, TokenMask, grammar_text
 
 log = logging.getLogger(__name__)
@@ -278,17 +279,22 @@ class GymSampler(LogitsProcessor):
         states, _last_states[0] = _last_states[0], None
         if states is not None and states.shape[0] != logits.shape[0]:
             states = None  # not this step's rows: nothing is captured (the node re-computes)
+        greedy = greedy_tokens(logits, [index for index, row in self.rows.items()
+                                        if row.temperature < GREEDY_BELOW and row.knobs is None
+                                        and row.mask is None])
         for index, row in self.rows.items():
             # `output_ids` is vLLM's running list: its length is the position being sampled.
             position = len(row.output_ids)
             try:
-                allowed = row.allowed()
-                if allowed is not None:
-                    allowed = allowed.to(logits.device)
-                token = choose(logits[index], temperature=row.temperature, top_p=row.top_p,
-                               seed=row.seed, request_key=row.key, position=position,
-                               allowed=allowed, knobs=row.knobs,
-                               past=row.past(logits.shape[1], logits.device)).token
+                token = greedy.get(index)
+                if token is None:
+                    allowed = row.allowed()
+                    if allowed is not None:
+                        allowed = allowed.to(logits.device)
+                    token = choose(logits[index], temperature=row.temperature, top_p=row.top_p,
+                                   seed=row.seed, request_key=row.key, position=position,
+                                   allowed=allowed, knobs=row.knobs,
+                                   past=row.past(logits.shape[1], logits.device)).token
             except Exception:
                 # Nothing here can fail one request alone: vLLM's engine core stops and every
                 # request fails with an error; say which row did it.
@@ -303,6 +309,22 @@ class GymSampler(LogitsProcessor):
             logits[index].fill_(float("-inf"))
             logits[index, token] = 0.0
         return logits
+
+
+def greedy_tokens(logits: torch.Tensor, rows: list[int]) -> dict[int, int]:
+    """``choose``'s token for each of ``rows`` that it would take greedily (temperature below
+    ``GREEDY_BELOW``, no knobs, no mask: the row's first maximum), in one batched argmax
+    instead of one call per row (1 ms a row on a 49k vocabulary here, which a batch of 32
+    paid every step). A row holding NaN or +inf, or nothing finite, is left out: ``choose``
+    then refuses it with its own error."""
+    if len(rows) < 2:
+        return {}
+    picked = logits.index_select(0, torch.tensor(rows, device=logits.device))
+    sound = ~(torch.isnan(picked).any(dim=1) | torch.isposinf(picked).any(dim=1)) \
+        & torch.isfinite(picked).any(dim=1)
+    tokens = picked.argmax(dim=1)  # torch.argmax returns the first maximum, as choose does
+    return {row: token for row, token, ok in zip(rows, tokens.tolist(), sound.tolist(),
+                                                  strict=True) if ok}
 
 
 def model_grammars(model_config: Any) -> Grammars:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 import openai
@@ -184,6 +185,10 @@ def test_health_and_metrics(client, server):
                  "gym_node_library_size 3.0"):
         assert name in text, name
     assert 'gym_node_requests_total{route="/v1/chat/completions",status="200"}' in text
+    prepared = re.search(r'^gym_node_stage_seconds_count\{stage="prepare"\} (\S+)$', text,
+                         re.MULTILINE)
+    assert prepared and float(prepared.group(1)) >= 1  # the node's own stages, itemized
+    assert 'gym_node_stage_seconds_count{stage="commitment"}' in text
 
 
 def test_library_headers(server):

@@ -420,6 +420,34 @@ def test_sampler_inputs_outside_its_domain_fail_alone(engine, injector, bad, mat
 
 
 @needs_vllm
+def test_batched_greedy_rows_get_the_samplers_own_tokens():
+    """`greedy_tokens` (one argmax for a step's greedy rows) picks what `choose` picks row by
+    row, ties (the lowest id) and -inf included; a row `choose` refuses is left to it."""
+    import torch
+
+    from inference_node.sampling import choose
+    from inference_node.vllm_sampler import greedy_tokens
+
+    generator = torch.Generator().manual_seed(49)
+    logits = torch.randn(9, 300, generator=generator).round(decimals=1)  # many exact ties
+    logits[2, :150] = float("-inf")
+    logits[3, 7] = logits[3, 200] = logits[3].max() + 1  # a tie for the top: id 7 wins
+    logits[5, 11] = float("nan")
+    logits[6] = float("-inf")
+    rows = [0, 2, 3, 4, 5, 6, 8]
+    picked = greedy_tokens(logits, rows)
+    assert set(picked) == {0, 2, 3, 4, 8} and picked[3] == 7
+    for row, token in picked.items():
+        assert token == choose(logits[row], temperature=0.0, top_p=1.0, seed=1,
+                               request_key=KEY, position=0).token
+    for row in (5, 6):
+        with pytest.raises(SamplingError):
+            choose(logits[row], temperature=0.0, top_p=1.0, seed=1, request_key=KEY,
+                   position=0)
+    assert greedy_tokens(logits, [4]) == {}  # one row: choose itself
+
+
+@needs_vllm
 def test_the_processor_checks_its_extra_args():
     """What `GymSampler.validate_params` refuses (a ValueError: vLLM answers 400), and that a
     request without the sampler's extra argument is left alone."""
@@ -486,6 +514,9 @@ def test_concurrent_receipts_are_signed_from_vllms_own_decode_states(engine, vll
     with run_server(engine, StaticLibrarySource(), receipts=signer, keep_engine=True) as node, \
             ThreadPoolExecutor(len(requests)) as pool:
         answers = list(pool.map(lambda r: answer_over_http(node.base_url, *r), requests))
+        metrics = node.app.state.serving.metrics.render().decode()
+    for stage in ("commitment", "signature", "receipt"):  # itemized in /metrics, off the path
+        assert f'gym_node_stage_seconds_count{{stage="{stage}"}} 16.0' in metrics, stage
     assert loads == [] and signer.model is None  # no second copy of the weights for signing
     assert engine.activations_recomputed == recomputed
 
