@@ -183,7 +183,7 @@ class _Draws:
         self.seed, self.from_size = bytes(seed), from_size
         self.top = array("Q", (int.from_bytes(self._hash(i)[:8], "big")
                                for i in range(from_size, size)))
-        self.sorted = sorted(self.top)
+        self.sorted = array("Q", sorted(self.top))  # 8 bytes a leaf, as ``top``
 
     def _hash(self, leaf: int) -> bytes:
         return keccak(self.seed + leaf.to_bytes(32, "big"))

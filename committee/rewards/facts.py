@@ -25,7 +25,8 @@ that costs the verifiers no more, and it could only have moved its own slice.
 - **audits** (``verification``, ``availability``): the audit reports
   (``committee.audit_reports``) in the ``gym-audits`` logs of each verifier active at the
   epoch's last block (the first 8 it created, those it still owns then), anchored in
-  the epoch, on checkpoints of the counted nodes anchored in the epoch; a report counts only
+  the epoch, on checkpoints of the counted nodes anchored in the epoch (within the log's
+  ``MAX_EPOCH_LEAVES``, so a report costs at most that much hashing); a report counts only
   when the chain agrees with it (``ReportChecker``), and only a verifier's first on each
   checkpoint (a wrong first report is not made good by a later one).
 """
@@ -276,11 +277,18 @@ def audit_reports(sources: Sources, first: int, last: int, logs: dict[str, int],
                 and per_verifier[created.owner] < MAX_AUDIT_LOGS:
             per_verifier[created.owner] += 1
             audit_logs.append((created.owner, created.log_id))
-    checkpoints = {}
-    for log_id, events in anchored.items():
-        sizes = [0] + [e.size for e in events]
-        checkpoints[log_id] = [Checkpoint(sizes[i], e.size, e.block_number)
-                               for i, e in enumerate(events)]
+    checkpoints: dict[int, list[Checkpoint]] = {}
+    for log_id, events in anchored.items():  # the epoch's, within the log's leaf budget
+        budget, previous = MAX_EPOCH_LEAVES, 0
+        checkpoints[log_id] = []
+        for event in events:
+            old, previous = previous, event.size
+            if event.block_number < first:
+                continue
+            budget -= event.size - old
+            if budget < 0:
+                break  # past the budget: unaudited for the table, as its uses count nothing
+            checkpoints[log_id].append(Checkpoint(old, event.size, event.block_number))
     w3 = sources.ledger.w3
     checker = ReportChecker(first, last, logs, checkpoints,
                             lambda n: bytes(w3.eth.get_block(n)["hash"]))

@@ -82,3 +82,66 @@ def test_a_missing_manifest_counts_nothing_and_the_next_checkpoint_still_counts(
     assert third == sources.ledger.anchored(LOG)[2].batch_cid
     sources.content = other
     assert [cid for cid, _ in entries(sources, 0)] == cids[6:9]
+
+
+# --------------------------------------------------------------------------- audit reports
+
+VERIFIER, NODE, AUDITS, RECEIPTS = "0x" + "0b" * 20, "0x" + "0a" * 20, 9, 8
+
+
+def test_audit_reports_count_within_the_node_logs_leaf_budget(tmp_path, monkeypatch):
+    """A verifier's reports on two checkpoints of a node's receipt log anchored in the epoch
+    (blocks 100-199); with a leaf budget that holds only the first, the report on the second
+    counts nothing (a hostile node cannot make the table hash more than the budget), and a
+    verifier's second report on a checkpoint never counts."""
+    from eth_utils import keccak, to_checksum_address
+
+    from committee.audit_reports import AUDITS_LOG
+    from committee.audits import AUDIT_DELAY_BLOCKS, audit_seed, sampled_leaves
+    from ledger.chain import LogCreatedEvent, LogKind
+    from ledger.entries import AuditEntry, encode_entry
+
+    def block_hash(n: int) -> bytes:
+        return keccak(b"block %d" % n)
+
+    node_events = [AnchoredEvent(RECEIPTS, size, bytes(32), None, b"", "0x", block, 0)
+                   for size, block in ((40, 110), (80, 120))]
+
+    def report(from_size: int, size: int, block: int) -> bytes:
+        seed = audit_seed(block_hash(block + AUDIT_DELAY_BLOCKS), RECEIPTS, size)
+        leaves = sampled_leaves(seed, from_size, size, 2_000)
+        return encode_entry(AuditEntry(node=NODE, log_id=RECEIPTS, from_size=from_size,
+                                       size=size, rate_bps=2_000, leaves=leaves,
+                                       outcomes=["verified"] * len(leaves)))
+
+    content = LocalBlockStore(tmp_path / "ipfs")
+    reports = [report(0, 40, 110), report(40, 80, 120)]
+    cids = []
+    for data in reports:
+        content.add_file(data, pin=True)
+        cids.append(entry_cid(data))
+    # the first report twice: its second copy counts nothing
+    manifest = store_batch(content, BatchManifest(AUDITS_LOG, AUDITS, 0, 3,
+                                                  [cids[0], cids[1], cids[0]]))
+    audit_events = [AnchoredEvent(AUDITS, 3, bytes(32), manifest, manifest.encode(), "0x", 150,
+                                  0)]
+    slot = SimpleNamespace(active=True, verifier=to_checksum_address(VERIFIER))
+    sources = SimpleNamespace(
+        content=content, from_block=0,
+        committee=SimpleNamespace(
+            events=lambda name, *_: [(None, {"verifier": VERIFIER, "index": 0})],
+            slot=lambda index, block: slot),
+        ledger=SimpleNamespace(
+            w3=SimpleNamespace(eth=SimpleNamespace(get_block=lambda n: {"hash": block_hash(n)})),
+            logs_created=lambda *_: [LogCreatedEvent(AUDITS, to_checksum_address(VERIFIER),
+                                                     LogKind.PUBLISHER, AUDITS_LOG, "0x", 5, 0)],
+            anchored=lambda log_id, *_: audit_events if log_id == AUDITS else node_events))
+    monkeypatch.setattr(facts, "_owner_at", lambda *_: to_checksum_address(VERIFIER))
+
+    counted = facts.audit_reports(sources, 100, 199, {to_checksum_address(NODE): RECEIPTS},
+                                  {RECEIPTS: node_events})
+    assert [(r.size, r.entry) for r in counted] == [(40, cids[0]), (80, cids[1])]
+    monkeypatch.setattr(facts, "MAX_EPOCH_LEAVES", 60)  # holds the first checkpoint only
+    counted = facts.audit_reports(sources, 100, 199, {to_checksum_address(NODE): RECEIPTS},
+                                  {RECEIPTS: node_events})
+    assert [(r.size, r.entry, r.passed) for r in counted] == [(40, cids[0], True)]
