@@ -393,16 +393,18 @@ class VLLMEngine(Engine):
         from inference_node.vllm_sampler import CAPTURE_HEAD
 
         width = CAPTURE_HEAD.size + 2 * self.hidden_size
-        try:
-            with open(path, "rb") as file:  # bounded: a few records per position at most
-                data = file.read(4 * max(produced, 1) * width)
+        states: dict[int, bytes] = {}  # at most `produced` of them, whatever the file holds
+        try:  # records in the order the engine core wrote them: the last of a position wins
+            # (each chunk of a chunked prefill, and a preempted request's recompute, records
+            # the position it would sample; only the last is the state that chose the token)
+            with open(path, "rb") as file:
+                while len(chunk := file.read(width * 1024)) >= width:
+                    for offset in range(0, len(chunk) - len(chunk) % width, width):
+                        (position,) = CAPTURE_HEAD.unpack_from(chunk, offset)
+                        if position < produced:
+                            states[position] = chunk[offset + CAPTURE_HEAD.size: offset + width]
         except OSError:
-            data = b""
-        states: dict[int, bytes] = {}
-        for offset in range(0, len(data) - len(data) % width, width):
-            (position,) = CAPTURE_HEAD.unpack_from(data, offset)
-            if position < produced:
-                states[position] = data[offset + CAPTURE_HEAD.size: offset + width]
+            states = {}
         if len(states) != produced or not produced:
             self.activations_recomputed += 1
             log.warning("vLLM recorded %d of the %d decode states of a request: its receipt's "

@@ -551,6 +551,37 @@ def test_concurrent_receipts_are_signed_from_vllms_own_decode_states(engine, vll
 
 
 @needs_vllm
+def test_states_of_a_chunked_prefill_are_the_last_chunks(vllm_model_dir, injector):
+    """A prompt longer than the step's token budget is prefilled in chunks, each of which
+    records a state for position 0; the state kept is the last chunk's, the one that chose the
+    first token: the captured states match the verifier's prefill."""
+    from transformers import AutoModelForCausalLM
+
+    from inference_node.activations import (
+        commit_activations,
+        decode_hidden_states,
+        tolerance_used,
+    )
+    from inference_node.vllm_engine import VLLMEngine
+
+    question = " ".join(QUESTIONS * 8)
+    prompt = injector.completion(question, BIG_LIBRARY).prompt
+    assert len(prompt.all_token_ids) > 8 * 32  # nine chunks or more
+    chunked = VLLMEngine.from_pretrained(vllm_model_dir, model_name=MODEL_NAME,
+                                         enforce_eager=True, block_size=BLOCK, max_batch=2,
+                                         kv_cache_gib=0.25, max_num_batched_tokens=32)
+    try:
+        params = dataclasses.replace(sampled(0.0, 1.0, max_tokens=2), capture_activations=True)
+        result = run(chunked.generate(prompt, params))
+    finally:
+        chunked.shutdown()
+    assert result.activations is not None and len(result.activations) == len(result.token_ids)
+    model = AutoModelForCausalLM.from_pretrained(vllm_model_dir).eval()
+    states = decode_hidden_states(model, prompt.all_token_ids, result.token_ids)
+    assert tolerance_used(states, commit_activations(result.activations)) < 1
+
+
+@needs_vllm
 def test_receipt_of_a_vllm_answer_verifies_with_gym_verify_receipt(engine, vllm_model_dir,
                                                                    gym_env, tmp_path):
     """The node signs what vLLM generated, its commitment computed by a transformers prefill;
