@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from eth_utils import keccak, to_checksum_address
+from eth_utils import to_checksum_address
 
 from committee.audits import (
     ABSTAINED,
@@ -37,6 +37,7 @@ from committee.audits import (
     AuditFinding,
     AuditPass,
     audit_seed,
+    leaf_draw,
     sample_threshold,
     seed_block,
 )
@@ -153,8 +154,11 @@ class ReportChecker:
             return None
         return checkpoint
 
-    def check(self, verifier: str, cid: str, entry: AuditEntry) -> AuditReport | None:
-        checkpoint = self.checkpoint(entry)
+    def check(self, verifier: str, cid: str, entry: AuditEntry,
+              checkpoint: Checkpoint | None = None) -> AuditReport | None:
+        """The report ``entry`` (``cid``) of ``verifier`` as it counts, or None;
+        ``checkpoint``: what ``checkpoint(entry)`` already returned, if asked."""
+        checkpoint = checkpoint or self.checkpoint(entry)
         if checkpoint is None or entry.rate_bps < MIN_RATE_BPS or not entry.leaves:
             return None
         key = (entry.log_id, entry.size)
@@ -181,18 +185,15 @@ class _Draws:
 
     def __init__(self, seed: bytes, from_size: int, size: int) -> None:
         self.seed, self.from_size = bytes(seed), from_size
-        self.top = array("Q", (int.from_bytes(self._hash(i)[:8], "big")
+        self.top = array("Q", (int.from_bytes(leaf_draw(self.seed, i)[:8], "big")
                                for i in range(from_size, size)))
         self.sorted = array("Q", sorted(self.top))  # 8 bytes a leaf, as ``top``
-
-    def _hash(self, leaf: int) -> bytes:
-        return keccak(self.seed + leaf.to_bytes(32, "big"))
 
     def _drawn(self, leaf: int, threshold: int, top: int) -> bool:
         mine = self.top[leaf - self.from_size]
         if mine != top:
             return mine < top
-        return int.from_bytes(self._hash(leaf), "big") < threshold
+        return int.from_bytes(leaf_draw(self.seed, leaf), "big") < threshold
 
     def is_sample(self, leaves: list[int], rate_bps: int) -> bool:
         threshold = sample_threshold(rate_bps)

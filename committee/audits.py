@@ -116,11 +116,15 @@ def sample_threshold(rate_bps: int) -> int:
     return rate_bps * 2**256 // MAX_RATE_BPS
 
 
+def leaf_draw(seed: bytes, leaf: int) -> bytes:
+    """``keccak256(abi.encode(bytes32 seed, uint256 leaf))``: leaf ``leaf``'s draw."""
+    return keccak(bytes(seed) + leaf.to_bytes(32, "big"))
+
+
 def is_sampled(seed: bytes, leaf: int, rate_bps: int) -> bool:
     """Whether ``leaf`` is drawn under ``seed``: ``uint256(keccak256(abi.encode(bytes32 seed,
     uint256 leaf))) < sample_threshold(rate_bps)``."""
-    draw = int.from_bytes(keccak(abi_encode(["bytes32", "uint256"], [bytes(seed), leaf])), "big")
-    return draw < sample_threshold(rate_bps)
+    return int.from_bytes(leaf_draw(seed, leaf), "big") < sample_threshold(rate_bps)
 
 
 def sampled_leaves(seed: bytes, old_size: int, size: int, rate_bps: int) -> list[int]:
@@ -130,9 +134,8 @@ def sampled_leaves(seed: bytes, old_size: int, size: int, rate_bps: int) -> list
         raise ValueError(f"leaves [{old_size}, {size}): not a range of at most "
                          f"{MAX_CHECKPOINT_LEAVES} leaves")
     threshold = sample_threshold(rate_bps)
-    seed = bytes(seed)
     return [i for i in range(old_size, size)
-            if int.from_bytes(keccak(seed + i.to_bytes(32, "big")), "big") < threshold]
+            if int.from_bytes(leaf_draw(seed, i), "big") < threshold]
 
 
 def seed_block(anchor_block: int, delay_blocks: int = AUDIT_DELAY_BLOCKS) -> int:

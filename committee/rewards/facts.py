@@ -299,11 +299,13 @@ def audit_reports(sources: Sources, first: int, last: int, logs: dict[str, int],
             continue  # the log changed hands: its reports are no longer this verifier's
         events = sources.ledger.anchored(log_id, sources.from_block, last)
         for cid, entry in _checkpoint_entries(sources, log_id, events, first):
-            if not isinstance(entry, AuditEntry) or (verifier, entry.log_id, entry.size) in seen \
-                    or checker.checkpoint(entry) is None:
+            if not isinstance(entry, AuditEntry) or (verifier, entry.log_id, entry.size) in seen:
+                continue
+            checkpoint = checker.checkpoint(entry)
+            if checkpoint is None:
                 continue
             seen.add((verifier, entry.log_id, entry.size))  # its first report on it, or none
-            counted = checker.check(verifier, cid, entry)
+            counted = checker.check(verifier, cid, entry, checkpoint)
             if counted is not None:
                 out.append(counted)
     return out
