@@ -36,7 +36,9 @@ chunks / wall time of the level's loads), median TTFT (request sent -> first chu
 content), median end-to-end latency, and the server's peak RSS during the load (the sum of
 VmRSS over its process tree, vLLM's engine-core processes included, sampled from /proc every
 0.2 s; pages shared between processes count once per process, in both arms). Prints both arms
-and the ratios node / vLLM (tokens/s, TTFT, latency, RSS); `--json PATH` writes everything,
+and the ratios node / vLLM (tokens/s, TTFT, latency, RSS), and the mean of each of the node's
+own stages per request (`gym_node_stage_seconds`: what it adds before the engine and after the
+answer); `--json PATH` writes everything,
 per round included. The CPU time the idle arm used while the other was loaded is printed too
 (it should be near zero: the two servers share the cores). Exits 1 if a request failed, an
 answer was not 48 tokens, or a node answer came without a receipt.
@@ -556,11 +558,18 @@ def main() -> int:
             for name, other in (("vllm", "node"), ("node", "vllm"))}
     print(f"CPU used by the idle arm while the other was loaded: vllm {idle['vllm']:.1f} s, "
           f"node {idle['node']:.1f} s")
-    print("the node's own stages, mean ms per request (gym_node_stage_seconds; prepare before "
-          "the engine, the rest on a thread after the answer, off the decoding path):")
+    print("the node's own stages, mean ms per request (gym_node_stage_seconds): before the "
+          "engine, prepare = library (the X-Gym-Library choice) + tokenize (library injection "
+          "and the chat template, tokenized; the wait for the tokenizer thread included) + "
+          "normalize (the normalized request and its key); after the answer, on a thread off "
+          "the decoding path, receipt = commitment + digests + signature + receipt_log + "
+          "bundle (+ the wait for a thread):")
     for c, means in stages.items():
-        print(f"{c:>4}  " + ", ".join(f"{stage} {seconds * 1e3:.2f}"
-                                      for stage, seconds in means.items()))
+        for group in (("prepare", "library", "tokenize", "normalize"),
+                      ("receipt", "commitment", "digests", "signature", "receipt_log",
+                       "bundle")):
+            print(f"{c:>4}  " + ", ".join(f"{stage} {means[stage] * 1e3:.2f}"
+                                          for stage in group if stage in means))
 
     failed = [f"{name} at concurrency {c}: {row['errors']} failed requests"
               for c, per_arm in summary.items() for name, row in per_arm.items() if row["errors"]]

@@ -19,7 +19,11 @@ STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 # decode states), `signature` (the receipt's digests and its signature), `receipt_log` (handed
 # to the receipt log's write-ahead file), `bundle` (kept for verifiers), and `receipt` (all of
 # it, the wait for a thread included).
-STAGES = ("prepare", "commitment", "signature", "receipt_log", "bundle", "receipt")
+# `prepare` is the whole of what precedes the engine, `library` + `tokenize` + `normalize` its
+# parts; `receipt` the whole of what follows it (`commitment` + `digests` + `signature` +
+# `receipt_log` + `bundle`, and the wait for a thread)
+STAGES = ("prepare", "library", "tokenize", "normalize", "commitment", "digests", "signature",
+          "receipt_log", "bundle", "receipt")
 
 
 class NodeMetrics:

@@ -432,8 +432,8 @@ class ReceiptSigner:
         ``finish_reason``: a v2 receipt (``request_json`` the normalized request, the tokens
         chosen by the verifiable sampler; a chat one binds the node's chat template); without
         it v1, kept for tests of old receipts. ``timings`` gets the seconds spent on the
-        ``commitment`` (a prefill included) and on the ``signature`` (the receipt's digests
-        and signing)."""
+        ``commitment`` (a prefill included), the ``digests`` (the receipt built: its request,
+        text and token digests) and the ``signature`` (its EIP-712 hash, signed)."""
         started = time.perf_counter()
         if activations is None:
             if self.model is None and self.model_loader is not None:
@@ -455,11 +455,13 @@ class ReceiptSigner:
             activation_commitment=commitment, finish_reason=finish_reason, sampler=sampler,
             chat_template=self.chat_template if finish_reason is not None
             and request_json.get("route") == "chat" else None)
+        built = time.perf_counter()
         signed = receipt.model_copy(update={"signature": "0x" + self.sign_digest(
             receipt_hash(receipt, self.domain)).hex()})
         if timings is not None:
             timings["commitment"] = committed - started
-            timings["signature"] = time.perf_counter() - committed
+            timings["digests"] = built - committed
+            timings["signature"] = time.perf_counter() - built
         return signed
 
     def sign_digest(self, digest: bytes) -> bytes:

@@ -408,9 +408,12 @@ class OpenAIServing:
         self._check_queue()  # cheap refusal before tokenizing
         context = self.engine.max_model_len
         self._check_text_bytes(text_bytes, prompt_param)
+        checked = time.perf_counter()
         snapshot = await self._requested_snapshot()
+        chosen = time.perf_counter()
         prompts = await asyncio.get_running_loop().run_in_executor(
             self._tokenizing, injected_for, snapshot)
+        tokenized = time.perf_counter()
         limit_param, asked = max_tokens
         limits = []
         for injected in prompts:
@@ -459,7 +462,10 @@ class OpenAIServing:
                                   prompts[which] if len(prompts) > 1 else None))
         self._check_queue()  # no await from here until the engine (or the stream) takes it
         self._admitted += 1
-        self.metrics.stages.labels("prepare").observe(time.perf_counter() - started)
+        done = time.perf_counter()
+        for stage, seconds in (("library", chosen - checked), ("tokenize", tokenized - chosen),
+                               ("normalize", done - tokenized), ("prepare", done - started)):
+            self.metrics.stages.labels(stage).observe(seconds)
         return Prepared(prompts[0], samples, started, release=self._release_admission)
 
     def _knobs(self, normalized: dict) -> Any:

@@ -185,10 +185,16 @@ def test_health_and_metrics(client, server):
                  "gym_node_library_size 3.0"):
         assert name in text, name
     assert 'gym_node_requests_total{route="/v1/chat/completions",status="200"}' in text
-    prepared = re.search(r'^gym_node_stage_seconds_count\{stage="prepare"\} (\S+)$', text,
-                         re.MULTILINE)
-    assert prepared and float(prepared.group(1)) >= 1  # the node's own stages, itemized
-    assert 'gym_node_stage_seconds_count{stage="commitment"}' in text
+    counts = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^gym_node_stage_seconds_count\{stage="([a-z_]+)"\} (\S+)$', text, re.MULTILINE)}
+    sums = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^gym_node_stage_seconds_sum\{stage="([a-z_]+)"\} (\S+)$', text, re.MULTILINE)}
+    # the node's own stages, itemized: what precedes the engine observed once per request
+    # answered, its parts within its whole
+    parts = ("library", "tokenize", "normalize")
+    assert counts["prepare"] >= 1 and all(counts[p] == counts["prepare"] for p in parts)
+    assert sum(sums[p] for p in parts) <= sums["prepare"]
+    assert "commitment" in counts and "digests" in counts
 
 
 def test_library_headers(server):

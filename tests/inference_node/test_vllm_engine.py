@@ -551,10 +551,15 @@ def test_concurrent_receipts_are_signed_from_vllms_own_decode_states(engine, vll
 
 
 @needs_vllm
-def test_states_of_a_chunked_prefill_are_the_last_chunks(vllm_model_dir, injector):
+def test_states_of_chunked_prefills_and_preempted_requests_are_the_last_recorded(
+        vllm_model_dir, injector, capsys):
     """A prompt longer than the step's token budget is prefilled in chunks, each of which
-    records a state for position 0; the state kept is the last chunk's, the one that chose the
-    first token: the captured states match the verifier's prefill."""
+    records a state for position 0: the state kept is the last chunk's, the one that chose the
+    first token. On a KV cache too small for two answers at once, vLLM preempts one (its own
+    counter says so) and, with no prefix cache to resume from, recomputes prompt and answer so
+    far: every state of the preempted answers is still captured (none re-computed by the
+    node) and verifies against the verifier's prefill. The margins are printed."""
+    from prometheus_client import REGISTRY
     from transformers import AutoModelForCausalLM
 
     from inference_node.activations import (
@@ -564,21 +569,52 @@ def test_states_of_a_chunked_prefill_are_the_last_chunks(vllm_model_dir, injecto
     )
     from inference_node.vllm_engine import VLLMEngine
 
+    def preemptions():
+        return sum(sample.value for metric in REGISTRY.collect() for sample in metric.samples
+                   if sample.name == "vllm:num_preemptions_total")
+
     question = " ".join(QUESTIONS * 8)
-    prompt = injector.completion(question, BIG_LIBRARY).prompt
-    assert len(prompt.all_token_ids) > 8 * 32  # nine chunks or more
-    chunked = VLLMEngine.from_pretrained(vllm_model_dir, model_name=MODEL_NAME,
-                                         enforce_eager=True, block_size=BLOCK, max_batch=2,
-                                         kv_cache_gib=0.25, max_num_batched_tokens=32)
+    long_prompt = injector.completion(question, BIG_LIBRARY).prompt
+    assert len(long_prompt.all_token_ids) > 8 * 32  # nine chunks or more
+    # two answers of 200 + 100 tokens need 20 blocks of 32 at their end; the cache holds 17
+    pair = [injector.completion(" ".join(QUESTIONS[i:] + QUESTIONS[:i]) * 6, BIG_LIBRARY).prompt
+            for i in range(2)]
+    pair = [dataclasses.replace(p, token_ids=p.token_ids[:200 - len(p.prefix.token_ids)])
+            for p in pair]
+    assert [len(p.all_token_ids) for p in pair] == [200, 200]
+    config = json.loads((vllm_model_dir / "config.json").read_text())
+    token_bytes = config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * 32 * 4
+    small = VLLMEngine.from_pretrained(vllm_model_dir, model_name=MODEL_NAME,
+                                       enforce_eager=True, block_size=BLOCK, max_batch=2,
+                                       max_model_len=512, max_num_batched_tokens=32,
+                                       kv_cache_gib=17 * BLOCK * token_bytes / (1 << 30),
+                                       prefix_reuse=False, disable_log_stats=False)
+    before = preemptions()
     try:
         params = dataclasses.replace(sampled(0.0, 1.0, max_tokens=2), capture_activations=True)
-        result = run(chunked.generate(prompt, params))
+        chunked = run(small.generate(long_prompt, params))
+
+        async def both():
+            return await asyncio.gather(*(small.generate(p, dataclasses.replace(
+                sampled(0.8, 0.95, seed=i, max_tokens=100), capture_activations=True,
+                ignore_eos=True)) for i, p in enumerate(pair)))
+
+        preempted = run(both())
+        assert small.activations_recomputed == 0
     finally:
-        chunked.shutdown()
-    assert result.activations is not None and len(result.activations) == len(result.token_ids)
+        small.shutdown()
+    assert preemptions() > before
     model = AutoModelForCausalLM.from_pretrained(vllm_model_dir).eval()
-    states = decode_hidden_states(model, prompt.all_token_ids, result.token_ids)
-    assert tolerance_used(states, commit_activations(result.activations)) < 1
+    used = []
+    for prompt, result in [(long_prompt, chunked), *zip(pair, preempted)]:
+        assert result.activations is not None
+        assert len(result.activations) == len(result.token_ids)
+        states = decode_hidden_states(model, prompt.all_token_ids, result.token_ids)
+        used.append(tolerance_used(states, commit_activations(result.activations)))
+    assert max(used) < 1
+    with capsys.disabled():
+        print(f"\nchunked prefill and preempted answers' commitments use "
+              f"{', '.join(f'{u:.2%}' for u in used)} of TOPLOC's tolerance")
 
 
 @needs_vllm
