@@ -6,8 +6,11 @@ Publishing (``AuditPublisher``): for each checkpoint one ``Auditor.run_once`` au
 ``[from_size, size)``, the rate, and per sampled leaf its outcome) is appended to a log of the
 verifier's named ``AUDITS_LOG`` on chain (created at first use, owned by the verifier's
 account; a verifier that lost its data directory starts another, and counting reads the first
-``MAX_AUDIT_LOGS`` it created), and the log is anchored once per pass. A checkpoint whose sample is empty is not
-reported: nothing was checked.
+``MAX_AUDIT_LOGS`` it created), and the log is anchored once per pass. A checkpoint whose
+sample is empty is not reported: nothing was checked. Reports not appended yet (the chain or
+the content endpoint failed) are kept in ``pending_file`` (written before the auditor's cursor
+moves past their checkpoints) and sent again at the next pass, after a restart too; at most
+``MAX_PENDING_REPORTS``, the oldest dropped beyond.
 
 Checking (``check_report``): a report counts only when the chain agrees with it. Its node is
 a registered node whose receipt log is ``log_id``; the log has a checkpoint at ``size``
@@ -19,10 +22,13 @@ who reports: its owner's transaction is the report's signature.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from eth_utils import to_checksum_address
@@ -47,6 +53,7 @@ from ledger.entries import AUDIT_OUTCOMES, MAX_AUDIT_LEAVES, AuditEntry, encode_
 AUDITS_LOG = "gym-audits"  # the on-chain name of a verifier's log of audit reports
 MAX_AUDIT_LOGS = 8  # logs of that name read per verifier
 MIN_RATE_BPS = DEFAULT_RATE_BPS  # a report drawn at a lower rate counts for nothing
+MAX_PENDING_REPORTS = 1024  # reports kept while publishing fails; the oldest dropped beyond
 
 
 def report_entry(checkpoint: AuditedCheckpoint, findings: Iterable[AuditFinding],
@@ -69,14 +76,55 @@ class AuditPublisher:
     """Appends a report per audited checkpoint to the verifier's audits log and anchors it:
     ``store`` (a ``ledger.logstore.LogStore``) keeps it as ``gym-audits/<address>`` (one data
     directory may serve several verifiers), on chain it is named ``AUDITS_LOG``, created and
-    anchored by ``contract`` (the ``LedgerContract`` with the verifier's key)."""
+    anchored by ``contract`` (the ``LedgerContract`` with the verifier's key). With
+    ``pending_file``, the reports not appended yet survive a restart (``LedgerError`` at start
+    when the file cannot be read: it is left as it is)."""
 
-    def __init__(self, store: Any, content: Any, contract: Any, rate_bps: int) -> None:
+    def __init__(self, store: Any, content: Any, contract: Any, rate_bps: int,
+                 pending_file: Path | None = None) -> None:
         self.store, self.content, self.contract, self.rate_bps = store, content, contract, rate_bps
         self.log = f"{AUDITS_LOG}/{contract.account.address}"
-        self.pending: list[bytes] = []  # reports not appended yet (a failed publish keeps them)
+        self.pending_file = pending_file
+        self.pending: list[bytes] = self._read_pending()  # not appended yet (kept on failure)
+        self.dropped = 0  # reports dropped beyond MAX_PENDING_REPORTS
         self.unanchored = True  # leaves appended and maybe not anchored (a restart: check)
         self.bound = False  # the log's chain binding checked
+
+    def _read_pending(self) -> list[bytes]:
+        from ledger.entries import decode_entry
+        from ledger.errors import LedgerError
+
+        if self.pending_file is None or not self.pending_file.exists():
+            return []
+        try:
+            reports = json.loads(self.pending_file.read_bytes())["reports"]
+            data = [bytes.fromhex(r) for r in reports][-MAX_PENDING_REPORTS:]
+            for d in data:
+                if not isinstance(decode_entry(d), AuditEntry):
+                    raise TypeError("not an audit report")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise LedgerError(f"{self.pending_file}: cannot read the audit reports not yet "
+                             f"published ({exc}); move it aside to start without them"
+                             ) from None
+        return data
+
+    def _keep_pending(self, new: list[bytes]) -> None:
+        """Add ``new`` reports to the pending ones (once each, the oldest dropped beyond
+        ``MAX_PENDING_REPORTS``) and write them to ``pending_file`` (removed when none)."""
+        for data in new:
+            if data not in self.pending:
+                self.pending.append(data)
+        if len(self.pending) > MAX_PENDING_REPORTS:
+            self.dropped += len(self.pending) - MAX_PENDING_REPORTS
+            del self.pending[:-MAX_PENDING_REPORTS]
+        if self.pending_file is None:
+            return
+        if not self.pending:
+            self.pending_file.unlink(missing_ok=True)
+            return
+        tmp = self.pending_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"reports": [d.hex() for d in self.pending]}))
+        tmp.replace(self.pending_file)
 
     def publish(self, result: AuditPass) -> list[str]:
         """Report ``result``'s checkpoints, and any a failed call kept; the CIDs appended.
@@ -84,10 +132,15 @@ class AuditPublisher:
         and leaves appended but not anchored are anchored by it."""
         from ledger.chain import LogKind
         from ledger.errors import NotFoundError
-        from ledger.publish import append_entries, check_chain_binding, publish
+        from ledger.publish import (
+            NothingToPublishError,
+            append_entries,
+            check_chain_binding,
+            publish,
+        )
 
         entries = [report_entry(c, result.findings, self.rate_bps) for c in result.checkpoints]
-        self.pending += [encode_entry(e) for e in entries if e is not None]
+        self._keep_pending([encode_entry(e) for e in entries if e is not None])
         try:
             log = self.store.get_log(self.log)
         except NotFoundError:
@@ -105,8 +158,10 @@ class AuditPublisher:
         if data:
             cids = list(append_entries(self.store, self.content, self.log, data).cids)
             self.pending, self.unanchored = [], True
+            self._keep_pending([])
         if self.unanchored:
-            publish(self.store, self.content, self.contract, self.log)
+            with contextlib.suppress(NothingToPublishError):  # a restart: all anchored already
+                publish(self.store, self.content, self.contract, self.log)
             self.unanchored = False
         return cids
 

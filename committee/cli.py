@@ -359,6 +359,7 @@ class _PersistentAuditor:
         self.publisher = publisher  # a committee.audit_reports.AuditPublisher, or None
 
     def tick(self) -> None:
+        from committee.audit_reports import MAX_PENDING_REPORTS
         from committee.audits import VERIFIED
 
         result = self.auditor.run_once()
@@ -370,8 +371,16 @@ class _PersistentAuditor:
                                   f"{'' if len(published) == 1 else 's'} published to "
                                   f"{self.publisher.log}", highlight=False)
             except Exception as exc:  # noqa: BLE001 - the RPC or the endpoint: kept, retried
-                console.print(f"{self.what}: reports not published yet ({exc}); tried again "
-                              "next poll", highlight=False, markup=False)
+                kept = self.publisher.pending
+                console.print(f"{self.what}: {len(kept)} report{'' if len(kept) == 1 else 's'} "
+                              f"not published yet ({exc}); kept in "
+                              f"{self.publisher.pending_file} and tried again next poll",
+                              highlight=False, markup=False)
+            if self.publisher.dropped:
+                console.print(f"{self.what}: {self.publisher.dropped} unpublished reports "
+                              f"dropped, the oldest beyond {MAX_PENDING_REPORTS}",
+                              highlight=False, markup=False)
+                self.publisher.dropped = 0
         checked = sum(1 for f in result.findings if f.outcome == VERIFIED)
         for f in result.findings:
             if f.outcome != VERIFIED:
@@ -428,9 +437,12 @@ def _auditor(rt: Any, committee: VerifierCommittee, judge_evidence: Any, rate_bp
     from inference_node.bundle_sources import fetch_bundle
     from ledger.chain import LedgerContract
 
-    publisher = None if key is None else AuditPublisher(
-        rt.store, rt.content, LedgerContract(rt.contract.w3, rt.contract.address,
-                                             rt.contract.abi, key), rate_bps)
+    publisher = None
+    if key is not None:
+        contract = LedgerContract(rt.contract.w3, rt.contract.address, rt.contract.abi, key)
+        # reports not published yet, kept across restarts beside the cursor they follow
+        publisher = AuditPublisher(rt.store, rt.content, contract, rate_bps, cursor_file.with_name(
+            f"{cursor_file.stem}-reports-{contract.account.address.lower()}.json"))
 
     registry, open_challenge = _audit_challenger(rt, committee)
     # nodes serve their users' bundles to registered verifiers, who sign their reads

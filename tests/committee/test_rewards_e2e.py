@@ -49,6 +49,7 @@ from ledger.blockstore import LocalBlockStore
 from ledger.chain import LedgerContract
 from ledger.contributions import sign_contribution_data
 from ledger.entries import ContributionEntry, RunEntry, encode_entry, entry_cid
+from ledger.errors import ContentStoreUnreachableError
 from ledger.logstore import LogStore
 from ledger.publish import append_entries, ensure_chain_log, publish
 
@@ -78,6 +79,19 @@ def canonical(data: bytes) -> bytes:
     from ledger.publish import entry_from_json
 
     return entry_from_json(json.loads(data))
+
+
+class _Down:
+    """A content endpoint that cannot be reached."""
+
+    def __init__(self, content) -> None:
+        self.content = content
+
+    def add_file(self, *_args, **_kwargs):
+        raise ContentStoreUnreachableError("the content endpoint is down")
+
+    def __getattr__(self, name):
+        return getattr(self.content, name)
 
 
 class _Round:
@@ -219,12 +233,26 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
                           check=passes, open_challenge=lambda *_: pytest.fail("no challenge"),
                           fetch=fetch, rate_bps=rate)
         audits[i] = auditor.run_once()
-        reports = AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[i]), rate)
-        assert len(reports.publish(audits[i])) == sum(1 for c in audits[i].checkpoints
-                                                       if c.sampled)
+        sampled = sum(1 for c in audits[i].checkpoints if c.sampled)
+        kept = tmp_path / f"audit-reports-{i}.json"
+        if i == 1:  # verifier 1's endpoint is down: its reports wait on disk, then it restarts
+            with pytest.raises(ContentStoreUnreachableError):
+                AuditPublisher(store, _Down(content), ledger_of(VERIFIER_KEYS[i]), rate,
+                               kept).publish(audits[i])
+            assert len(json.loads(kept.read_text())["reports"]) == sampled
+            audits_after_restart = AuditPass([], [])  # the cursor had moved on: nothing new
+            published = AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[i]), rate,
+                                       kept).publish(audits_after_restart)
+        else:
+            published = AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[i]), rate,
+                                       kept).publish(audits[i])
+        assert len(published) == sampled and not kept.exists()
     assert {f.outcome for f in audits[0].findings} == {VERIFIED, NOT_RETAINED}
     assert AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[0]), 10_000).publish(
         audits[0])  # published twice: the second report of a checkpoint counts for nothing
+    # a restart with nothing new to report: all anchored already, nothing to do, no error
+    assert AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[0]), 10_000).publish(
+        AuditPass([], [])) == []
     forged = audits[0].checkpoints[0]  # verifier 2 reports a sample the seed did not draw
     AuditPublisher(store, content, ledger_of(VERIFIER_KEYS[2]), 10_000).publish(AuditPass(
         audits[0].findings, [replace(forged, sampled=forged.sampled[:1])]))
