@@ -150,3 +150,40 @@ def test_the_report_of_an_audit_pass_lists_its_sample_in_order():
     assert partial.outcomes[:3] == [NOT_RETAINED, "abstained", "abstained"]
     assert report_entry(AuditedCheckpoint(LOG, NODE, 40, 240, 120, 122, b"", ()), findings,
                         2_000) is None  # nothing sampled: nothing to report
+
+
+def test_unpublished_reports_are_read_back_and_an_unreadable_file_stops_the_start(tmp_path):
+    """The reports a failed publish kept are written to the pending file and read back by the
+    next publisher (a restart), once each and at most MAX_PENDING_REPORTS; a file that is not
+    a list of audit entries is refused at the start, naming it, and left as it is."""
+    from types import SimpleNamespace
+
+    from committee.audit_reports import MAX_PENDING_REPORTS, AuditPublisher
+    from ledger.entries import encode_entry
+    from ledger.errors import LedgerError
+
+    verifier = SimpleNamespace(account=SimpleNamespace(address=VERIFIER))  # no chain call made
+    kept = tmp_path / "audit-reports.json"
+    first = AuditPublisher(None, None, verifier, 2_000, kept)
+    def one(leaf: int) -> bytes:
+        return encode_entry(report(from_size=0, size=leaf + 1, leaves=[leaf],
+                                   outcomes=[VERIFIED]))
+
+    data = [one(leaf) for leaf in range(3)]
+    first._keep_pending(data + data[:1])
+    assert AuditPublisher(None, None, verifier, 2_000, kept).pending == data
+    first._keep_pending([one(leaf) for leaf in range(3, MAX_PENDING_REPORTS + 3)])
+    assert first.dropped == 3 and first.pending[0] != data[0]
+    assert AuditPublisher(None, None, verifier, 2_000, kept).pending == first.pending
+    first.pending = []
+    first._keep_pending([])
+    assert not kept.exists()  # nothing pending: no file
+
+    for broken in (b'{"reports": ["zz"]}', b"[1, 2]", b'{"reports": ["' + b'7b7d' + b'"]}',
+                   b'{"reports": ["' + encode_entry(AuditEntry(
+                       node=NODE, log_id=LOG, from_size=0, size=1, rate_bps=10_000, leaves=[0],
+                       outcomes=[VERIFIED])).hex().encode()[:-4] + b'"]}'):
+        kept.write_bytes(broken)
+        with pytest.raises(LedgerError, match="audit-reports.json"):
+            AuditPublisher(None, None, verifier, 2_000, kept)
+        assert kept.read_bytes() == broken
