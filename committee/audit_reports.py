@@ -12,7 +12,7 @@ the content endpoint failed) are kept in ``pending_file`` (written before the au
 moves past their checkpoints) and sent again at the next pass, after a restart too; at most
 ``MAX_PENDING_REPORTS``, the oldest dropped beyond.
 
-Checking (``check_report``): a report counts only when the chain agrees with it. Its node is
+Checking (``ReportChecker.check``): a report counts only when the chain agrees with it. Its node is
 a registered node whose receipt log is ``log_id``; the log has a checkpoint at ``size``
 anchored in the epoch, right after one at ``from_size``; the checkpoint's seed block is mined
 by the epoch's end; ``rate_bps`` is at least ``MIN_RATE_BPS``; and ``leaves`` are exactly the
@@ -263,5 +263,5 @@ class _Draws:
             and self._drawn(leaf, threshold, top) for leaf in leaves)
 
 
-__all__ = ["AUDITS_LOG", "MAX_AUDIT_LOGS", "MIN_RATE_BPS", "AuditPublisher", "Checkpoint",
-           "ReportChecker", "report_entry"]
+__all__ = ["AUDITS_LOG", "MAX_AUDIT_LOGS", "MAX_PENDING_REPORTS", "MIN_RATE_BPS",
+           "AuditPublisher", "Checkpoint", "ReportChecker", "report_entry"]

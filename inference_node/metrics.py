@@ -14,14 +14,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                  0.5, 1, 2.5)
 # What the node does per request beside the engine's decoding (`gym_node_stage_seconds`):
-# `prepare` (checks, library injection, tokenization, the normalized request: before the
-# engine), then per answer off the decoding path, on a thread: `commitment` (TOPLOC over the
-# decode states), `signature` (the receipt's digests and its signature), `receipt_log` (handed
-# to the receipt log's write-ahead file), `bundle` (kept for verifiers), and `receipt` (all of
-# it, the wait for a thread included).
-# `prepare` is the whole of what precedes the engine, `library` + `tokenize` + `normalize` its
-# parts; `receipt` the whole of what follows it (`commitment` + `digests` + `signature` +
-# `receipt_log` + `bundle`, and the wait for a thread)
+# `prepare`, all of what precedes the engine, checks included, and its parts `library` (the
+# X-Gym-Library choice), `tokenize` (library injection and chat template, tokenized) and
+# `normalize` (the normalized request and its key); then per answer, on a thread off the
+# decoding path, `commitment` (TOPLOC over the decode states), `digests` (the receipt built),
+# `signature` (its EIP-712 hash, signed), `receipt_log` (handed to the write-ahead file),
+# `bundle` (kept for verifiers), and `receipt`, all of these and the wait for a thread.
 STAGES = ("prepare", "library", "tokenize", "normalize", "commitment", "digests", "signature",
           "receipt_log", "bundle", "receipt")
 

@@ -72,7 +72,8 @@ could not be matched, a write that failed) does the signer fall back to one tran
 prefill over prompt + completion on `engine.model`: the same weights loaded with transformers
 (on first use, on the CPU, in float32), exactly the computation `gym verify receipt --model`
 repeats. The verifier's prefill and vLLM's decoding agree within TOPLOC's tolerances
-(`tests/inference_node/test_vllm_engine.py` records the margins).
+(`tests/inference_node/test_vllm_engine.py` records the margins; `benchmarks/capture_margins.py`
+measures them over batches, prefix reuse, preemption and dtypes).
 """
 
 from __future__ import annotations
@@ -360,7 +361,11 @@ class VLLMEngine(Engine):
                     finish = _finish_reason(completion.finish_reason)
                     states = None
                     if finish is not None and capture is not None:
-                        states = self._captured(capture, produced)
+                        # read on a thread: a long answer's states are megabytes, and this
+                        # loop delivers every other request's tokens
+                        states = await asyncio.to_thread(self._captured, capture, produced)
+                        if states is None:
+                            self.activations_recomputed += 1
                     emit(GenerationDelta(completion.text, token_ids,
                                          self._logprobs(token_ids, completion.logprobs, params),
                                          finish, len(prompt_ids), produced, states))
@@ -387,7 +392,7 @@ class VLLMEngine(Engine):
     def _captured(self, path: Path, produced: int) -> list[Any] | None:
         """The states of positions 0 to ``produced - 1`` that `GymSampler` recorded in
         ``path`` (bfloat16 CPU tensors), or None when one is missing (the signer re-computes
-        them: counted in ``activations_recomputed``)."""
+        them)."""
         import torch
 
         from inference_node.vllm_sampler import CAPTURE_HEAD
@@ -406,7 +411,6 @@ class VLLMEngine(Engine):
         except OSError:
             states = {}
         if len(states) != produced or not produced:
-            self.activations_recomputed += 1
             log.warning("vLLM recorded %d of the %d decode states of a request: its receipt's "
                         "are re-computed", len(states), produced)
             return None

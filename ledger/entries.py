@@ -44,7 +44,7 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import rfc8785
 from pydantic import (
@@ -362,10 +362,9 @@ class ContributionEntry(_Strict):
 # --- audit ------------------------------------------------------------------------------------
 
 MAX_AUDIT_LEAVES = 8192  # sampled leaves one audit report lists (~140 KB at most)
-AUDIT_OUTCOMES = ("verified", "failed", "not retained", "refused", "unreachable",
-                  "invalid bundle", "abstained")  # committee.audits' per-receipt findings
 AuditOutcome = Literal["verified", "failed", "not retained", "refused", "unreachable",
-                       "invalid bundle", "abstained"]
+                       "invalid bundle", "abstained"]  # committee.audits' per-receipt findings
+AUDIT_OUTCOMES: tuple[str, ...] = get_args(AuditOutcome)
 
 
 class AuditEntry(_Strict):
