@@ -88,6 +88,7 @@ def test_each_step_re_computes_within_the_tolerance_and_forgeries_fail(trained, 
     batch = config.training.batch_size * config.training.grad_accumulation
     rows_total = len(trainer.train_dataset)
     margins = []
+    threads_before = torch.get_num_threads()
     try:
         for step, (params, gradients) in enumerate(seen):
             claimed = sketch(gradients, RUN, PEER, step)
@@ -108,8 +109,9 @@ def test_each_step_re_computes_within_the_tolerance_and_forgeries_fail(trained, 
             # no forward pass: no gradient, a zero sketch
             assert difference(sketch([None] * len(gradients), RUN, PEER, step),
                               claimed) == pytest.approx(1.0)
-    finally:
+    finally:  # what this worker's next tests run with is left as it was
         at_parameters(trainer, seen[-1][0])
+        torch.set_num_threads(threads_before)
     with capsys.disabled():
         print(f"\nwork checks: {len(margins)} re-computations (threads 1 and 2, micro-batches "
               f"1, 2, 4), largest difference {max(margins):.2e} of the tolerance {TOLERANCE:.0e}"
