@@ -16,8 +16,10 @@ Checking (``ReportChecker.check``): a report counts only when the chain agrees w
 a registered node whose receipt log is ``log_id``; the log has a checkpoint at ``size``
 anchored in the epoch, right after one at ``from_size``; the checkpoint's seed block is mined
 by the epoch's end; ``rate_bps`` is at least ``MIN_RATE_BPS``; and ``leaves`` are exactly the
-leaves ``committee.audits.sampled_leaves`` draws at that rate. Who anchored the audits log is
-who reports: its owner's transaction is the report's signature.
+leaves ``committee.audits.sampled_leaves`` draws at that rate; and it called ``verified`` no
+receipt that a challenge upheld by the epoch's end (a lazy verifier that reports every receipt
+verified without checking loses the report's point when one of them is caught). Who anchored
+the audits log is who reports: its owner's transaction is the report's signature.
 """
 
 from __future__ import annotations
@@ -186,14 +188,17 @@ class ReportChecker:
     """``check`` tells whether a report counts in the epoch ``[first, last]`` (module
     docstring). ``logs``: operator -> receipt log id of the nodes that count (active at the
     epoch's end); ``checkpoints``: log id -> its checkpoints anchored by ``last``, in order;
-    ``block_hash(n)``.
+    ``block_hash(n)``; ``disproven``: log id -> its leaves whose receipts a challenge upheld
+    by ``last`` (a report that called one of them verified counts nothing).
 
     Bounded work whatever the reports: each checkpoint's per-leaf draws are hashed once
     (``_Draws``), and a report costs its own length after that, at any rate it states."""
 
     def __init__(self, first: int, last: int, logs: dict[str, int],
-                 checkpoints: dict[int, list[Checkpoint]], block_hash: BlockHash) -> None:
+                 checkpoints: dict[int, list[Checkpoint]], block_hash: BlockHash,
+                 disproven: dict[int, set[int]] | None = None) -> None:
         self.first, self.last, self.block_hash = first, last, block_hash
+        self.disproven = disproven or {}
         self.logs = {to_checksum_address(node): log for node, log in logs.items()}
         self.by_size = {log: {c.size: c for c in cps} for log, cps in checkpoints.items()}
         self._draws: dict[tuple[int, int], _Draws | None] = {}
@@ -226,6 +231,10 @@ class ReportChecker:
         draws = self._draws[key]
         if draws is None or not draws.is_sample(entry.leaves, entry.rate_bps):
             return None
+        bad = self.disproven.get(entry.log_id)
+        if bad and any(leaf in bad and outcome == VERIFIED
+                       for leaf, outcome in zip(entry.leaves, entry.outcomes, strict=True)):
+            return None  # it called verified a receipt a challenge proved bad
         checked = [o for o in entry.outcomes if o != ABSTAINED]
         return AuditReport(to_checksum_address(verifier), cid, to_checksum_address(entry.node),
                            entry.log_id, entry.size, len(checked),

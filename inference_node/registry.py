@@ -184,6 +184,21 @@ class NodeRegistry:
         opened = self.challenge_evidence(operator=to_checksum_address(operator))
         return [self.challenge_of(challenge_id) for challenge_id in sorted(opened)]
 
+    def upheld_receipts(self, to_block: int | None = None) -> dict[str, set[bytes]]:
+        """Operator -> the hashes of its receipts that a challenge resolved as upheld by block
+        ``to_block`` (``ChallengeResolved``: a committee's settlement finalized, after its
+        appeal window and any reversal, or governance's ruling): receipts proven not to
+        verify."""
+        upheld = {args["challengeId"] for args in self._events(
+            self.contract.events.ChallengeResolved, to_block=to_block) if args["upheld"]}
+        found: dict[str, set[bytes]] = {}
+        if upheld:
+            for args in self._events(self.contract.events.ChallengeOpened, to_block=to_block):
+                if args["challengeId"] in upheld:
+                    found.setdefault(to_checksum_address(args["operator"]), set()).add(
+                        bytes(args["receiptHash"]))
+        return found
+
     def challenge_evidence(self, **filters: Any) -> dict[int, str]:
         """Challenge id -> evidence CID of the ``ChallengeOpened`` events matching ``filters``
         (indexed arguments: ``challengeId``, ``operator``, ``challenger``)."""

@@ -15,7 +15,9 @@ that costs the verifiers no more, and it could only have moved its own slice.
 - **uses** (``data``): the checkpoints of each registered node's receipt log anchored in the
   epoch; each receipt of their batch manifests names the experiences it injected; an
   experience counts when it is the ``add`` of a leaf of the curated library by the epoch's
-  end; its author is the owner of the log the leaf was curated from (at its curation).
+  end; its author is the owner of the log the leaf was curated from (at its curation). A
+  receipt that a challenge proved bad by the epoch's end (``NodeRegistry.upheld_receipts``:
+  its operator and EIP-712 hash) counts for nobody.
 - **stakes**: each node active at the epoch's last block, with its stake then.
 - **contributions** (``compute``): the ``run`` entries curated into the library in the epoch,
   and the contribution entries naming each, signed by their contributor, from the run's own
@@ -28,7 +30,8 @@ that costs the verifiers no more, and it could only have moved its own slice.
   the epoch, on checkpoints of the counted nodes anchored in the epoch (within the log's
   ``MAX_EPOCH_LEAVES``, so a report costs at most that much hashing); a report counts only
   when the chain agrees with it (``ReportChecker``), and only a verifier's first on each
-  checkpoint (a wrong first report is not made good by a later one).
+  checkpoint (a wrong first report is not made good by a later one); a report that called
+  such a proven-bad receipt ``verified`` counts nothing.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ class _Budget:
 
 def _checkpoint_entries(sources: Sources, log_id: int, events: list[AnchoredEvent],
                         first: int):
-    """(cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored from block
+    """(leaf index, cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored from block
     ``first`` on (``events``: the log's ``Anchored`` events from its first, in chain order), in
     log order, within a ``_Budget``; a checkpoint whose manifest is missing or does not match
     its event is skipped whole."""
@@ -152,12 +155,12 @@ def _checkpoint_entries(sources: Sources, log_id: int, events: list[AnchoredEven
         except (NotFoundError, ContentStoreError, VerificationError, BatchError, ValueError):
             continue
         budget.leaves -= len(manifest.entries)
-        for cid in manifest.entries:
+        for leaf, cid in enumerate(manifest.entries, start=old):
             if budget.bytes <= 0:
                 return
             entry, size = _read(sources.content, cid, min(MAX_ENTRY_BYTES, budget.bytes))
             budget.bytes -= size
-            yield cid, entry
+            yield leaf, cid, entry
 
 
 def _owner_at(sources: Sources, log_id: int, block: int) -> str | None:
@@ -220,25 +223,35 @@ def gather(sources: Sources, window: EpochWindow,
         if active and node[4] > 0:
             stakes[operator] = int(node[4])
 
+    # receipts a challenge proved bad by the epoch's end: they count for nobody, and an audit
+    # report that called one verified counts nothing
+    upheld = registry.upheld_receipts(to_block=last)
+    domain = _receipt_domain(sources) if upheld else None
+    disproven: dict[int, set[int]] = {}  # receipt log id -> its leaves proven bad
     uses: Counter[tuple[str, str]] = Counter()
     anchored: dict[int, list[AnchoredEvent]] = {}
     for n, (operator, log_id) in enumerate(sorted(logs.items())):
         report("receipt logs", n, len(logs))
         if operator not in stakes:
             continue
+        bad = upheld.get(operator)
         events = anchored[log_id] = sources.ledger.anchored(log_id, sources.from_block, last)
-        for _cid, entry in _checkpoint_entries(sources, log_id, events, first):
-            if isinstance(entry, ReceiptEntry):
-                for experience in set(entry.experience_ids):
-                    if experience in authors:
-                        uses[(operator, experience)] += 1
+        for leaf, _cid, entry in _checkpoint_entries(sources, log_id, events, first):
+            if not isinstance(entry, ReceiptEntry):
+                continue
+            if bad and _receipt_hash(entry, domain) in bad:
+                disproven.setdefault(log_id, set()).add(leaf)
+                continue
+            for experience in set(entry.experience_ids):
+                if experience in authors:
+                    uses[(operator, experience)] += 1
     report("receipt logs", len(logs), len(logs))
 
     contributions: list[Contribution] = []
     for run_cid, log_id in sorted(runs.items()):
         seen: set[str] = set()
         events = sources.ledger.anchored(log_id, sources.from_block, last)
-        for cid, entry in _checkpoint_entries(sources, log_id, events, 0):
+        for _leaf, cid, entry in _checkpoint_entries(sources, log_id, events, 0):
             if isinstance(entry, ContributionEntry) and entry.run_cid == run_cid \
                     and cid not in seen and _signed(entry):
                 seen.add(cid)
@@ -250,14 +263,29 @@ def gather(sources: Sources, window: EpochWindow,
         uses=tuple(Use(node, x, authors[x], count) for (node, x), count in sorted(uses.items())),
         contributions=tuple(contributions), settlements=tuple(settlements(sources, first, last)),
         audits=tuple(audit_reports(sources, first, last,
-                                   {op: logs[op] for op in stakes}, anchored)))
+                                   {op: logs[op] for op in stakes}, anchored, disproven)))
+
+
+def _receipt_domain(sources: Sources) -> Any:
+    from inference_node.receipts import ReceiptDomain
+
+    return ReceiptDomain(sources.ledger.w3.eth.chain_id, sources.ledger.address)
+
+
+def _receipt_hash(entry: ReceiptEntry, domain: Any) -> bytes:
+    """The digest ``entry``'s node signed: what a challenge names."""
+    from inference_node.receipts import receipt_hash
+
+    return receipt_hash(entry.model_copy(update={"signature": None}), domain)
 
 
 def audit_reports(sources: Sources, first: int, last: int, logs: dict[str, int],
-                  anchored: dict[int, list[AnchoredEvent]]) -> list[AuditReport]:
+                  anchored: dict[int, list[AnchoredEvent]],
+                  disproven: dict[int, set[int]] | None = None) -> list[AuditReport]:
     """The audit reports that count in ``[first, last]`` (module docstring): ``logs``,
     operator -> receipt log of the counted nodes; ``anchored``, their ``Anchored`` events by
-    ``last``."""
+    ``last``; ``disproven``, receipt log id -> the leaves a challenge upheld by ``last``
+    proved bad."""
     from committee.audit_reports import AUDITS_LOG, MAX_AUDIT_LOGS, Checkpoint, ReportChecker
     from ledger.chain import LogKind
 
@@ -291,14 +319,14 @@ def audit_reports(sources: Sources, first: int, last: int, logs: dict[str, int],
             checkpoints[log_id].append(Checkpoint(old, event.size, event.block_number))
     w3 = sources.ledger.w3
     checker = ReportChecker(first, last, logs, checkpoints,
-                            lambda n: bytes(w3.eth.get_block(n)["hash"]))
+                            lambda n: bytes(w3.eth.get_block(n)["hash"]), disproven)
     out = []
     seen: set[tuple[str, int, int]] = set()
     for verifier, log_id in sorted(audit_logs):
         if _owner_at(sources, log_id, last) != verifier:
             continue  # the log changed hands: its reports are no longer this verifier's
         events = sources.ledger.anchored(log_id, sources.from_block, last)
-        for cid, entry in _checkpoint_entries(sources, log_id, events, first):
+        for _leaf, cid, entry in _checkpoint_entries(sources, log_id, events, first):
             if not isinstance(entry, AuditEntry) or (verifier, entry.log_id, entry.size) in seen:
                 continue
             checkpoint = checker.checkpoint(entry)

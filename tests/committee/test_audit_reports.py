@@ -74,6 +74,21 @@ def test_a_report_of_the_seeds_sample_counts_with_what_it_checked():
     assert (nothing.checked, nothing.passed) == (0, False)
 
 
+def test_a_report_that_called_a_receipt_a_challenge_proved_bad_verified_counts_nothing():
+    leaves = sample(2_000)
+    caught = leaves[3]
+    proven = checker(disproven={LOG: {caught}})
+    assert proven.check(VERIFIER, "c", report()) is None  # every receipt "verified": lazy
+    # the verifier that found it failing, or abstained on it, still counts
+    failed = [NOT_RETAINED if leaf == caught else VERIFIED for leaf in leaves]
+    assert not proven.check(VERIFIER, "c", report(outcomes=failed)).passed
+    abstained = ["abstained" if leaf == caught else VERIFIED for leaf in leaves]
+    assert proven.check(VERIFIER, "c", report(outcomes=abstained)).passed
+    # a receipt outside its sample, or of another log, says nothing about this report
+    assert checker(disproven={LOG: {undrawn()}}).check(VERIFIER, "c", report()).passed
+    assert checker(disproven={LOG + 1: {caught}}).check(VERIFIER, "c", report()).passed
+
+
 def undrawn() -> int:
     return next(i for i in range(40, 240) if i not in sample(2_000))
 

@@ -49,14 +49,16 @@ def log(tmp_path):
 
 
 def entries(sources, first: int) -> list:
-    return list(facts._checkpoint_entries(sources, LOG, sources.ledger.anchored(LOG), first))
+    """(cid, entry) of what an epoch from block ``first`` reads."""
+    read = facts._checkpoint_entries(sources, LOG, sources.ledger.anchored(LOG), first)
+    return [(cid, entry) for _leaf, cid, entry in read]
 
 
 def test_an_epoch_reads_the_checkpoints_anchored_in_its_blocks(log):
     sources, cids = log
-    read = entries(sources, 15)
-    assert [cid for cid, _ in read] == cids[3:9]
-    assert all(entry.text.startswith("Rule") for _, entry in read)
+    read = list(facts._checkpoint_entries(sources, LOG, sources.ledger.anchored(LOG), 15))
+    assert [(leaf, cid) for leaf, cid, _ in read] == list(enumerate(cids))[3:9]
+    assert all(entry.text.startswith("Rule") for _, _, entry in read)
 
 
 def test_a_log_costs_an_epoch_at_most_its_leaf_and_byte_budgets(log, monkeypatch):

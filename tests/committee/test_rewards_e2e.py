@@ -2,7 +2,8 @@
 registered nodes answer with a library curated by the DAO from three authors' logs (one node
 signs 1,000 receipts to itself naming one experience), a swarm run's contributions are
 published and the run curated, three verifiers settle a challenge and audit the nodes'
-receipts at random, publishing their reports (one forged); then each verifier computes
+receipts at random, publishing their reports (one forged, and the reports that called
+verified a receipt the committee then proved bad); then each verifier computes
 the epoch's table itself, the same bytes; one aggregate attests its root; every account
 claims its line to the wei after the appeal window; OpenZeppelin's merkle-tree (npm) recomputes
 the root from the published table alone; a forged table is never signed."""
@@ -41,6 +42,7 @@ from inference_node.receipts import (
     build_receipt,
     bundle_json,
     library_ref,
+    receipt_hash,
     sign_receipt,
 )
 from inference_node.registry import NodeRegistry
@@ -186,6 +188,7 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
         logs[name] = (receipts, signer)
 
     bundles: dict[str, dict] = {}  # what node A keeps for the auditors (B keeps nothing)
+    signed: dict[tuple[str, int], object] = {}
 
     def answer(node: str, i: int, names: list[str]) -> None:
         receipts, signer = logs[node]
@@ -196,7 +199,7 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
             text=f"a{i}", completion_token_ids=[1, 2], prompt_tokens=3, temperature=0.0,
             top_p=1.0, max_tokens=4, seed=i, activation_commitment="toploc1:1:32:AA==",
             at=1_700_000_000)
-        receipt = sign_receipt(unsigned, signer, domain)
+        receipt = signed[(node, i)] = sign_receipt(unsigned, signer, domain)
         receipts.submit(receipt)
         if node == "A":
             bundles[entry_cid(encode_entry(receipt))] = bundle_json(
@@ -205,13 +208,16 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
 
     for i in range(30):  # node A: 30 answers with experiences 0 and 1, 10 with experience 2
         answer("A", i, experiences[:2])
-    for i in range(30, 40):
+    for i in range(30, 39):
         answer("A", i, [experiences[2]])
     uncurated = entry_cid(canonical(experience(99)))  # never curated: counts for nobody
     for i in range(1000):  # node B signs 1,000 receipts to itself naming experience 2
         answer("B", i, [experiences[2], uncurated] if i % 2 else [experiences[2]])
     for receipts, _ in logs.values():
         receipts.anchor()
+    answer("A", 39, [experiences[2]])  # a checkpoint of its own: the receipt proven bad below
+    logs["A"][0].anchor()
+    bad_leaf = 39
 
     # the verifiers audit the anchored receipts at random and publish a report per checkpoint:
     # verifier 0 at 100 %, verifier 1 at 5 %; node A serves every bundle, B none (not retained)
@@ -262,7 +268,8 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
 
     cw = CommitteeWorld(w3, deployment, token, Account.from_key(OPERATOR_A).address,
                         deployment.contracts["VerifierCommittee"].address)
-    challenge_id, digest = cw.open(1)
+    challenge_id, digest = cw.open(1, receipt_hash(
+        signed[("A", 39)].model_copy(update={"signature": None}), domain))
     cw.settle(challenge_id, digest, signers=(0, 1, 2))
     client.advance_time(params.committee_appeal_window + 1)
     cw.client(CHALLENGER_KEY).finalize(challenge_id)
@@ -303,24 +310,32 @@ def test_an_epoch_is_computed_by_each_verifier_attested_once_and_claimed_to_the_
     assert sum(line["amount"] for line in from_b) <= slice_b  # 1,000 receipts: B's slice
     assert [(line["account"], line["uses"]) for line in from_b] == [(author[2], 1000)]
     uses_a = {line["account"]: line["uses"] for line in data_lines if line["node"] == a}
-    assert uses_a == {author[0]: 30, author[1]: 30, author[2]: 10}
+    assert uses_a == {author[0]: 30, author[1]: 30, author[2]: 9}  # the bad receipt: nobody's
     for i in (0, 1):  # A's uses are paid as if B had signed nothing
         assert table.accounts[author[i]]["data"] == \
-            budgets["data"] * stake_a * 30 // ((stake_a + stake_b) * 70)
+            budgets["data"] * stake_a * 30 // ((stake_a + stake_b) * 69)
     contributed = [to_checksum_address(Account.from_key(k).address) for k in contributors]
     assert table.accounts[contributed[0]]["compute"] == budgets["compute"] * 30 // 40
     verifiers = [to_checksum_address(Account.from_key(k).address) for k in VERIFIER_KEYS]
-    # verification: a point per settlement signature, and per report that checked something
+    # verification: a point per settlement signature, and per report that checked something,
+    # but for a report that called the receipt proven bad verified (verifier 0's, whose check
+    # passes everything, and verifier 1's if its sample drew that leaf)
     reports = [sum(1 for c in audits[i].checkpoints if c.sampled) for i in (0, 1)]
-    point = budgets["verification"] // (3 + sum(reports))
+    lazy = [sum(1 for c in audits[i].checkpoints if c.operator == a and bad_leaf in c.sampled)
+            for i in (0, 1)]
+    assert lazy[0] == 1
+    counted = [reports[i] - lazy[i] for i in (0, 1)]
+    point = budgets["verification"] // (3 + sum(counted))
     assert {v: table.accounts[v]["verification"] for v in verifiers} == {
-        verifiers[0]: point * (1 + reports[0]), verifiers[1]: point * (1 + reports[1]),
+        verifiers[0]: point * (1 + counted[0]), verifiers[1]: point * (1 + counted[1]),
         verifiers[2]: point}  # verifier 2's forged report counted nothing
-    # availability: A's audited checkpoints passed; every audit of B found it kept nothing
+    # availability: A's audited checkpoints passed (the one of the bad receipt went unaudited:
+    # its only reports were lazy); every audit of B found it kept nothing
     assert table.accounts[a]["availability"] == budgets["availability"]
     assert "availability" not in table.accounts.get(b, {})
-    assert {line["passed"] for line in table.sources["availability"]} == {
-        sum(1 for c in audits[0].checkpoints if c.operator == a)}
+    assert sum(1 for c in audits[0].checkpoints if c.operator == a) == 2
+    assert [(line["checkpoints"], line["passed"]) for line in table.sources["availability"]] \
+        == [(1, 1)]
     assert table.total() <= distributor.budget_of(0)[0]
 
     # a forged table (one amount moved) is never signed by an honest verifier

@@ -41,9 +41,10 @@ class CommitteeWorld:
         return VerifierCommittee(self.w3, self.address, key,
                                  from_block=self.deployment.deployment_block)
 
-    def open(self, n: int) -> tuple[int, bytes]:
-        """Challenge ``n`` of a receipt the node's signer signed: (committee id, receipt hash)."""
-        digest = keccak(f"a disputed receipt {n}".encode())
+    def open(self, n: int, digest: bytes | None = None) -> tuple[int, bytes]:
+        """Challenge ``n`` of a receipt the node's signer signed (``digest``, its EIP-712
+        hash; by default a made-up one): (committee id, receipt hash)."""
+        digest = digest or keccak(f"a disputed receipt {n}".encode())
         signature = bytes(Account.from_key(SIGNER_KEY).unsafe_sign_hash(digest).signature)
         challenge_id = self.client(CHALLENGER_KEY).open_challenge(self.operator, digest,
                                                                   signature, f"bafy{n}")
