@@ -85,4 +85,4 @@ fi
 # 3. Contracts (forge build is incremental: about a second when nothing changed).
 say "building contracts"
 "$VENV/bin/gym" contracts build >/dev/null
-say "setup complete"
+say "setup complete ($SECONDS s)"
