@@ -135,10 +135,10 @@ class _Budget:
 
 def _checkpoint_entries(sources: Sources, log_id: int, events: list[AnchoredEvent],
                         first: int):
-    """(leaf index, cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored from block
-    ``first`` on (``events``: the log's ``Anchored`` events from its first, in chain order), in
-    log order, within a ``_Budget``; a checkpoint whose manifest is missing or does not match
-    its event is skipped whole."""
+    """(leaf index, cid, entry or None) of the leaves of log ``log_id``'s checkpoints anchored
+    from block ``first`` on (``events``: the log's ``Anchored`` events from its first, in chain
+    order), in log order, within a ``_Budget``; a checkpoint whose manifest is missing or does
+    not match its event is skipped whole."""
     budget = _Budget(MAX_EPOCH_LEAVES, MAX_EPOCH_BYTES)
     previous = 0
     for event in events:
