@@ -4,12 +4,19 @@ Anvil runs detached from the CLI that started it (its own session), so ``gym dev
 returns while the chain keeps running. Its pid, port and binary are recorded in
 ``<data_dir>/anvil.json``; ``gym devnet down`` stops only a process that matches that record,
 never another process that happens to reuse the pid or the port.
+
+Past a few hundred blocks Anvil writes its older states to disk, a full state dump per block
+(about 500 MB at 2,600 blocks), and leaves them there when it is stopped: by default under
+``~/.foundry/anvil/tmp``, where every devnet's piled up (72 GB on this machine in a day of
+tests). They go to ``<data_dir>/anvil-states`` instead (``--cache-path``), removed when the
+devnet is stopped and when a new Anvil starts from that data directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +95,11 @@ def pid_file(data_dir: Path) -> Path:
     return data_dir / "anvil.json"
 
 
+def states_dir(data_dir: Path) -> Path:
+    """Where the Anvil of ``data_dir`` writes the states it keeps on disk (module docstring)."""
+    return data_dir / "anvil-states"
+
+
 def start_anvil(data_dir: Path, host: str, port: int, chain_id: int,
                 fork_url: str | None = None) -> AnvilProcess:
     """Start Anvil on ``host:port`` (``port`` 0: a free one) and wait until it answers; with
@@ -102,7 +114,10 @@ def start_anvil(data_dir: Path, host: str, port: int, chain_id: int,
     binary = foundry_binary("anvil")
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "anvil.log"
-    cmd = [str(binary), "--host", host, "--port", str(port)]
+    if running_anvil(data_dir) is None:  # a killed Anvil's states: no process reads them
+        shutil.rmtree(states_dir(data_dir), ignore_errors=True)
+    cmd = [str(binary), "--host", host, "--port", str(port),
+           "--cache-path", str(states_dir(data_dir))]
     cmd += ["--fork-url", fork_url] if fork_url else ["--chain-id", str(chain_id)]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -160,6 +175,7 @@ def stop_anvil(data_dir: Path) -> AnvilProcess | None:
     if anvil is not None:
         terminate(anvil.pid)
     pid_file(data_dir).unlink(missing_ok=True)
+    shutil.rmtree(states_dir(data_dir), ignore_errors=True)  # Anvil leaves them behind
     return anvil
 
 

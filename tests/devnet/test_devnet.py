@@ -220,6 +220,39 @@ def test_down_stops_only_its_own_anvil(gym_env):
     assert "no devnet started by gym is running" in gym_env.run("devnet", "down").stdout
 
 
+def test_anvils_states_on_disk_stay_in_the_data_dir_and_go_with_the_devnet(gym_env):
+    """Anvil writes its older states to disk, a state dump per block, and leaves them when it
+    is stopped (devnet/anvil.py; 72 GB had piled up under ~/.foundry/anvil/tmp): they land in
+    the data dir, `down` removes them, and those of an Anvil killed outright go at the next
+    `up`."""
+    from devnet.anvil import states_dir
+
+    foundry_tmp = Path.home() / ".foundry" / "anvil" / "tmp"
+    before = set(foundry_tmp.iterdir()) if foundry_tmp.exists() else set()
+    states = states_dir(gym_env.data_dir)
+
+    def mine(blocks: int) -> set[Path]:
+        w3 = Web3(Web3.HTTPProvider(_anvil(gym_env).rpc_url))
+        w3.provider.make_request("anvil_mine", [hex(blocks)])
+        return set(states.rglob("*.json"))
+
+    assert gym_env.run("devnet", "up").returncode == 0
+    assert mine(600)  # states on disk (Anvil keeps about 400 in memory), in the data dir
+    assert gym_env.run("devnet", "down").returncode == 0
+    assert not states.exists()
+
+    assert gym_env.run("devnet", "up").returncode == 0
+    pid = _anvil(gym_env).pid
+    left = mine(600)
+    os.kill(pid, signal.SIGKILL)
+    assert _exited(pid) and left and all(path.exists() for path in left)
+    assert gym_env.run("devnet", "up").returncode == 0
+    assert not any(path.exists() for path in left)
+    assert gym_env.run("devnet", "down").returncode == 0
+    if foundry_tmp.exists():  # nothing of these Anvils under Foundry's own directory
+        assert set(foundry_tmp.iterdir()) <= before
+
+
 def test_up_runs_the_content_service_beside_the_chain_and_down_stops_it(gym_env):
     """Issue "past one machine": `up` starts `gym ipfs serve` over the local store and records
     its endpoint in the manifest; a real Kubo client adds and reads through it; a second `up`
