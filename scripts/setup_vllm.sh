@@ -44,7 +44,7 @@ def there(name):
         return bool(version(name))
     except PackageNotFoundError:
         return False
-print(*[name for name in sys.argv[1:] if there(name)])' torchvision torchaudio torchcodec triton)
+print(*[name for name in sys.argv[1:] if there(name)])' ${LEFT_OUT#torch })
   if [ ${#present[@]} -gt 0 ]; then
     say "removing ${present[*]} (do not match this torch or unused on CPU)"
     "${PIP[@]}" uninstall --quiet -y "${present[@]}"

@@ -191,6 +191,8 @@ def curated(sources: Sources, last: int) -> list[tuple[str, Any, int, int]]:
 def gather(sources: Sources, window: EpochWindow,
            progress: Callable[[str, int, int], None] | None = None) -> EpochFacts:
     """The facts of ``window`` (module docstring)."""
+    from inference_node.receipts import ReceiptDomain, receipt_hash
+
     first, last = window.first_block, window.last_block
     report = progress or (lambda what, done, total: None)
 
@@ -226,7 +228,7 @@ def gather(sources: Sources, window: EpochWindow,
     # receipts a challenge proved bad by the epoch's end: they count for nobody, and an audit
     # report that called one verified counts nothing
     upheld = registry.upheld_receipts(to_block=last)
-    domain = _receipt_domain(sources) if upheld else None
+    domain = ReceiptDomain(sources.ledger.w3.eth.chain_id, sources.ledger.address)
     disproven: dict[int, set[int]] = {}  # receipt log id -> its leaves proven bad
     uses: Counter[tuple[str, str]] = Counter()
     anchored: dict[int, list[AnchoredEvent]] = {}
@@ -239,7 +241,7 @@ def gather(sources: Sources, window: EpochWindow,
         for leaf, _cid, entry in _checkpoint_entries(sources, log_id, events, first):
             if not isinstance(entry, ReceiptEntry):
                 continue
-            if bad and _receipt_hash(entry, domain) in bad:
+            if bad and receipt_hash(entry, domain) in bad:  # what the node signed
                 disproven.setdefault(log_id, set()).add(leaf)
                 continue
             for experience in set(entry.experience_ids):
@@ -264,19 +266,6 @@ def gather(sources: Sources, window: EpochWindow,
         contributions=tuple(contributions), settlements=tuple(settlements(sources, first, last)),
         audits=tuple(audit_reports(sources, first, last,
                                    {op: logs[op] for op in stakes}, anchored, disproven)))
-
-
-def _receipt_domain(sources: Sources) -> Any:
-    from inference_node.receipts import ReceiptDomain
-
-    return ReceiptDomain(sources.ledger.w3.eth.chain_id, sources.ledger.address)
-
-
-def _receipt_hash(entry: ReceiptEntry, domain: Any) -> bytes:
-    """The digest ``entry``'s node signed: what a challenge names."""
-    from inference_node.receipts import receipt_hash
-
-    return receipt_hash(entry.model_copy(update={"signature": None}), domain)
 
 
 def audit_reports(sources: Sources, first: int, last: int, logs: dict[str, int],

@@ -180,6 +180,7 @@ def test_unpublished_reports_are_read_back_and_an_unreadable_file_stops_the_star
     verifier = SimpleNamespace(account=SimpleNamespace(address=VERIFIER))  # no chain call made
     kept = tmp_path / "audit-reports.json"
     first = AuditPublisher(None, None, verifier, 2_000, kept)
+
     def one(leaf: int) -> bytes:
         return encode_entry(report(from_size=0, size=leaf + 1, leaves=[leaf],
                                    outcomes=[VERIFIED]))
